@@ -1,0 +1,203 @@
+//! The error a driver call returns, and the conversions every backend shares.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use cubecl_common::profile::Duration;
+
+/// What a caller can do about a [`DriverError`]: the only part of it the core
+/// branches on. Backends map their raw status codes onto these.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// The event or stream has not been reached yet; asking again later may
+    /// succeed.
+    NotReady,
+    /// A sticky fault (illegal address, launch failure, ...): the context is
+    /// unusable and every later call on it fails.
+    DevicePoisoned,
+    /// The driver ran out of memory, handles or another resource.
+    OutOfResources,
+    /// No driver library could be loaded, or it reports no usable device.
+    NoDevice,
+    /// A stream capturing a graph is in the way: records and waits there are
+    /// graph nodes, not timestamps.
+    Capture,
+    /// Anything else, including invalid handles and values.
+    Other,
+}
+
+/// A failed driver call: which backend, which call, the status and what it
+/// means for the caller.
+///
+/// A plain value, cheap to clone, so a fence can keep the error its creation
+/// met and hand it to whichever thread waits.
+///
+/// ```
+/// use device_events_core::{DriverError, ErrorKind};
+///
+/// let err = DriverError::from_status(
+///     "cuda",
+///     "cuEventRecord",
+///     400,
+///     Some("CUDA_ERROR_INVALID_HANDLE"),
+///     ErrorKind::Other,
+/// );
+/// assert_eq!(
+///     err.to_string(),
+///     "cuda: cuEventRecord failed: CUDA_ERROR_INVALID_HANDLE (400)"
+/// );
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DriverError {
+    backend: &'static str,
+    call: &'static str,
+    status: Option<i64>,
+    name: Option<Cow<'static, str>>,
+    kind: ErrorKind,
+    detail: Option<Cow<'static, str>>,
+}
+
+impl DriverError {
+    /// An error the driver returned: its numeric status and, where the driver
+    /// has one, the status's symbolic name.
+    pub fn from_status(
+        backend: &'static str,
+        call: &'static str,
+        status: i64,
+        name: Option<impl Into<Cow<'static, str>>>,
+        kind: ErrorKind,
+    ) -> Self {
+        Self {
+            backend,
+            call,
+            status: Some(status),
+            name: name.map(Into::into),
+            kind,
+            detail: None,
+        }
+    }
+
+    /// An error found before the driver was reached (no driver library, an
+    /// event of another context), with the reason in words.
+    pub fn refused(
+        backend: &'static str,
+        call: &'static str,
+        kind: ErrorKind,
+        detail: impl Into<Cow<'static, str>>,
+    ) -> Self {
+        Self {
+            backend,
+            call,
+            status: None,
+            name: None,
+            kind,
+            detail: Some(detail.into()),
+        }
+    }
+
+    /// Add a sentence of context to the error.
+    #[must_use]
+    pub fn with_detail(mut self, detail: impl Into<Cow<'static, str>>) -> Self {
+        self.detail = Some(detail.into());
+        self
+    }
+
+    /// The backend that returned it, as in [`EventApi::BACKEND`](crate::EventApi::BACKEND).
+    pub fn backend(&self) -> &'static str {
+        self.backend
+    }
+
+    /// The driver call that failed, e.g. `cuEventRecord`.
+    pub fn call(&self) -> &'static str {
+        self.call
+    }
+
+    /// The driver's numeric status; `None` when the driver was never reached.
+    pub fn status(&self) -> Option<i64> {
+        self.status
+    }
+
+    /// The status's symbolic name, e.g. `CUDA_ERROR_NOT_READY`.
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+
+    /// The class callers branch on.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// The added sentence of context, if any.
+    pub fn detail(&self) -> Option<&str> {
+        self.detail.as_deref()
+    }
+
+    /// Whether the event or stream was simply not reached yet.
+    pub fn is_not_ready(&self) -> bool {
+        self.kind == ErrorKind::NotReady
+    }
+
+    /// Whether the context is lost for good.
+    pub fn is_device_poisoned(&self) -> bool {
+        self.kind == ErrorKind::DevicePoisoned
+    }
+}
+
+impl fmt::Display for DriverError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {} failed", self.backend, self.call)?;
+        match (&self.name, self.status) {
+            (Some(name), Some(status)) => write!(f, ": {name} ({status})")?,
+            (None, Some(status)) => write!(f, ": status {status}")?,
+            (Some(name), None) => write!(f, ": {name}")?,
+            (None, None) => {}
+        }
+        if let Some(detail) = &self.detail {
+            write!(f, ": {detail}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for DriverError {}
+
+/// Turn a driver's `f32` millisecond reading into a [`Duration`], as
+/// [`EventApi::event_elapsed`](crate::EventApi::event_elapsed) promises.
+///
+/// A negative reading (HIP has been seen to return them) becomes zero. A NaN
+/// or infinite one is refused: no duration is true, and the conversion would
+/// panic.
+///
+/// ```
+/// use device_events_core::driver::elapsed_from_ms;
+/// use std::time::Duration;
+///
+/// assert_eq!(elapsed_from_ms("hip", "hipEventElapsedTime", 1.5), Ok(Duration::from_micros(1500)));
+/// assert_eq!(elapsed_from_ms("hip", "hipEventElapsedTime", -0.25), Ok(Duration::ZERO));
+/// assert!(elapsed_from_ms("hip", "hipEventElapsedTime", f32::NAN).is_err());
+/// ```
+///
+/// # Errors
+///
+/// A [`DriverError`] of kind [`ErrorKind::Other`] for a NaN or infinite reading.
+pub fn elapsed_from_ms(
+    backend: &'static str,
+    call: &'static str,
+    ms: f32,
+) -> Result<Duration, DriverError> {
+    if !ms.is_finite() {
+        return Err(DriverError::refused(
+            backend,
+            call,
+            ErrorKind::Other,
+            format!("the driver returned a non-finite reading ({ms} ms)"),
+        ));
+    }
+    if ms <= 0.0 {
+        return Ok(Duration::ZERO);
+    }
+    // f64 holds every f32 exactly; round to the nearest nanosecond.
+    let nanos = (f64::from(ms) * 1e6).round();
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    Ok(Duration::from_nanos(nanos as u64))
+}

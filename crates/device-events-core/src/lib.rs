@@ -1,0 +1,55 @@
+//! Fences and device-timed profiling windows over the C-family device event
+//! APIs, written once.
+//!
+//! A backend crate (`device-events-cuda`, `device-events-hip`) implements
+//! [`EventApi`]: the nine driver calls for events and streams, each turning a
+//! status into a [`DriverError`]. Everything above them lives here:
+//!
+//! - [`EventFence`]: a point on a stream that another stream or the host can
+//!   wait for; it never panics, and releases its event exactly once.
+//! - [`EventProfiler`]: timing windows on streams whose device-measured
+//!   durations are placed on the host clock through a calibrated anchor.
+//!
+//! ```
+//! use device_events_core::{EventApi, EventFence, EventProfiler, sim::Sim};
+//! use std::time::Duration;
+//!
+//! let a = Sim::stream_create_non_blocking()?;
+//! let b = Sim::stream_create_non_blocking()?;
+//! let mut profiler = EventProfiler::<Sim>::new();
+//!
+//! let window = profiler.start(a);
+//! Sim::enqueue_work(a, Duration::from_micros(100));
+//! let fence = EventFence::<Sim>::new(a);
+//! fence.wait_async(b)?;
+//! let timing = profiler.stop(a, window)?;
+//!
+//! let ticks = pollster::block_on(timing.resolve()).expect("the window was read");
+//! assert!(ticks.duration() >= Duration::from_micros(100));
+//! # drop((fence, profiler));
+//! # Sim::stream_destroy(a)?;
+//! # Sim::stream_destroy(b)?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+#![forbid(unsafe_code)]
+
+mod anchor;
+mod api;
+pub mod driver;
+mod event;
+mod fence;
+mod pool;
+mod profiler;
+#[cfg(feature = "sim")]
+pub mod sim;
+
+pub use api::EventApi;
+pub use driver::{DriverError, ErrorKind};
+pub use fence::EventFence;
+pub use profiler::{EventProfiler, ProfileError, ProfileToken, ProfilerConfig};
+
+/// The `cubecl-common` profiling types windows resolve to, re-exported so a
+/// user need not match its version.
+pub mod profile {
+    pub use cubecl_common::profile::{Duration, Instant, ProfileDuration, ProfileTicks};
+}

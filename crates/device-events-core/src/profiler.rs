@@ -1,0 +1,360 @@
+//! Device-timed windows on streams, placed on the host clock.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use cubecl_common::profile::{Duration, Instant, ProfileDuration, ProfileTicks};
+
+use crate::EventApi;
+use crate::anchor::Anchor;
+use crate::driver::DriverError;
+use crate::event::OwnedStream;
+use crate::pool::{EventPool, PooledEvent};
+
+/// Why [`EventProfiler::stop`] or [`EventProfiler::abandon`] refused a token.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ProfileError {
+    /// The token came from another profiler.
+    #[error("profiling token belongs to another profiler")]
+    ForeignToken,
+    /// The token's window was already stopped or abandoned.
+    #[error("profiling token was already stopped or abandoned")]
+    StaleToken,
+    /// A driver call of the window failed, or the window was marked failed
+    /// after a device fault.
+    #[error("profiling window failed: {0}")]
+    Driver(#[from] DriverError),
+}
+
+/// A window opened by [`EventProfiler::start`]; single-use.
+///
+/// `Copy` so that a caller's bookkeeping can hold it freely; a second use is
+/// refused with [`ProfileError::StaleToken`] rather than trusted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ProfileToken {
+    profiler: u64,
+    slot: u32,
+    generation: u32,
+}
+
+/// How an [`EventProfiler`] keeps its anchor.
+#[derive(Clone, Copy, Debug)]
+pub struct ProfilerConfig {
+    /// Re-anchor once the anchor is older than this on the host clock.
+    /// Elapsed times come back as `f32` milliseconds, whose step grows with
+    /// distance from the anchor: ~61 ns one second away, ~0.25 ms one hour
+    /// away. Default: one second.
+    pub anchor_max_age: Duration,
+    /// Brackets taken per anchor; the tightest is kept. Default: 5.
+    pub calibration_samples: usize,
+    /// Idle events kept for reuse; beyond it, returned events are destroyed.
+    /// Default: 1024.
+    pub max_idle_events: usize,
+    /// The host clock windows are placed on. Default: [`Instant::now`].
+    pub host_clock: fn() -> Instant,
+}
+
+impl Default for ProfilerConfig {
+    fn default() -> Self {
+        Self {
+            anchor_max_age: Duration::from_secs(1),
+            calibration_samples: 5,
+            max_idle_events: 1024,
+            host_clock: Instant::now,
+        }
+    }
+}
+
+/// Timing windows on streams, with device-measured durations placed on the
+/// host clock.
+///
+/// Each window's start is placed as `anchor + elapsed(anchor, start)` and its
+/// end as `start + elapsed(start, end)`: the span is read directly from the
+/// device, never as the difference of two offsets that each carry the `f32`
+/// rounding of their distance from the anchor.
+///
+/// The anchor is taken on a private non-blocking stream, so taking it never
+/// drains the caller's streams; each window keeps the anchor it started under.
+///
+/// Windows nest and overlap freely, on one stream or several. A window that
+/// cannot be read resolves to `None`, logged: never a zero and never a
+/// made-up value.
+///
+/// ```
+/// use device_events_core::{EventApi, EventProfiler, sim::Sim};
+/// use std::time::Duration;
+///
+/// let stream = Sim::stream_create_non_blocking()?;
+/// let mut profiler = EventProfiler::<Sim>::new();
+///
+/// let outer = profiler.start(stream);
+/// Sim::enqueue_work(stream, Duration::from_micros(300));
+/// let inner = profiler.start(stream);
+/// Sim::enqueue_work(stream, Duration::from_micros(200));
+/// let inner = profiler.stop(stream, inner)?;
+/// let outer = profiler.stop(stream, outer)?;
+///
+/// let inner = pollster::block_on(inner.resolve()).expect("measured");
+/// let outer = pollster::block_on(outer.resolve()).expect("measured");
+/// assert!(inner.duration() >= Duration::from_micros(200));
+/// assert!(outer.duration() >= inner.duration());
+/// # drop(profiler);
+/// # Sim::stream_destroy(stream)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct EventProfiler<A: EventApi> {
+    id: u64,
+    config: ProfilerConfig,
+    slots: Vec<Slot<A>>,
+    free: Vec<u32>,
+    open: usize,
+    anchor: Option<Arc<Anchor<A>>>,
+    anchor_stream: Option<OwnedStream<A>>,
+    pool: Arc<EventPool<A>>,
+}
+
+struct Slot<A: EventApi> {
+    generation: u32,
+    window: Option<Window<A>>,
+}
+
+/// An open window: its start event and anchor, or why it has neither.
+type Window<A> = Result<Opened<A>, DriverError>;
+
+struct Opened<A: EventApi> {
+    start: PooledEvent<A>,
+    anchor: Arc<Anchor<A>>,
+}
+
+static NEXT_PROFILER: AtomicU64 = AtomicU64::new(1);
+
+impl<A: EventApi> Default for EventProfiler<A> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<A: EventApi> EventProfiler<A> {
+    /// A profiler with the default [`ProfilerConfig`]. Nothing is asked of
+    /// the driver until the first window.
+    pub fn new() -> Self {
+        Self::with_config(ProfilerConfig::default())
+    }
+
+    /// A profiler with the given configuration.
+    pub fn with_config(config: ProfilerConfig) -> Self {
+        Self {
+            id: NEXT_PROFILER.fetch_add(1, Ordering::Relaxed),
+            config,
+            slots: Vec::new(),
+            free: Vec::new(),
+            open: 0,
+            anchor: None,
+            anchor_stream: None,
+            pool: EventPool::new(config.max_idle_events),
+        }
+    }
+
+    /// Open a window on `stream`, after everything queued there so far.
+    ///
+    /// Never fails: a driver error here is kept in the window and returned by
+    /// [`stop`](Self::stop), where the measurement would have been.
+    pub fn start(&mut self, stream: A::Stream) -> ProfileToken {
+        let window = self.open_window(stream);
+        if let Err(err) = &window {
+            self.note_fault(err);
+        }
+        let slot = match self.free.pop() {
+            Some(slot) => slot,
+            None => {
+                self.slots.push(Slot {
+                    generation: 0,
+                    window: None,
+                });
+                // A profiler with four billion windows open has bigger
+                // problems; the slot index saturates rather than panics.
+                u32::try_from(self.slots.len() - 1).unwrap_or(u32::MAX)
+            }
+        };
+        let entry = &mut self.slots[slot as usize];
+        entry.window = Some(window);
+        self.open += 1;
+        ProfileToken {
+            profiler: self.id,
+            slot,
+            generation: entry.generation,
+        }
+    }
+
+    /// Close the window on `stream`, after everything queued there so far.
+    ///
+    /// The returned duration's future blocks until the device reaches the end
+    /// of the window, then resolves to its placement on the host clock, or to
+    /// `None` (logged) if the driver could not read it.
+    ///
+    /// # Errors
+    ///
+    /// [`ProfileError::ForeignToken`] and [`ProfileError::StaleToken`] for a
+    /// token this profiler cannot close; [`ProfileError::Driver`] when the
+    /// window failed to open, to close, or was marked failed.
+    pub fn stop(
+        &mut self,
+        stream: A::Stream,
+        token: ProfileToken,
+    ) -> Result<ProfileDuration, ProfileError> {
+        let Opened { start, anchor } = self.take(token)??;
+        let end = self.pool.take().and_then(|end| {
+            A::event_record(end.raw(), stream)?;
+            Ok(end)
+        });
+        let end = end.inspect_err(|err| self.note_fault(err))?;
+        Ok(ProfileDuration::new_device_time_maybe(async move {
+            match read_window(&anchor, &start, &end) {
+                Ok(ticks) => Some(ticks),
+                Err(err) => {
+                    log::warn!(
+                        "{}: profiling window unreadable, reporting no measurement: {err}",
+                        A::BACKEND
+                    );
+                    None
+                }
+            }
+        }))
+    }
+
+    /// Close a window without measuring it; its events go back to the pool.
+    ///
+    /// # Errors
+    ///
+    /// [`ProfileError::ForeignToken`] and [`ProfileError::StaleToken`], as for
+    /// [`stop`](Self::stop).
+    pub fn abandon(&mut self, token: ProfileToken) -> Result<(), ProfileError> {
+        self.take(token).map(drop)
+    }
+
+    /// Mark every open window failed with `error`: each one's `stop` returns
+    /// it. For the caller that learned of a device fault elsewhere; the
+    /// profiler does this itself for faults its own calls meet.
+    pub fn fail_open_windows(&mut self, error: &DriverError) {
+        for slot in &mut self.slots {
+            if let Some(window) = &mut slot.window {
+                *window = Err(error.clone());
+            }
+        }
+    }
+
+    /// How many windows are open.
+    pub fn open_windows(&self) -> usize {
+        self.open
+    }
+
+    /// Half-width of the current anchor's bracket: how far a window's
+    /// placement can be off, beyond the driver's own resolution. `None`
+    /// before the first anchor.
+    pub fn anchor_uncertainty(&self) -> Option<Duration> {
+        self.anchor.as_ref().map(|anchor| anchor.uncertainty())
+    }
+
+    /// Events idle in the pool, waiting for reuse.
+    pub fn idle_events(&self) -> usize {
+        self.pool.idle()
+    }
+
+    fn open_window(&mut self, stream: A::Stream) -> Window<A> {
+        let anchor = self.fresh_anchor()?;
+        let start = self.pool.take()?;
+        A::event_record(start.raw(), stream)?;
+        Ok(Opened { start, anchor })
+    }
+
+    fn fresh_anchor(&mut self) -> Result<Arc<Anchor<A>>, DriverError> {
+        let now = (self.config.host_clock)();
+        if let Some(anchor) = &self.anchor
+            && now.saturating_duration_since(anchor.instant()) <= self.config.anchor_max_age
+        {
+            return Ok(Arc::clone(anchor));
+        }
+        match self.calibrate() {
+            Ok(anchor) => {
+                let anchor = Arc::new(anchor);
+                self.anchor = Some(Arc::clone(&anchor));
+                Ok(anchor)
+            }
+            Err(err) => match &self.anchor {
+                Some(old) if !err.is_device_poisoned() => {
+                    log::warn!(
+                        "{}: anchor refresh failed, keeping the previous anchor: {err}",
+                        A::BACKEND
+                    );
+                    Ok(Arc::clone(old))
+                }
+                _ => Err(err),
+            },
+        }
+    }
+
+    /// A new anchor on the private stream; a stream made here for it is
+    /// released again if the anchor cannot be taken.
+    fn calibrate(&mut self) -> Result<Anchor<A>, DriverError> {
+        let made_stream = self.anchor_stream.is_none();
+        let stream = match &self.anchor_stream {
+            Some(stream) => stream.raw(),
+            None => self.anchor_stream.insert(OwnedStream::create()?).raw(),
+        };
+        let anchor = Anchor::calibrate(
+            &self.pool,
+            stream,
+            self.config.calibration_samples,
+            self.config.host_clock,
+        );
+        if anchor.is_err() && made_stream {
+            self.anchor_stream = None;
+        }
+        anchor
+    }
+
+    fn take(&mut self, token: ProfileToken) -> Result<Window<A>, ProfileError> {
+        if token.profiler != self.id {
+            return Err(ProfileError::ForeignToken);
+        }
+        let slot = self
+            .slots
+            .get_mut(token.slot as usize)
+            .filter(|slot| slot.generation == token.generation)
+            .ok_or(ProfileError::StaleToken)?;
+        let window = slot.window.take().ok_or(ProfileError::StaleToken)?;
+        slot.generation = slot.generation.wrapping_add(1);
+        self.free.push(token.slot);
+        self.open -= 1;
+        Ok(window)
+    }
+
+    fn note_fault(&mut self, err: &DriverError) {
+        if err.is_device_poisoned() {
+            self.fail_open_windows(err);
+        }
+    }
+}
+
+impl<A: EventApi> std::fmt::Debug for EventProfiler<A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventProfiler")
+            .field("backend", &A::BACKEND)
+            .field("open_windows", &self.open)
+            .field("anchor_uncertainty", &self.anchor_uncertainty())
+            .finish_non_exhaustive()
+    }
+}
+
+fn read_window<A: EventApi>(
+    anchor: &Anchor<A>,
+    start: &PooledEvent<A>,
+    end: &PooledEvent<A>,
+) -> Result<ProfileTicks, DriverError> {
+    A::event_wait(end.raw())?;
+    A::event_wait(start.raw())?;
+    let offset = A::event_elapsed(anchor.event(), start.raw())?;
+    let span = A::event_elapsed(start.raw(), end.raw())?;
+    let begin = anchor.place(offset);
+    Ok(ProfileTicks::from_start_end(begin, begin + span))
+}

@@ -1,0 +1,313 @@
+//! A simulated device, in process, for tests and examples (feature `sim`).
+//!
+//! Streams are ordered queues on a virtual device clock that runs with the
+//! host's monotonic clock (plus a skew tests can advance), so a waited event
+//! really is reached. It counts live events and streams, can make the n-th
+//! call of any function fail with a chosen [`ErrorKind`], and can hand back
+//! raw elapsed readings (negative, NaN) that a real driver returns rarely.
+//!
+//! The state is process-wide, as a driver's is: tests that use it take
+//! [`Sim::exclusive`] first so that they do not count each other's calls.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
+
+use cubecl_common::profile::{Duration, Instant};
+
+use crate::EventApi;
+use crate::driver::{DriverError, ErrorKind, elapsed_from_ms};
+
+/// The simulated backend.
+#[derive(Debug)]
+pub struct Sim;
+
+/// A simulated event handle.
+#[derive(Debug)]
+pub struct SimEvent(u64);
+
+/// A simulated stream handle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SimStream(u64);
+
+/// Counts of what the simulated device holds and has done since the last reset.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SimCounts {
+    /// Events created and not destroyed.
+    pub live_events: u64,
+    /// Streams created and not destroyed.
+    pub live_streams: u64,
+    /// Events ever created.
+    pub events_created: u64,
+    /// Releases of a handle that was not live: a double release or garbage.
+    pub bad_releases: u64,
+    /// Calls of any [`EventApi`] function.
+    pub calls: u64,
+}
+
+#[derive(Default)]
+struct State {
+    next_id: u64,
+    /// Live events: device-clock nanoseconds of their last recorded point.
+    events: HashMap<u64, Option<u64>>,
+    /// Live streams: device-clock nanoseconds at which their queue drains.
+    streams: HashMap<u64, u64>,
+    counts: SimCounts,
+    fail_at: Option<(u64, ErrorKind)>,
+    injected: Option<DriverError>,
+    elapsed_readings: VecDeque<f32>,
+    last_record: Option<u64>,
+}
+
+static STATE: LazyLock<Mutex<State>> = LazyLock::new(|| Mutex::new(State::default()));
+static EXCLUSIVE: Mutex<()> = Mutex::new(());
+static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
+static SKEW_NANOS: AtomicU64 = AtomicU64::new(0);
+
+fn state() -> MutexGuard<'static, State> {
+    STATE.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn to_nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn device_now() -> u64 {
+    to_nanos(Sim::host_now().saturating_duration_since(*EPOCH))
+}
+
+/// Sleep until the device clock reaches `target`.
+fn wait_until(target: u64) {
+    let now = device_now();
+    if target > now {
+        std::thread::sleep(Duration::from_nanos(target - now));
+    }
+}
+
+fn status_of(kind: ErrorKind) -> (i64, &'static str) {
+    match kind {
+        ErrorKind::NotReady => (600, "SIM_NOT_READY"),
+        ErrorKind::DevicePoisoned => (700, "SIM_ILLEGAL_ADDRESS"),
+        ErrorKind::OutOfResources => (2, "SIM_OUT_OF_MEMORY"),
+        ErrorKind::NoDevice => (100, "SIM_NO_DEVICE"),
+        ErrorKind::Capture => (900, "SIM_STREAM_CAPTURE_UNSUPPORTED"),
+        ErrorKind::Other => (400, "SIM_INVALID_HANDLE"),
+    }
+}
+
+fn error(call: &'static str, kind: ErrorKind) -> DriverError {
+    let (status, name) = status_of(kind);
+    DriverError::from_status(Sim::BACKEND, call, status, Some(name), kind)
+}
+
+/// Exclusive use of the simulated device, reset on entry; see [`Sim::exclusive`].
+#[derive(Debug)]
+pub struct SimGuard {
+    _lock: MutexGuard<'static, ()>,
+}
+
+impl Sim {
+    /// Take the simulated device for the calling test, and reset it.
+    pub fn exclusive() -> SimGuard {
+        let lock = EXCLUSIVE.lock().unwrap_or_else(PoisonError::into_inner);
+        *state() = State::default();
+        SimGuard { _lock: lock }
+    }
+
+    /// The host clock the simulated device runs on: the monotonic clock plus
+    /// the skew [`advance_clock`](Self::advance_clock) adds. Give it to a
+    /// profiler as its `host_clock` so both jump together.
+    pub fn host_now() -> Instant {
+        Instant::now() + Duration::from_nanos(SKEW_NANOS.load(Ordering::Relaxed))
+    }
+
+    /// Jump the host and device clocks forward together, e.g. by an hour.
+    pub fn advance_clock(by: Duration) {
+        SKEW_NANOS.fetch_add(to_nanos(by), Ordering::Relaxed);
+    }
+
+    /// Queue device work on `stream` that takes `duration` once reached.
+    pub fn enqueue_work(stream: SimStream, duration: Duration) {
+        let now = device_now();
+        if let Some(cursor) = state().streams.get_mut(&stream.0) {
+            *cursor = (*cursor).max(now) + to_nanos(duration);
+        }
+    }
+
+    /// Make the `n`-th call from now (1 for the next) of any [`EventApi`]
+    /// function fail with an error of `kind`.
+    pub fn fail_call(n: u64, kind: ErrorKind) {
+        let mut state = state();
+        let at = state.counts.calls + n;
+        state.fail_at = Some((at, kind));
+        state.injected = None;
+    }
+
+    /// The error the last injected failure returned, once it fired.
+    pub fn injected() -> Option<DriverError> {
+        state().injected.clone()
+    }
+
+    /// Make the next elapsed readings return these raw milliseconds.
+    pub fn queue_elapsed_readings(readings: impl IntoIterator<Item = f32>) {
+        state().elapsed_readings.extend(readings);
+    }
+
+    /// Counts since the last reset.
+    pub fn counts() -> SimCounts {
+        state().counts
+    }
+
+    /// Where on the host clock the device stamped the most recently recorded
+    /// event: the ground truth placements are checked against.
+    pub fn last_record_instant() -> Option<Instant> {
+        state()
+            .last_record
+            .map(|nanos| *EPOCH + Duration::from_nanos(nanos))
+    }
+
+    /// Count a call, and fail it if it is the one chosen.
+    fn enter(call: &'static str) -> Result<MutexGuard<'static, State>, DriverError> {
+        let mut state = state();
+        state.counts.calls += 1;
+        if let Some((at, kind)) = state.fail_at
+            && at == state.counts.calls
+        {
+            let err = error(call, kind);
+            state.injected = Some(err.clone());
+            return Err(err);
+        }
+        Ok(state)
+    }
+}
+
+impl EventApi for Sim {
+    type Event = SimEvent;
+    type Stream = SimStream;
+    const BACKEND: &'static str = "sim";
+
+    fn event_create() -> Result<SimEvent, DriverError> {
+        let mut state = Self::enter("simEventCreate")?;
+        state.next_id += 1;
+        let id = state.next_id;
+        state.events.insert(id, None);
+        state.counts.live_events += 1;
+        state.counts.events_created += 1;
+        Ok(SimEvent(id))
+    }
+
+    /// An injected failure here still releases the event, as a driver that
+    /// reports an earlier asynchronous fault on a destroy call does.
+    fn event_destroy(event: &mut SimEvent) -> Result<(), DriverError> {
+        let injected = Self::enter("simEventDestroy").err();
+        let mut state = state();
+        if state.events.remove(&event.0).is_some() {
+            state.counts.live_events -= 1;
+        } else {
+            state.counts.bad_releases += 1;
+            return Err(error("simEventDestroy", ErrorKind::Other));
+        }
+        injected.map_or(Ok(()), Err)
+    }
+
+    fn event_record(event: &SimEvent, stream: SimStream) -> Result<(), DriverError> {
+        let mut state = Self::enter("simEventRecord")?;
+        let now = device_now();
+        let cursor = state
+            .streams
+            .get_mut(&stream.0)
+            .ok_or_else(|| error("simEventRecord", ErrorKind::Other))?;
+        *cursor = (*cursor).max(now);
+        let stamp = *cursor;
+        let slot = state
+            .events
+            .get_mut(&event.0)
+            .ok_or_else(|| error("simEventRecord", ErrorKind::Other))?;
+        *slot = Some(stamp);
+        state.last_record = Some(stamp);
+        Ok(())
+    }
+
+    fn event_wait(event: &SimEvent) -> Result<(), DriverError> {
+        let state = Self::enter("simEventSynchronize")?;
+        let stamp = *state
+            .events
+            .get(&event.0)
+            .ok_or_else(|| error("simEventSynchronize", ErrorKind::Other))?;
+        drop(state);
+        if let Some(stamp) = stamp {
+            wait_until(stamp);
+        }
+        Ok(())
+    }
+
+    fn event_elapsed(start: &SimEvent, end: &SimEvent) -> Result<Duration, DriverError> {
+        const CALL: &str = "simEventElapsedTime";
+        let mut state = Self::enter(CALL)?;
+        let stamp = |event: &SimEvent| match state.events.get(&event.0) {
+            Some(Some(stamp)) => Ok(*stamp),
+            _ => Err(error(CALL, ErrorKind::Other)),
+        };
+        let (from, to) = (stamp(start)?, stamp(end)?);
+        if from.max(to) > device_now() {
+            return Err(error(CALL, ErrorKind::NotReady));
+        }
+        #[allow(clippy::cast_precision_loss)]
+        let exact = (to as f64 - from as f64) / 1e6;
+        #[allow(clippy::cast_possible_truncation)]
+        let ms = state.elapsed_readings.pop_front().unwrap_or(exact as f32);
+        elapsed_from_ms(Self::BACKEND, CALL, ms)
+    }
+
+    fn stream_wait_event(stream: SimStream, event: &SimEvent) -> Result<(), DriverError> {
+        const CALL: &str = "simStreamWaitEvent";
+        let mut state = Self::enter(CALL)?;
+        let stamp = *state
+            .events
+            .get(&event.0)
+            .ok_or_else(|| error(CALL, ErrorKind::Other))?;
+        let cursor = state
+            .streams
+            .get_mut(&stream.0)
+            .ok_or_else(|| error(CALL, ErrorKind::Other))?;
+        if let Some(stamp) = stamp {
+            *cursor = (*cursor).max(stamp);
+        }
+        Ok(())
+    }
+
+    fn stream_synchronize(stream: SimStream) -> Result<(), DriverError> {
+        const CALL: &str = "simStreamSynchronize";
+        let state = Self::enter(CALL)?;
+        let cursor = *state
+            .streams
+            .get(&stream.0)
+            .ok_or_else(|| error(CALL, ErrorKind::Other))?;
+        drop(state);
+        wait_until(cursor);
+        Ok(())
+    }
+
+    fn stream_create_non_blocking() -> Result<SimStream, DriverError> {
+        let mut state = Self::enter("simStreamCreate")?;
+        state.next_id += 1;
+        let id = state.next_id;
+        state.streams.insert(id, 0);
+        state.counts.live_streams += 1;
+        Ok(SimStream(id))
+    }
+
+    /// Like [`event_destroy`](Self::event_destroy), an injected failure still
+    /// releases the stream.
+    fn stream_destroy(stream: SimStream) -> Result<(), DriverError> {
+        let injected = Self::enter("simStreamDestroy").err();
+        let mut state = state();
+        if state.streams.remove(&stream.0).is_some() {
+            state.counts.live_streams -= 1;
+        } else {
+            state.counts.bad_releases += 1;
+            return Err(error("simStreamDestroy", ErrorKind::Other));
+        }
+        injected.map_or(Ok(()), Err)
+    }
+}

@@ -1,0 +1,147 @@
+//! Every driver call of a fence lifecycle and of a profiling session made to
+//! fail in turn: nothing panics, nothing leaks, every error is seen.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::time::Duration;
+
+use device_events_core::sim::{Sim, SimStream};
+use device_events_core::{ErrorKind, EventApi, EventFence, EventProfiler};
+use support::{logs, setup};
+
+/// A stream the scenario owns, released on every path.
+struct Stream(SimStream);
+
+impl Stream {
+    fn new() -> Result<Self, String> {
+        Sim::stream_create_non_blocking()
+            .map(Self)
+            .map_err(|e| e.to_string())
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        if let Err(err) = Sim::stream_destroy(self.0) {
+            log::error!("{err}");
+        }
+    }
+}
+
+/// Errors the scenario was handed, as text.
+type Seen = Vec<String>;
+
+fn fence_lifecycle() -> Seen {
+    let mut seen = Seen::new();
+    let (a, b) = match (Stream::new(), Stream::new()) {
+        (Ok(a), Ok(b)) => (a, b),
+        (a, b) => return [a.err(), b.err()].into_iter().flatten().collect(),
+    };
+    Sim::enqueue_work(a.0, Duration::from_micros(50));
+    let fence = EventFence::<Sim>::new(a.0);
+    seen.extend(fence.wait_async(b.0).err().map(|e| e.to_string()));
+    seen.extend(fence.wait_sync().err().map(|e| e.to_string()));
+    seen
+}
+
+fn profiling_session() -> Seen {
+    let mut seen = Seen::new();
+    let s = match Stream::new() {
+        Ok(s) => s,
+        Err(e) => return vec![e],
+    };
+    let mut profiler = EventProfiler::<Sim>::new();
+    let outer = profiler.start(s.0);
+    Sim::enqueue_work(s.0, Duration::from_micros(50));
+    let inner = profiler.start(s.0);
+    let mut pending = Vec::new();
+    for token in [inner, outer] {
+        match profiler.stop(s.0, token) {
+            Ok(timing) => pending.push(timing),
+            Err(e) => seen.push(e.to_string()),
+        }
+    }
+    for timing in pending {
+        // `None` is reported through the log, which the sweep reads.
+        let _ = pollster::block_on(timing.resolve());
+    }
+    seen
+}
+
+#[derive(Default, Debug, PartialEq)]
+struct Tally {
+    points: usize,
+    panics: usize,
+    leaks: usize,
+    lost: usize,
+}
+
+fn sweep(scenario: fn() -> Seen) -> Tally {
+    let calls = {
+        let _sim = setup();
+        let seen = scenario();
+        assert!(
+            seen.is_empty(),
+            "the scenario fails with no fault injected: {seen:?}"
+        );
+        Sim::counts().calls
+    };
+    assert!(calls > 3, "the scenario makes driver calls");
+    let mut tally = Tally::default();
+    for n in 1..=calls {
+        for kind in [
+            ErrorKind::NotReady,
+            ErrorKind::DevicePoisoned,
+            ErrorKind::OutOfResources,
+            ErrorKind::Other,
+        ] {
+            let _sim = setup();
+            Sim::fail_call(n, kind);
+            tally.points += 1;
+            let Ok(seen) = catch_unwind(AssertUnwindSafe(scenario)) else {
+                tally.panics += 1;
+                continue;
+            };
+            let counts = Sim::counts();
+            if counts.live_events + counts.live_streams + counts.bad_releases > 0 {
+                tally.leaks += 1;
+            }
+            if let Some(injected) = Sim::injected() {
+                let text = injected.to_string();
+                let reached = seen
+                    .iter()
+                    .chain(logs().iter())
+                    .any(|line| line.contains(&text));
+                if !reached {
+                    eprintln!("lost at call {n} ({kind:?}): {text}");
+                    tally.lost += 1;
+                }
+            }
+        }
+    }
+    tally
+}
+
+#[test]
+fn every_failure_in_a_fence_lifecycle_is_survived_and_seen() {
+    let tally = sweep(fence_lifecycle);
+    assert!(tally.points > 0);
+    assert_eq!(
+        (tally.panics, tally.leaks, tally.lost),
+        (0, 0, 0),
+        "{tally:?}"
+    );
+}
+
+#[test]
+fn every_failure_in_a_profiling_session_is_survived_and_seen() {
+    let tally = sweep(profiling_session);
+    assert!(tally.points > 0);
+    assert_eq!(
+        (tally.panics, tally.leaks, tally.lost),
+        (0, 0, 0),
+        "{tally:?}"
+    );
+}

@@ -1,0 +1,417 @@
+//! `EventProfiler` over the simulated device.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::time::Duration;
+
+use device_events_core::profile::{Instant, ProfileDuration, ProfileTicks};
+use device_events_core::sim::{Sim, SimStream};
+use device_events_core::{
+    DriverError, ErrorKind, EventApi, EventProfiler, ProfileError, ProfilerConfig,
+};
+use support::{logged, setup};
+
+fn stream() -> SimStream {
+    Sim::stream_create_non_blocking().unwrap()
+}
+
+fn on_sim_clock() -> EventProfiler<Sim> {
+    EventProfiler::with_config(ProfilerConfig {
+        host_clock: Sim::host_now,
+        ..ProfilerConfig::default()
+    })
+}
+
+fn resolve(duration: ProfileDuration) -> Option<ProfileTicks> {
+    pollster::block_on(duration.resolve())
+}
+
+fn distance(a: Instant, b: Instant) -> Duration {
+    a.saturating_duration_since(b)
+        .max(b.saturating_duration_since(a))
+}
+
+fn start_of(ticks: &ProfileTicks, epoch: Instant) -> Duration {
+    ticks.start_duration_since(epoch)
+}
+
+fn end_of(ticks: &ProfileTicks, epoch: Instant) -> Duration {
+    ticks.end_duration_since(epoch)
+}
+
+#[test]
+fn window_measures_the_work_inside_it() {
+    let _sim = setup();
+    let s = stream();
+    let mut profiler = on_sim_clock();
+    let token = profiler.start(s);
+    Sim::enqueue_work(s, Duration::from_millis(2));
+    let ticks = resolve(profiler.stop(s, token).unwrap()).unwrap();
+    assert!(
+        ticks.duration() >= Duration::from_millis(2),
+        "{:?}",
+        ticks.duration()
+    );
+    assert!(
+        ticks.duration() < Duration::from_micros(2500),
+        "{:?}",
+        ticks.duration()
+    );
+}
+
+#[test]
+fn window_is_placed_where_the_device_stamped_it() {
+    let _sim = setup();
+    let s = stream();
+    let mut profiler = on_sim_clock();
+    let token = profiler.start(s);
+    let truth = Sim::last_record_instant().unwrap();
+    Sim::enqueue_work(s, Duration::from_micros(500));
+    let ticks = resolve(profiler.stop(s, token).unwrap()).unwrap();
+
+    let epoch = truth - Duration::from_secs(1);
+    let placed = epoch + start_of(&ticks, epoch);
+    let bound = profiler.anchor_uncertainty().unwrap() + Duration::from_micros(1);
+    assert!(
+        distance(placed, truth) <= bound,
+        "{:?} off, bound {bound:?}",
+        distance(placed, truth)
+    );
+}
+
+#[test]
+fn nested_windows_lie_inside_their_outer_window() {
+    let _sim = setup();
+    let s = stream();
+    let mut profiler = on_sim_clock();
+    let outer = profiler.start(s);
+    Sim::enqueue_work(s, Duration::from_micros(300));
+    let inner = profiler.start(s);
+    Sim::enqueue_work(s, Duration::from_micros(300));
+    let inner = resolve(profiler.stop(s, inner).unwrap()).unwrap();
+    Sim::enqueue_work(s, Duration::from_micros(300));
+    let outer = resolve(profiler.stop(s, outer).unwrap()).unwrap();
+
+    let epoch = Sim::host_now() - Duration::from_secs(10);
+    assert!(start_of(&outer, epoch) <= start_of(&inner, epoch));
+    assert!(end_of(&inner, epoch) <= end_of(&outer, epoch));
+    assert!(outer.duration() >= inner.duration() + Duration::from_micros(600));
+}
+
+#[test]
+fn overlapping_windows_are_each_measured() {
+    let _sim = setup();
+    let s = stream();
+    let mut profiler = on_sim_clock();
+    let first = profiler.start(s);
+    Sim::enqueue_work(s, Duration::from_micros(400));
+    let second = profiler.start(s);
+    Sim::enqueue_work(s, Duration::from_micros(400));
+    let first = resolve(profiler.stop(s, first).unwrap()).unwrap();
+    Sim::enqueue_work(s, Duration::from_micros(400));
+    let second = resolve(profiler.stop(s, second).unwrap()).unwrap();
+
+    let epoch = Sim::host_now() - Duration::from_secs(10);
+    assert!(start_of(&first, epoch) < start_of(&second, epoch));
+    assert!(start_of(&second, epoch) < end_of(&first, epoch));
+    assert!(end_of(&first, epoch) < end_of(&second, epoch));
+    assert!(first.duration() >= Duration::from_micros(800));
+    assert!(second.duration() >= Duration::from_micros(800));
+}
+
+#[test]
+fn windows_on_two_streams_are_placed_on_one_clock() {
+    let _sim = setup();
+    let (a, b) = (stream(), stream());
+    let mut profiler = on_sim_clock();
+    Sim::enqueue_work(a, Duration::from_millis(3));
+    let late = profiler.start(a);
+    let early = profiler.start(b);
+    let late = resolve(profiler.stop(a, late).unwrap()).unwrap();
+    let early = resolve(profiler.stop(b, early).unwrap()).unwrap();
+
+    let epoch = Sim::host_now() - Duration::from_secs(10);
+    let gap = start_of(&late, epoch) - start_of(&early, epoch);
+    assert!(gap >= Duration::from_micros(2900), "{gap:?}");
+}
+
+#[test]
+fn windows_resolve_out_of_order_and_on_other_threads() {
+    let _sim = setup();
+    let s = stream();
+    let mut profiler = on_sim_clock();
+    let mut pending = Vec::new();
+    for i in 0..8u64 {
+        let token = profiler.start(s);
+        Sim::enqueue_work(s, Duration::from_micros(100 * (i + 1)));
+        pending.push((i, profiler.stop(s, token).unwrap()));
+    }
+    pending.reverse();
+    let handles: Vec<_> = pending
+        .into_iter()
+        .map(|(i, duration)| std::thread::spawn(move || (i, resolve(duration))))
+        .collect();
+    for handle in handles {
+        let (i, ticks) = handle.join().unwrap();
+        let ticks = ticks.unwrap();
+        assert!(ticks.duration() >= Duration::from_micros(100 * (i + 1)));
+    }
+}
+
+#[test]
+fn abandoned_window_returns_its_events() {
+    let _sim = setup();
+    let s = stream();
+    let mut profiler = on_sim_clock();
+    let token = profiler.start(s);
+    let idle = profiler.idle_events();
+    profiler.abandon(token).unwrap();
+    assert_eq!(profiler.idle_events(), idle + 1);
+    assert_eq!(profiler.open_windows(), 0);
+    assert_eq!(
+        profiler.stop(s, token).err().unwrap(),
+        ProfileError::StaleToken
+    );
+}
+
+#[test]
+fn repeated_token_is_refused() {
+    let _sim = setup();
+    let s = stream();
+    let mut profiler = on_sim_clock();
+    let token = profiler.start(s);
+    drop(profiler.stop(s, token).unwrap());
+    assert_eq!(
+        profiler.stop(s, token).err().unwrap(),
+        ProfileError::StaleToken
+    );
+    assert_eq!(
+        profiler.abandon(token).err().unwrap(),
+        ProfileError::StaleToken
+    );
+}
+
+#[test]
+fn stale_token_is_refused_after_its_slot_is_reused() {
+    let _sim = setup();
+    let s = stream();
+    let mut profiler = on_sim_clock();
+    let old = profiler.start(s);
+    profiler.abandon(old).unwrap();
+    let new = profiler.start(s);
+    assert_eq!(
+        profiler.stop(s, old).err().unwrap(),
+        ProfileError::StaleToken
+    );
+    assert!(profiler.stop(s, new).is_ok());
+}
+
+#[test]
+fn foreign_token_is_refused() {
+    let _sim = setup();
+    let s = stream();
+    let mut mine = on_sim_clock();
+    let mut theirs = on_sim_clock();
+    let token = theirs.start(s);
+    assert_eq!(
+        mine.stop(s, token).err().unwrap(),
+        ProfileError::ForeignToken
+    );
+    assert_eq!(
+        mine.abandon(token).err().unwrap(),
+        ProfileError::ForeignToken
+    );
+    assert!(theirs.stop(s, token).is_ok());
+}
+
+#[test]
+fn windows_marked_failed_return_the_fault() {
+    let _sim = setup();
+    let s = stream();
+    let mut profiler = on_sim_clock();
+    let (a, b) = (profiler.start(s), profiler.start(s));
+    let fault = DriverError::refused("sim", "kernel launch", ErrorKind::DevicePoisoned, "test");
+    profiler.fail_open_windows(&fault);
+    assert_eq!(
+        profiler.stop(s, a).err().unwrap(),
+        ProfileError::Driver(fault.clone())
+    );
+    assert_eq!(
+        profiler.stop(s, b).err().unwrap(),
+        ProfileError::Driver(fault)
+    );
+    let later = profiler.start(s);
+    assert!(profiler.stop(s, later).is_ok());
+}
+
+#[test]
+fn device_fault_met_by_the_profiler_fails_every_open_window() {
+    let _sim = setup();
+    let s = stream();
+    let mut profiler = on_sim_clock();
+    let open = profiler.start(s);
+    Sim::fail_call(1, ErrorKind::DevicePoisoned);
+    let failed = profiler.start(s);
+    let err = profiler.stop(s, failed).err().unwrap();
+    assert!(
+        matches!(&err, ProfileError::Driver(e) if e.is_device_poisoned()),
+        "{err}"
+    );
+    assert_eq!(profiler.stop(s, open).err().unwrap(), err);
+}
+
+#[test]
+fn anchor_is_refreshed_once_older_than_its_bound() {
+    let _sim = setup();
+    let s = stream();
+    let mut profiler = on_sim_clock();
+    let calls_of = |profiler: &mut EventProfiler<Sim>| {
+        let before = Sim::counts().calls;
+        let token = profiler.start(s);
+        let calls = Sim::counts().calls - before;
+        profiler.abandon(token).unwrap();
+        calls
+    };
+    let first = calls_of(&mut profiler);
+    let fresh = calls_of(&mut profiler);
+    Sim::advance_clock(Duration::from_millis(1001));
+    let stale = calls_of(&mut profiler);
+    assert_eq!(fresh, 1, "a window under a fresh anchor is one record");
+    assert!(
+        first > fresh && stale > fresh,
+        "first {first}, stale {stale}"
+    );
+}
+
+#[test]
+fn window_an_hour_after_the_first_is_placed_within_a_microsecond() {
+    let _sim = setup();
+    let s = stream();
+    let mut profiler = on_sim_clock();
+    let first = profiler.start(s);
+    resolve(profiler.stop(s, first).unwrap()).unwrap();
+
+    Sim::advance_clock(Duration::from_secs(3600));
+    let token = profiler.start(s);
+    let truth = Sim::last_record_instant().unwrap();
+    Sim::enqueue_work(s, Duration::from_micros(200));
+    let ticks = resolve(profiler.stop(s, token).unwrap()).unwrap();
+
+    let epoch = truth - Duration::from_secs(1);
+    let placed = epoch + start_of(&ticks, epoch);
+    assert!(
+        distance(placed, truth) <= Duration::from_micros(1),
+        "{:?}",
+        distance(placed, truth)
+    );
+}
+
+#[test]
+fn negative_reading_is_clamped_to_zero() {
+    let _sim = setup();
+    let s = stream();
+    let mut profiler = on_sim_clock();
+    let token = profiler.start(s);
+    let timing = profiler.stop(s, token).unwrap();
+    Sim::queue_elapsed_readings([0.010, -0.5]);
+    let ticks = resolve(timing).unwrap();
+    assert_eq!(ticks.duration(), Duration::ZERO);
+}
+
+#[test]
+fn nan_reading_resolves_to_no_measurement_and_is_logged() {
+    let _sim = setup();
+    let s = stream();
+    let mut profiler = on_sim_clock();
+    let token = profiler.start(s);
+    let timing = profiler.stop(s, token).unwrap();
+    Sim::queue_elapsed_readings([f32::NAN]);
+    assert!(resolve(timing).is_none());
+    assert!(logged(&["sim", "unreadable", "NaN"]));
+}
+
+#[test]
+fn unreadable_window_is_none_not_zero() {
+    let _sim = setup();
+    let s = stream();
+    let mut profiler = on_sim_clock();
+    let token = profiler.start(s);
+    let timing = profiler.stop(s, token).unwrap();
+    Sim::fail_call(1, ErrorKind::Other);
+    assert!(resolve(timing).is_none());
+    assert!(logged(&["sim", "unreadable", "SIM_INVALID_HANDLE"]));
+}
+
+#[test]
+fn steady_state_creates_no_events() {
+    let _sim = setup();
+    let s = stream();
+    let mut profiler = on_sim_clock();
+    let round = |profiler: &mut EventProfiler<Sim>| {
+        let tokens: Vec<_> = (0..16).map(|_| profiler.start(s)).collect();
+        for token in tokens {
+            resolve(profiler.stop(s, token).unwrap()).unwrap();
+        }
+    };
+    round(&mut profiler);
+    let created = Sim::counts().events_created;
+    for _ in 0..10 {
+        round(&mut profiler);
+    }
+    assert_eq!(Sim::counts().events_created, created);
+}
+
+#[test]
+fn dropping_the_profiler_with_windows_open_releases_everything() {
+    let _sim = setup();
+    let s = stream();
+    let mut profiler = on_sim_clock();
+    let _open = profiler.start(s);
+    let done = profiler.start(s);
+    let pending = profiler.stop(s, done).unwrap();
+    drop(profiler);
+    assert!(
+        Sim::counts().live_events > 0,
+        "the pending window still holds its events"
+    );
+    drop(pending);
+    let counts = Sim::counts();
+    assert_eq!(
+        (
+            counts.live_events,
+            counts.live_streams - 1,
+            counts.bad_releases
+        ),
+        (0, 0, 0)
+    );
+}
+
+#[test]
+fn set_up_that_fails_half_way_releases_its_stream() {
+    let _sim = setup();
+    let s = stream();
+    let mut profiler = on_sim_clock();
+    Sim::fail_call(2, ErrorKind::OutOfResources);
+    let token = profiler.start(s);
+    assert_eq!(
+        Sim::counts().live_streams,
+        1,
+        "only the caller's stream is left"
+    );
+    let err = profiler.stop(s, token).err().unwrap();
+    assert!(matches!(err, ProfileError::Driver(e) if e.call() == "simEventCreate"));
+}
+
+#[test]
+fn profiler_is_send_and_its_futures_send_and_static() {
+    fn assert_send<T: Send>() {}
+    fn assert_send_static<T: Send + 'static>(_: &T) {}
+    assert_send::<EventProfiler<Sim>>();
+    let _sim = setup();
+    let s = stream();
+    let mut profiler = on_sim_clock();
+    let token = profiler.start(s);
+    let future = profiler.stop(s, token).unwrap().into_future();
+    assert_send_static(&future);
+}
