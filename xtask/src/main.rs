@@ -15,17 +15,63 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Task {
-    /// Everything CI checks: formatting, clippy, the tests (both backends on
+    /// Everything CI checks: formatting, clippy, every test (both backends on
     /// the software driver), and the docs.
     Test,
+    /// The CUDA backend's tests and conformance suite on the real driver.
+    TestCuda {
+        /// Run them on the software driver instead.
+        #[arg(long)]
+        soft: bool,
+    },
+    /// The HIP backend's tests and conformance suite on the real runtime.
+    TestHip {
+        /// Run them on the software driver instead.
+        #[arg(long)]
+        soft: bool,
+    },
+    /// Build the CUDA suite into `target/bundle-cuda`, to run with `run.sh` on a
+    /// machine with an NVIDIA driver and no Rust toolchain.
+    BundleCuda,
+    /// Build the HIP suite into `target/bundle-hip`, likewise.
+    BundleHip,
     /// The main job: a profiled two-stream pipeline on the best device found.
     Demo,
 }
+
+/// A backend: its crate, and how to find its real driver.
+#[derive(Clone, Copy)]
+struct Backend {
+    name: &'static str,
+    package: &'static str,
+    /// Library names the bindings try, in order.
+    libraries: &'static [&'static str],
+    /// Variables naming a root whose `lib/` the bindings search first.
+    roots: &'static [&'static str],
+}
+
+const CUDA: Backend = Backend {
+    name: "cuda",
+    package: "device-events-cuda",
+    libraries: &["libcuda.so", "libcuda.so.1"],
+    roots: &[],
+};
+
+const HIP: Backend = Backend {
+    name: "hip",
+    package: "device-events-hip",
+    libraries: &["libamdhip64.so", "libamdhip64.so.1", "libamdhip64.so.0"],
+    roots: &["ROCM_PATH", "HIP_PATH"],
+};
 
 fn main() {
     let cli = Cli::parse();
     let outcome = match cli.task {
         Task::Test => test(),
+        Task::TestCuda { soft } => test_backend(CUDA, soft),
+        Task::TestHip { soft } => test_backend(HIP, soft),
+        Task::BundleCuda => bundle(CUDA).map(drop),
+        Task::BundleHip => bundle(HIP).map(drop),
         Task::Demo => demo(),
     };
     if let Err(err) = outcome {
@@ -74,7 +120,23 @@ fn test() -> Result<()> {
             "warnings",
         ]),
     )?;
-    run("cargo test", cargo().args(["test", "--workspace"]))?;
+    let soft = soft_driver("debug")?;
+    let mut tests = cargo();
+    tests.args(["test", "--workspace"]);
+    for backend in [CUDA, HIP] {
+        if package_exists(backend) {
+            tests.args(["--exclude", backend.package]);
+        }
+    }
+    run(
+        "cargo test (everything but the backends)",
+        soft_env(&mut tests, &soft),
+    )?;
+    for backend in [CUDA, HIP] {
+        if package_exists(backend) {
+            test_backend(backend, true)?;
+        }
+    }
     run(
         "cargo doc",
         cargo()
@@ -82,6 +144,229 @@ fn test() -> Result<()> {
             .env("RUSTDOCFLAGS", "-D warnings"),
     )?;
     Ok(())
+}
+
+fn package_exists(backend: Backend) -> bool {
+    root().join("crates").join(backend.package).exists()
+}
+
+/// The software driver's file, and the names the bindings look for.
+const SOFT_LIB: &str = "libdevice_events_soft_driver.so";
+const SOFT_NAMES: [&str; 4] = [
+    "libcuda.so",
+    "libcuda.so.1",
+    "libamdhip64.so",
+    "libhiprtc.so",
+];
+
+/// Build the software driver in `profile` and lay it out under
+/// `target/soft-driver/lib` with the names the bindings search for.
+/// Returns `target/soft-driver`.
+fn soft_driver(profile: &str) -> Result<PathBuf> {
+    let mut build = cargo();
+    build.args(["build", "--package", "device-events-soft-driver"]);
+    if profile == "release" {
+        build.arg("--release");
+    }
+    run("build the software driver", &mut build)?;
+    let target = root().join("target");
+    let built = target.join(profile).join(SOFT_LIB);
+    let dir = target.join("soft-driver");
+    lay_out_soft_driver(&built, &dir.join("lib"))?;
+    Ok(dir)
+}
+
+fn lay_out_soft_driver(built: &Path, lib: &Path) -> Result<()> {
+    std::fs::create_dir_all(lib)?;
+    std::fs::copy(built, lib.join(SOFT_LIB))
+        .with_context(|| format!("copying {}", built.display()))?;
+    for name in SOFT_NAMES {
+        let link = lib.join(name);
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(SOFT_LIB, &link)
+            .with_context(|| format!("linking {}", link.display()))?;
+    }
+    Ok(())
+}
+
+/// Point the CUDA and HIP loaders, and the tests' control client, at the
+/// software driver in `dir`.
+fn soft_env<'a>(cmd: &'a mut Command, dir: &Path) -> &'a mut Command {
+    let lib = dir.join("lib");
+    let mut paths = vec![lib.clone()];
+    if let Some(old) = std::env::var_os("LD_LIBRARY_PATH") {
+        paths.extend(std::env::split_paths(&old));
+    }
+    cmd.env(
+        "LD_LIBRARY_PATH",
+        std::env::join_paths(paths).unwrap_or_default(),
+    )
+    .env("ROCM_PATH", dir)
+    .env("SOFT_DRIVER_LIB", lib.join(SOFT_LIB))
+}
+
+/// Whether a real driver for `backend` can be loaded here: a library the
+/// bindings would open, and not the software driver.
+fn find_real_driver(backend: Backend) -> Option<String> {
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    for var in backend.roots {
+        if let Some(root) = std::env::var_os(var) {
+            for name in backend.libraries {
+                candidates.push(Path::new(&root).join("lib").join(name));
+            }
+        }
+    }
+    candidates.extend(backend.libraries.iter().map(PathBuf::from));
+    for candidate in candidates {
+        // SAFETY: loading a driver library runs its initialisers, which is
+        // what the bindings do on first use anyway.
+        let Ok(lib) = (unsafe { libloading::Library::new(&candidate) }) else {
+            continue;
+        };
+        // SAFETY: only looked up, never called.
+        let soft = unsafe { lib.get::<unsafe extern "C" fn()>(b"soft_driver_reset\0") }.is_ok();
+        if !soft {
+            return Some(candidate.display().to_string());
+        }
+    }
+    None
+}
+
+fn test_backend(backend: Backend, soft: bool) -> Result<()> {
+    let name = backend.name;
+    let mut cmd = cargo();
+    cmd.args(["test", "--package", backend.package]);
+    if soft {
+        let dir = soft_driver("debug")?;
+        soft_env(&mut cmd, &dir);
+        run(&format!("{name} tests on the software driver"), &mut cmd)
+    } else {
+        let Some(found) = find_real_driver(backend) else {
+            bail!(
+                "no {} driver found on this machine ({} not loadable): \
+                 run `cargo xtask test-{name} --soft` to use the software driver",
+                name.to_uppercase(),
+                backend.libraries.join(", ")
+            );
+        };
+        eprintln!("xtask: {name} driver: {found}");
+        cmd.env("DEVICE_EVENTS_REAL_DRIVER", "1");
+        run(&format!("{name} tests on the real driver"), &mut cmd)
+    }
+}
+
+/// Build `backend`'s test binaries, the software driver and a `run.sh` into
+/// `target/bundle-<name>`.
+fn bundle(backend: Backend) -> Result<PathBuf> {
+    let name = backend.name;
+    let dir = root().join("target").join(format!("bundle-{name}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("bin"))?;
+    eprintln!("xtask: build the {name} test binaries");
+    let output = cargo()
+        .args([
+            "test",
+            "--release",
+            "--no-run",
+            "--message-format=json",
+            "--package",
+            backend.package,
+        ])
+        .output()
+        .context("could not start cargo")?;
+    if !output.status.success() {
+        bail!(
+            "building the {name} tests failed:\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let mut binaries = Vec::new();
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        let Ok(message) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let is_test = message["profile"]["test"].as_bool() == Some(true);
+        if let (true, Some(exe)) = (is_test, message["executable"].as_str()) {
+            let target = message["target"]["name"].as_str().unwrap_or("tests");
+            let dest = dir.join("bin").join(target);
+            std::fs::copy(exe, &dest).with_context(|| format!("copying {exe}"))?;
+            binaries.push(target.to_owned());
+        }
+    }
+    if binaries.is_empty() {
+        bail!("no {name} test binaries were built");
+    }
+    soft_driver("release")?;
+    lay_out_soft_driver(
+        &root().join("target").join("release").join(SOFT_LIB),
+        &dir.join("soft").join("lib"),
+    )?;
+    std::fs::write(dir.join("run.sh"), run_script(name))?;
+    let script = dir.join("run.sh");
+    let mut permissions = std::fs::metadata(&script)?.permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
+    std::fs::set_permissions(&script, permissions)?;
+    let size = folder_size(&dir)?;
+    eprintln!(
+        "xtask: {} ({:.1} MiB): {} test binaries; run `{}/run.sh` (real driver) or `run.sh --soft`",
+        dir.display(),
+        size as f64 / (1024.0 * 1024.0),
+        binaries.len(),
+        dir.display()
+    );
+    if size > 64 * 1024 * 1024 {
+        bail!("the bundle is over 64 MiB");
+    }
+    Ok(dir)
+}
+
+fn folder_size(dir: &Path) -> Result<u64> {
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let meta = entry.path().symlink_metadata()?;
+        total += if meta.is_dir() {
+            folder_size(&entry.path())?
+        } else {
+            meta.len()
+        };
+    }
+    Ok(total)
+}
+
+fn run_script(name: &str) -> String {
+    format!(
+        r#"#!/usr/bin/env bash
+# Runs the {name} backend's tests and conformance suite from this folder, with
+# no Rust toolchain: on the machine's real driver, or with --soft on the
+# software driver shipped beside it. Prints a line per test, then
+# "N passed, N failed".
+set -u
+here="$(cd "$(dirname "$0")" && pwd)"
+if [ "${{1:-}}" = "--soft" ]; then
+  export LD_LIBRARY_PATH="$here/soft/lib${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"
+  export ROCM_PATH="$here/soft" SOFT_DRIVER_LIB="$here/soft/lib/libdevice_events_soft_driver.so"
+  echo "driver: software driver (no GPU)"
+else
+  export DEVICE_EVENTS_REAL_DRIVER=1
+  echo "driver: the machine's {name} driver"
+fi
+passed=0; failed=0
+for bin in "$here"/bin/*; do
+  while IFS= read -r line; do
+    case "$line" in
+      "test "*" ... ok") echo "PASS ${{line#test }}"; passed=$((passed+1));;
+      "test "*" ... FAILED") echo "FAIL ${{line#test }}"; failed=$((failed+1));;
+      "test "*" ... ignored"*) ;;
+      *) [ -n "${{VERBOSE:-}}" ] && echo "$line";;
+    esac
+  done < <("$bin" --test-threads=1 2>&1)
+done
+[ $((passed+failed)) -gt 0 ] || failed=1
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
+"#
+    )
 }
 
 fn demo() -> Result<()> {

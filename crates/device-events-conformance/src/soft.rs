@@ -1,0 +1,197 @@
+//! A client for the software driver's control API, reached through
+//! `libloading` from the library `cargo xtask` laid out.
+
+use std::ffi::{CString, c_char, c_void};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use libloading::Library;
+
+/// Names the software driver library file; `cargo xtask test-cuda --soft`,
+/// `test-hip --soft` and `test` set it.
+pub const LIB_VAR: &str = "SOFT_DRIVER_LIB";
+
+/// Counts the driver keeps: mirrors the driver's `SoftCounts`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Events created and not destroyed.
+    pub events: u64,
+    /// Streams created and not destroyed.
+    pub streams: u64,
+    /// Device allocations not freed.
+    pub allocations: u64,
+    /// Retained primary contexts.
+    pub contexts: u64,
+    /// Graphs ended and not destroyed.
+    pub graphs: u64,
+    /// Releases of handles that were not live.
+    pub bad_releases: u64,
+    /// Calls of exported driver functions since the last reset.
+    pub calls: u64,
+}
+
+/// The software driver, loaded for its control API.
+#[derive(Debug)]
+pub struct SoftDriver {
+    lib: Library,
+}
+
+static EXCLUSIVE: Mutex<()> = Mutex::new(());
+
+/// Exclusive use of the driver's process-wide counters and injections.
+#[derive(Debug)]
+pub struct Exclusive<'a> {
+    /// The driver.
+    pub driver: &'a SoftDriver,
+    _lock: MutexGuard<'static, ()>,
+}
+
+impl std::ops::Deref for Exclusive<'_> {
+    type Target = SoftDriver;
+    fn deref(&self) -> &SoftDriver {
+        self.driver
+    }
+}
+
+impl SoftDriver {
+    /// The driver named by [`LIB_VAR`], opened once per process: the same
+    /// library the bindings load, so its state is theirs.
+    ///
+    /// # Errors
+    ///
+    /// A sentence saying what is missing, when the variable is unset or the
+    /// library cannot be opened.
+    pub fn get() -> Result<&'static Self, String> {
+        static DRIVER: std::sync::OnceLock<Result<SoftDriver, String>> = std::sync::OnceLock::new();
+        DRIVER
+            .get_or_init(|| {
+                let path = std::env::var_os(LIB_VAR).ok_or_else(|| {
+                    format!(
+                        "{LIB_VAR} is not set: run these tests through `cargo xtask test`, \
+                         which builds the software driver and points the loaders at it"
+                    )
+                })?;
+                // SAFETY: the software driver's initialisers only set up
+                // lazily-built statics; loading it runs no other code.
+                let lib = unsafe { Library::new(&path) }
+                    .map_err(|e| format!("cannot open the software driver at {path:?}: {e}"))?;
+                Ok(Self { lib })
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// The driver, for one test at a time, with injections and call counts
+    /// reset.
+    ///
+    /// # Panics
+    ///
+    /// When the driver cannot be loaded: a test that needs it must fail
+    /// loudly, never pass without it.
+    #[allow(clippy::panic)]
+    pub fn exclusive() -> Exclusive<'static> {
+        let driver = Self::get().unwrap_or_else(|e| panic!("{e}"));
+        let lock = EXCLUSIVE.lock().unwrap_or_else(PoisonError::into_inner);
+        driver.reset();
+        Exclusive {
+            driver,
+            _lock: lock,
+        }
+    }
+
+    fn symbol<T: Copy>(&self, name: &[u8]) -> Option<T> {
+        // SAFETY: each caller names a control function and gives the type of
+        // its C signature, as the driver's `control` module declares it.
+        unsafe { self.lib.get::<T>(name) }.ok().map(|s| *s)
+    }
+
+    /// Make the `nth` next call of `function` return `status`.
+    /// Returns false if the driver refused (unknown status for that ABI).
+    pub fn fail_call(&self, function: &str, nth: u32, status: i32) -> bool {
+        type F = unsafe extern "C" fn(*const c_char, u32, i32) -> i32;
+        let (Some(f), Ok(name)) = (
+            self.symbol::<F>(b"soft_driver_fail_call\0"),
+            CString::new(function),
+        ) else {
+            return false;
+        };
+        // SAFETY: `name` is a live NUL-terminated string.
+        unsafe { f(name.as_ptr(), nth, status) == 0 }
+    }
+
+    /// Forget injections and call counts.
+    pub fn reset(&self) {
+        type F = unsafe extern "C" fn();
+        if let Some(f) = self.symbol::<F>(b"soft_driver_reset\0") {
+            // SAFETY: takes nothing, touches only the driver's own state.
+            unsafe { f() }
+        }
+    }
+
+    /// Live handles and calls, now.
+    pub fn counts(&self) -> Counts {
+        type F = unsafe extern "C" fn(*mut Counts) -> i32;
+        let mut counts = Counts::default();
+        if let Some(f) = self.symbol::<F>(b"soft_driver_counts\0") {
+            // SAFETY: `counts` is a live, writable value of the mirrored layout.
+            unsafe { f(&mut counts) };
+        }
+        counts
+    }
+
+    /// The driver functions called since the last reset, in order of first call.
+    pub fn called(&self) -> Vec<String> {
+        type F = unsafe extern "C" fn(*mut c_char, usize) -> usize;
+        let Some(f) = self.symbol::<F>(b"soft_driver_called\0") else {
+            return Vec::new();
+        };
+        // SAFETY: a null buffer only asks for the length.
+        let len = unsafe { f(std::ptr::null_mut(), 0) };
+        let mut buffer = vec![0u8; len + 1];
+        // SAFETY: `buffer` is writable for `len + 1` bytes.
+        unsafe { f(buffer.as_mut_ptr().cast(), buffer.len()) };
+        buffer.truncate(len);
+        String::from_utf8_lossy(&buffer)
+            .split(',')
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// The driver's host clock, in nanoseconds since it loaded.
+    pub fn host_now_ns(&self) -> u64 {
+        type F = unsafe extern "C" fn() -> u64;
+        // SAFETY: takes nothing, reads a clock.
+        self.symbol::<F>(b"soft_driver_host_now_ns\0")
+            .map_or(0, |f| unsafe { f() })
+    }
+
+    /// When, on the driver's host clock, the device reached `event`: the
+    /// address of a raw `CUevent` or `hipEvent_t`, which the driver only
+    /// looks up.
+    pub fn event_truth_ns(&self, event: usize) -> Option<u64> {
+        type F = unsafe extern "C" fn(*mut c_void, *mut u64) -> i32;
+        let f = self.symbol::<F>(b"soft_driver_event_truth_ns\0")?;
+        let mut ns = 0;
+        // SAFETY: `ns` is writable; the driver only looks the handle up.
+        (unsafe { f(event as *mut c_void, &mut ns) } == 0).then_some(ns)
+    }
+
+    /// Set the device clock's offset from the host clock and its drift.
+    pub fn set_clock(&self, offset_ns: i64, drift_ppm: f64) {
+        type F = unsafe extern "C" fn(i64, f64);
+        if let Some(f) = self.symbol::<F>(b"soft_driver_set_clock\0") {
+            // SAFETY: plain values; the driver stores them.
+            unsafe { f(offset_ns, drift_ppm) }
+        }
+    }
+
+    /// Set the memset speed, in bytes per second.
+    pub fn set_bandwidth(&self, bytes_per_second: f64) {
+        type F = unsafe extern "C" fn(f64);
+        if let Some(f) = self.symbol::<F>(b"soft_driver_set_bandwidth\0") {
+            // SAFETY: a plain value; the driver stores it.
+            unsafe { f(bytes_per_second) }
+        }
+    }
+}

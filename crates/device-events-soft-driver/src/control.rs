@@ -1,0 +1,192 @@
+//! The control API tests reach through `libloading`: fault injection, call
+//! and live-handle counts, ground-truth timestamps and clock settings.
+
+use std::collections::HashMap;
+use std::ffi::{CStr, c_char, c_void};
+use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
+
+use crate::codes;
+use crate::engine::ENGINE;
+use crate::{clock, cuda};
+
+struct Injection {
+    name: String,
+    /// Calls of `name` still to pass before the one that fails.
+    pass: u32,
+    status: i32,
+}
+
+#[derive(Default)]
+struct Control {
+    injections: Vec<Injection>,
+    calls: HashMap<&'static str, u64>,
+    order: Vec<&'static str>,
+    total: u64,
+}
+
+static CONTROL: LazyLock<Mutex<Control>> = LazyLock::new(Mutex::default);
+
+fn control() -> MutexGuard<'static, Control> {
+    CONTROL.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Count a call of `name`; `Err(status)` when a test chose it to fail.
+pub(crate) fn enter(name: &'static str) -> Result<(), i32> {
+    let mut control = control();
+    control.total += 1;
+    let count = control.calls.entry(name).or_insert(0);
+    *count += 1;
+    if *count == 1 {
+        control.order.push(name);
+    }
+    let due = control.injections.iter().position(|i| i.name == name);
+    if let Some(index) = due {
+        let injection = &mut control.injections[index];
+        if injection.pass == 0 {
+            return Err(control.injections.remove(index).status);
+        }
+        injection.pass -= 1;
+    }
+    Ok(())
+}
+
+/// What the driver holds and has been asked, since the last reset.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SoftCounts {
+    /// Events created and not destroyed.
+    pub events: u64,
+    /// Streams created and not destroyed.
+    pub streams: u64,
+    /// Device allocations not freed.
+    pub allocations: u64,
+    /// Retained primary contexts.
+    pub contexts: u64,
+    /// Graphs ended and not destroyed.
+    pub graphs: u64,
+    /// Releases of handles that were not live.
+    pub bad_releases: u64,
+    /// Calls of exported driver functions.
+    pub calls: u64,
+}
+
+/// Make the `nth` call from now (1: the next) of the exported function `name`
+/// return `status`. Returns 0, or -1 when `name` is null or not UTF-8, `nth`
+/// is 0, or `status` is not a status of that function's ABI.
+///
+/// # Safety
+///
+/// `name` is null or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn soft_driver_fail_call(name: *const c_char, nth: u32, status: i32) -> i32 {
+    if name.is_null() || nth == 0 {
+        return -1;
+    }
+    // SAFETY: non-null, and the caller promises a NUL-terminated string.
+    let Ok(name) = unsafe { CStr::from_ptr(name) }.to_str() else {
+        return -1;
+    };
+    let table = if name.starts_with("hip") {
+        codes::HIP
+    } else {
+        codes::CUDA
+    };
+    if status == 0 || !table.iter().any(|(code, _)| *code == status) {
+        return -1;
+    }
+    control().injections.push(Injection {
+        name: name.to_owned(),
+        pass: nth - 1,
+        status,
+    });
+    0
+}
+
+/// Forget injections and call counts.
+#[unsafe(no_mangle)]
+pub extern "C" fn soft_driver_reset() {
+    *control() = Control::default();
+}
+
+/// Write the current counts to `out`. Returns 0, or -1 for a null `out`.
+///
+/// # Safety
+///
+/// `out` is null or valid for a write of [`SoftCounts`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn soft_driver_counts(out: *mut SoftCounts) -> i32 {
+    if out.is_null() {
+        return -1;
+    }
+    let live = ENGINE.live();
+    let counts = SoftCounts {
+        events: live.events,
+        streams: live.streams,
+        allocations: live.allocations,
+        contexts: cuda::retained_contexts(),
+        graphs: live.graphs,
+        bad_releases: live.bad_releases,
+        calls: control().total,
+    };
+    // SAFETY: non-null, and the caller promises it is valid for the write.
+    unsafe { out.write(counts) };
+    0
+}
+
+/// The names of the functions called since the last reset, comma-separated
+/// in order of first call, NUL-terminated into `buffer` when `capacity`
+/// allows. Returns the length the full list needs, NUL excluded.
+///
+/// # Safety
+///
+/// `buffer` is null or valid for writes of `capacity` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn soft_driver_called(buffer: *mut c_char, capacity: usize) -> usize {
+    let list = control().order.join(",");
+    if !buffer.is_null() && capacity > list.len() {
+        // SAFETY: `buffer` holds `capacity` > len bytes, by the caller's
+        // promise; the source is a live string of `len` bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(list.as_ptr().cast::<c_char>(), buffer, list.len());
+            buffer.add(list.len()).write(0);
+        }
+    }
+    list.len()
+}
+
+/// Host-clock nanoseconds (see [`soft_driver_host_now_ns`]) at which the
+/// device reached `event`: the truth a placement is checked against.
+/// Returns 0, or -1 for an unknown, unrecorded or unreached event.
+///
+/// # Safety
+///
+/// `out` is null or valid for a write of a `u64`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn soft_driver_event_truth_ns(event: *mut c_void, out: *mut u64) -> i32 {
+    match ENGINE.event_truth(event as u64) {
+        Ok(ns) if !out.is_null() => {
+            // SAFETY: non-null, and the caller promises it is valid.
+            unsafe { out.write(ns) };
+            0
+        }
+        _ => -1,
+    }
+}
+
+/// The driver's host clock: nanoseconds of the monotonic clock since it loaded.
+#[unsafe(no_mangle)]
+pub extern "C" fn soft_driver_host_now_ns() -> u64 {
+    clock::host_now_ns()
+}
+
+/// Set the device clock's offset from the host clock and its drift.
+#[unsafe(no_mangle)]
+pub extern "C" fn soft_driver_set_clock(offset_ns: i64, drift_ppm: f64) {
+    clock::set_clock(offset_ns, drift_ppm);
+}
+
+/// Set the memset speed, in bytes per second.
+#[unsafe(no_mangle)]
+pub extern "C" fn soft_driver_set_bandwidth(bytes_per_second: f64) {
+    clock::set_bandwidth(bytes_per_second);
+}

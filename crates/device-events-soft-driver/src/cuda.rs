@@ -1,0 +1,544 @@
+//! The CUDA driver API's C ABI, as cudarc's `driver` bindings call it.
+//!
+//! Contexts are per thread, as in CUDA: each thread has a stack of current
+//! contexts, and a call that needs one and finds none fails with
+//! `CUDA_ERROR_INVALID_CONTEXT`. Each device has one (primary) context.
+
+use std::cell::RefCell;
+use std::ffi::{c_char, c_int, c_uint, c_void};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{LazyLock, Mutex, PoisonError};
+
+use crate::engine::{ENGINE, Fault, Outcome, StreamRef};
+use crate::{clock, codes, control, out};
+
+type CUresult = c_int;
+type CUdevice = c_int;
+type CUcontext = *mut c_void;
+type CUevent = *mut c_void;
+type CUstream = *mut c_void;
+type CUgraph = *mut c_void;
+type CUdeviceptr = u64;
+
+const SUCCESS: CUresult = 0;
+const CU_EVENT_DISABLE_TIMING: c_uint = 0x2;
+const CU_STREAM_NON_BLOCKING: c_uint = 0x1;
+const CU_STREAM_LEGACY: usize = 0x1;
+const CU_STREAM_PER_THREAD: usize = 0x2;
+/// Event timing resolution the CUDA documentation states: about 0.5 µs.
+const RESOLUTION_NS: u64 = 500;
+const DRIVER_VERSION: c_int = 12080;
+
+static INITIALIZED: AtomicBool = AtomicBool::new(false);
+static PRIMARY_REFS: LazyLock<Mutex<Vec<u32>>> =
+    LazyLock::new(|| Mutex::new(vec![0; clock::devices()]));
+
+thread_local! {
+    static CONTEXTS: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
+}
+
+fn code(fault: Fault) -> CUresult {
+    match fault {
+        Fault::InvalidValue => 1,
+        Fault::NotInitialized => 3,
+        Fault::InvalidDevice => 101,
+        Fault::InvalidContext => 201,
+        Fault::InvalidHandle => 400,
+        Fault::NotReady => 600,
+        Fault::CaptureUnsupported => 900,
+        Fault::CaptureInvalidated => 901,
+        Fault::CapturedEvent => 907,
+        Fault::Injected(status) => status,
+    }
+}
+
+/// Run a call: count it, fail it if a test chose so, else run `body`.
+fn call(name: &'static str, body: impl FnOnce() -> Outcome<()>) -> CUresult {
+    if let Err(status) = control::enter(name) {
+        return status;
+    }
+    body().map_or_else(code, |()| SUCCESS)
+}
+
+/// A release: an injected failure is reported after the handle is released,
+/// as a driver reporting an earlier asynchronous fault on it does.
+fn release(name: &'static str, body: impl FnOnce() -> Outcome<()>) -> CUresult {
+    let injected = control::enter(name).err();
+    let result = body().map_or_else(code, |()| SUCCESS);
+    injected.unwrap_or(result)
+}
+
+fn initialized() -> Outcome<()> {
+    if INITIALIZED.load(Ordering::Acquire) {
+        Ok(())
+    } else {
+        Err(Fault::NotInitialized)
+    }
+}
+
+fn device(ordinal: CUdevice) -> Outcome<usize> {
+    usize::try_from(ordinal)
+        .ok()
+        .filter(|d| *d < clock::devices())
+        .ok_or(Fault::InvalidDevice)
+}
+
+fn context_handle(device: usize) -> CUcontext {
+    ((device + 1) << 4) as CUcontext
+}
+
+fn context_device(ctx: CUcontext) -> Outcome<usize> {
+    let raw = ctx as usize;
+    if raw.is_multiple_of(16) && (1..=clock::devices()).contains(&(raw >> 4)) {
+        Ok((raw >> 4) - 1)
+    } else {
+        Err(Fault::InvalidContext)
+    }
+}
+
+/// The calling thread's current context's device.
+fn current() -> Outcome<usize> {
+    initialized()?;
+    CONTEXTS
+        .with(|stack| stack.borrow().last().copied())
+        .ok_or(Fault::InvalidContext)
+}
+
+fn stream_ref(stream: CUstream) -> Outcome<StreamRef> {
+    match stream as usize {
+        0 | CU_STREAM_LEGACY | CU_STREAM_PER_THREAD => Ok(StreamRef::Null {
+            device: current()?,
+            waits_all: false,
+        }),
+        id => Ok(StreamRef::Created(id as u64)),
+    }
+}
+
+fn handle(id: u64) -> *mut c_void {
+    id as usize as *mut c_void
+}
+
+pub(crate) fn retained_contexts() -> u64 {
+    PRIMARY_REFS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .iter()
+        .filter(|refs| **refs > 0)
+        .count() as u64
+}
+
+#[unsafe(no_mangle)]
+extern "C" fn cuInit(flags: c_uint) -> CUresult {
+    call("cuInit", || {
+        if flags != 0 {
+            return Err(Fault::InvalidValue);
+        }
+        if clock::devices() == 0 {
+            // CUDA_ERROR_NO_DEVICE
+            return Err(Fault::Injected(100));
+        }
+        INITIALIZED.store(true, Ordering::Release);
+        Ok(())
+    })
+}
+
+/// # Safety
+///
+/// `version` is null or valid for a write.
+#[unsafe(no_mangle)]
+unsafe extern "C" fn cuDriverGetVersion(version: *mut c_int) -> CUresult {
+    // SAFETY: the caller passes null or a pointer valid for a write.
+    call("cuDriverGetVersion", || unsafe {
+        out::put(version, DRIVER_VERSION)
+    })
+}
+
+/// # Safety
+///
+/// `count` is null or valid for a write.
+#[unsafe(no_mangle)]
+unsafe extern "C" fn cuDeviceGetCount(count: *mut c_int) -> CUresult {
+    call("cuDeviceGetCount", || {
+        initialized()?;
+        let devices = c_int::try_from(clock::devices()).unwrap_or(c_int::MAX);
+        // SAFETY: the caller passes null or a pointer valid for a write.
+        unsafe { out::put(count, devices) }
+    })
+}
+
+/// # Safety
+///
+/// `dev` is null or valid for a write.
+#[unsafe(no_mangle)]
+unsafe extern "C" fn cuDeviceGet(dev: *mut CUdevice, ordinal: c_int) -> CUresult {
+    call("cuDeviceGet", || {
+        initialized()?;
+        device(ordinal)?;
+        // SAFETY: the caller passes null or a pointer valid for a write.
+        unsafe { out::put(dev, ordinal) }
+    })
+}
+
+/// # Safety
+///
+/// `name` is null or valid for writes of `len` bytes.
+#[unsafe(no_mangle)]
+unsafe extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: CUdevice) -> CUresult {
+    call("cuDeviceGetName", || {
+        initialized()?;
+        let device = device(dev)?;
+        // SAFETY: the caller passes null or a buffer of `len` bytes.
+        unsafe { out::put_str(name, len, &crate::device_name(device)) }
+    })
+}
+
+/// Every attribute reads as 0 but the compute capability, reported as 9.0.
+///
+/// # Safety
+///
+/// `value` is null or valid for a write.
+#[unsafe(no_mangle)]
+unsafe extern "C" fn cuDeviceGetAttribute(
+    value: *mut c_int,
+    attribute: c_int,
+    dev: CUdevice,
+) -> CUresult {
+    const MAJOR: c_int = 75;
+    call("cuDeviceGetAttribute", || {
+        initialized()?;
+        device(dev)?;
+        let reading = if attribute == MAJOR { 9 } else { 0 };
+        // SAFETY: the caller passes null or a pointer valid for a write.
+        unsafe { out::put(value, reading) }
+    })
+}
+
+/// # Safety
+///
+/// `ctx` is null or valid for a write.
+#[unsafe(no_mangle)]
+unsafe extern "C" fn cuDevicePrimaryCtxRetain(ctx: *mut CUcontext, dev: CUdevice) -> CUresult {
+    call("cuDevicePrimaryCtxRetain", || {
+        initialized()?;
+        let device = device(dev)?;
+        // SAFETY: the caller passes null or a pointer valid for a write.
+        unsafe { out::put(ctx, context_handle(device))? };
+        let mut refs = PRIMARY_REFS.lock().unwrap_or_else(PoisonError::into_inner);
+        refs[device] += 1;
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult {
+    release("cuDevicePrimaryCtxRelease_v2", || {
+        initialized()?;
+        let device = device(dev)?;
+        let mut refs = PRIMARY_REFS.lock().unwrap_or_else(PoisonError::into_inner);
+        match refs[device] {
+            0 => Err(Fault::InvalidContext),
+            _ => {
+                refs[device] -= 1;
+                Ok(())
+            }
+        }
+    })
+}
+
+#[unsafe(no_mangle)]
+extern "C" fn cuCtxSetCurrent(ctx: CUcontext) -> CUresult {
+    call("cuCtxSetCurrent", || {
+        initialized()?;
+        let device = if ctx.is_null() {
+            None
+        } else {
+            Some(context_device(ctx)?)
+        };
+        CONTEXTS.with(|stack| {
+            let mut stack = stack.borrow_mut();
+            stack.pop();
+            stack.extend(device);
+        });
+        Ok(())
+    })
+}
+
+/// # Safety
+///
+/// `ctx` is null or valid for a write.
+#[unsafe(no_mangle)]
+unsafe extern "C" fn cuCtxGetCurrent(ctx: *mut CUcontext) -> CUresult {
+    call("cuCtxGetCurrent", || {
+        initialized()?;
+        let top = CONTEXTS.with(|stack| stack.borrow().last().copied());
+        let handle = top.map_or(std::ptr::null_mut(), context_handle);
+        // SAFETY: the caller passes null or a pointer valid for a write.
+        unsafe { out::put(ctx, handle) }
+    })
+}
+
+#[unsafe(no_mangle)]
+extern "C" fn cuCtxPushCurrent_v2(ctx: CUcontext) -> CUresult {
+    call("cuCtxPushCurrent_v2", || {
+        initialized()?;
+        let device = context_device(ctx)?;
+        CONTEXTS.with(|stack| stack.borrow_mut().push(device));
+        Ok(())
+    })
+}
+
+/// # Safety
+///
+/// `ctx` is null or valid for a write.
+#[unsafe(no_mangle)]
+unsafe extern "C" fn cuCtxPopCurrent_v2(ctx: *mut CUcontext) -> CUresult {
+    call("cuCtxPopCurrent_v2", || {
+        initialized()?;
+        let popped = CONTEXTS
+            .with(|stack| stack.borrow_mut().pop())
+            .ok_or(Fault::InvalidContext)?;
+        if ctx.is_null() {
+            return Ok(());
+        }
+        // SAFETY: non-null, and the caller passes a pointer valid for a write.
+        unsafe { out::put(ctx, context_handle(popped)) }
+    })
+}
+
+#[unsafe(no_mangle)]
+extern "C" fn cuCtxSynchronize() -> CUresult {
+    call("cuCtxSynchronize", || ENGINE.device_synchronize(current()?))
+}
+
+/// # Safety
+///
+/// `event` is null or valid for a write.
+#[unsafe(no_mangle)]
+unsafe extern "C" fn cuEventCreate(event: *mut CUevent, flags: c_uint) -> CUresult {
+    call("cuEventCreate", || {
+        let device = current()?;
+        if event.is_null() {
+            return Err(Fault::InvalidValue);
+        }
+        let id = ENGINE.event_create(device, flags & CU_EVENT_DISABLE_TIMING == 0);
+        // SAFETY: non-null, and the caller passes a pointer valid for a write.
+        unsafe { out::put(event, handle(id)) }
+    })
+}
+
+#[unsafe(no_mangle)]
+extern "C" fn cuEventRecord(event: CUevent, stream: CUstream) -> CUresult {
+    call("cuEventRecord", || {
+        initialized()?;
+        ENGINE.event_record(event as u64, stream_ref(stream)?)
+    })
+}
+
+#[unsafe(no_mangle)]
+extern "C" fn cuEventQuery(event: CUevent) -> CUresult {
+    call("cuEventQuery", || {
+        initialized()?;
+        ENGINE.event_query(event as u64)
+    })
+}
+
+#[unsafe(no_mangle)]
+extern "C" fn cuEventSynchronize(event: CUevent) -> CUresult {
+    call("cuEventSynchronize", || {
+        initialized()?;
+        ENGINE.event_synchronize(event as u64)
+    })
+}
+
+fn elapsed(name: &'static str, ms: *mut f32, start: CUevent, end: CUevent) -> CUresult {
+    call(name, || {
+        initialized()?;
+        if ms.is_null() {
+            return Err(Fault::InvalidValue);
+        }
+        let reading = ENGINE.event_elapsed(start as u64, end as u64, RESOLUTION_NS)?;
+        // SAFETY: non-null, and the caller passes a pointer valid for a write.
+        unsafe { out::put(ms, reading) }
+    })
+}
+
+#[unsafe(no_mangle)]
+extern "C" fn cuEventElapsedTime(ms: *mut f32, start: CUevent, end: CUevent) -> CUresult {
+    elapsed("cuEventElapsedTime", ms, start, end)
+}
+
+#[unsafe(no_mangle)]
+extern "C" fn cuEventElapsedTime_v2(ms: *mut f32, start: CUevent, end: CUevent) -> CUresult {
+    elapsed("cuEventElapsedTime_v2", ms, start, end)
+}
+
+#[unsafe(no_mangle)]
+extern "C" fn cuEventDestroy_v2(event: CUevent) -> CUresult {
+    release("cuEventDestroy_v2", || {
+        initialized()?;
+        ENGINE.event_destroy(event as u64)
+    })
+}
+
+/// # Safety
+///
+/// `stream` is null or valid for a write.
+#[unsafe(no_mangle)]
+unsafe extern "C" fn cuStreamCreate(stream: *mut CUstream, flags: c_uint) -> CUresult {
+    call("cuStreamCreate", || {
+        let device = current()?;
+        if stream.is_null() || flags & !CU_STREAM_NON_BLOCKING != 0 {
+            return Err(Fault::InvalidValue);
+        }
+        let id = ENGINE.stream_create(device, flags & CU_STREAM_NON_BLOCKING == 0);
+        // SAFETY: non-null, and the caller passes a pointer valid for a write.
+        unsafe { out::put(stream, handle(id)) }
+    })
+}
+
+#[unsafe(no_mangle)]
+extern "C" fn cuStreamWaitEvent(stream: CUstream, event: CUevent, flags: c_uint) -> CUresult {
+    call("cuStreamWaitEvent", || {
+        initialized()?;
+        if flags != 0 && flags != 1 {
+            return Err(Fault::InvalidValue);
+        }
+        ENGINE.stream_wait_event(stream_ref(stream)?, event as u64)
+    })
+}
+
+#[unsafe(no_mangle)]
+extern "C" fn cuStreamSynchronize(stream: CUstream) -> CUresult {
+    call("cuStreamSynchronize", || {
+        initialized()?;
+        ENGINE.stream_synchronize(stream_ref(stream)?)
+    })
+}
+
+#[unsafe(no_mangle)]
+extern "C" fn cuStreamDestroy_v2(stream: CUstream) -> CUresult {
+    release("cuStreamDestroy_v2", || {
+        initialized()?;
+        ENGINE.stream_destroy(stream as u64)
+    })
+}
+
+/// # Safety
+///
+/// `status` is null or valid for a write.
+#[unsafe(no_mangle)]
+unsafe extern "C" fn cuStreamIsCapturing(stream: CUstream, status: *mut c_uint) -> CUresult {
+    call("cuStreamIsCapturing", || {
+        initialized()?;
+        let capture = ENGINE.stream_capture_status(stream_ref(stream)?)?;
+        // SAFETY: the caller passes null or a pointer valid for a write.
+        unsafe { out::put(status, capture) }
+    })
+}
+
+#[unsafe(no_mangle)]
+extern "C" fn cuStreamBeginCapture_v2(stream: CUstream, mode: c_uint) -> CUresult {
+    call("cuStreamBeginCapture_v2", || {
+        initialized()?;
+        if mode > 2 || (stream as usize) <= CU_STREAM_PER_THREAD {
+            return Err(Fault::InvalidValue);
+        }
+        ENGINE.stream_begin_capture(stream as u64)
+    })
+}
+
+/// # Safety
+///
+/// `graph` is null or valid for a write.
+#[unsafe(no_mangle)]
+unsafe extern "C" fn cuStreamEndCapture(stream: CUstream, graph: *mut CUgraph) -> CUresult {
+    call("cuStreamEndCapture", || {
+        initialized()?;
+        if graph.is_null() {
+            return Err(Fault::InvalidValue);
+        }
+        let made = ENGINE.stream_end_capture(stream as u64);
+        let value = made.map_or(std::ptr::null_mut(), handle);
+        // SAFETY: non-null, and the caller passes a pointer valid for a write.
+        unsafe { out::put(graph, value)? };
+        made.map(drop)
+    })
+}
+
+#[unsafe(no_mangle)]
+extern "C" fn cuGraphDestroy(graph: CUgraph) -> CUresult {
+    release("cuGraphDestroy", || {
+        initialized()?;
+        ENGINE.graph_destroy(graph as u64)
+    })
+}
+
+/// # Safety
+///
+/// `dptr` is null or valid for a write.
+#[unsafe(no_mangle)]
+unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytes: usize) -> CUresult {
+    call("cuMemAlloc_v2", || {
+        let device = current()?;
+        if dptr.is_null() {
+            return Err(Fault::InvalidValue);
+        }
+        let base = ENGINE.mem_alloc(device, bytes)?;
+        // SAFETY: non-null, and the caller passes a pointer valid for a write.
+        unsafe { out::put(dptr, base) }
+    })
+}
+
+#[unsafe(no_mangle)]
+extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
+    release("cuMemFree_v2", || {
+        initialized()?;
+        ENGINE.mem_free(dptr)
+    })
+}
+
+#[unsafe(no_mangle)]
+extern "C" fn cuMemsetD8Async(
+    dst: CUdeviceptr,
+    _value: u8,
+    count: usize,
+    stream: CUstream,
+) -> CUresult {
+    call("cuMemsetD8Async", || {
+        initialized()?;
+        ENGINE.memset_async(dst, count, stream_ref(stream)?)
+    })
+}
+
+fn error_text(
+    name: &'static str,
+    error: CUresult,
+    text: *mut *const c_char,
+    describe: bool,
+) -> CUresult {
+    call(name, || {
+        if text.is_null() {
+            return Err(Fault::InvalidValue);
+        }
+        let found = codes::c_name(codes::CUDA, error, describe);
+        // SAFETY: non-null, and the caller passes a pointer valid for a write.
+        unsafe { out::put(text, found.unwrap_or(std::ptr::null())) }?;
+        found.map(drop).ok_or(Fault::InvalidValue)
+    })
+}
+
+/// # Safety
+///
+/// `name` is null or valid for a write.
+#[unsafe(no_mangle)]
+unsafe extern "C" fn cuGetErrorName(error: CUresult, name: *mut *const c_char) -> CUresult {
+    error_text("cuGetErrorName", error, name, false)
+}
+
+/// # Safety
+///
+/// `text` is null or valid for a write.
+#[unsafe(no_mangle)]
+unsafe extern "C" fn cuGetErrorString(error: CUresult, text: *mut *const c_char) -> CUresult {
+    error_text("cuGetErrorString", error, text, true)
+}

@@ -1,0 +1,367 @@
+//! The HIP runtime API's C ABI, as `cubecl-hip-sys` calls it.
+//!
+//! As in HIP, each thread has a current device (0 until `hipSetDevice`), the
+//! runtime initializes itself on first use, and an event recorded on the null
+//! stream waits for all streams of its device.
+
+use std::cell::Cell;
+use std::ffi::{c_char, c_int, c_uint, c_void};
+
+use crate::engine::{ENGINE, Fault, Outcome, StreamRef};
+use crate::{clock, codes, control, out};
+
+type HipError = c_uint;
+type HipEvent = *mut c_void;
+type HipStream = *mut c_void;
+type HipGraph = *mut c_void;
+
+const SUCCESS: HipError = 0;
+const HIP_EVENT_DISABLE_TIMING: c_uint = 0x2;
+const HIP_STREAM_NON_BLOCKING: c_uint = 0x1;
+/// Event timing resolution HIP documents: about 1 µs.
+const RESOLUTION_NS: u64 = 1000;
+const VERSION: c_int = 60_850_000;
+
+thread_local! {
+    static DEVICE: Cell<usize> = const { Cell::new(0) };
+}
+
+fn code(fault: Fault) -> HipError {
+    let status = match fault {
+        Fault::InvalidValue => 1,
+        Fault::NotInitialized => 3,
+        Fault::InvalidDevice => 101,
+        Fault::InvalidContext => 201,
+        Fault::InvalidHandle => 400,
+        Fault::NotReady => 600,
+        Fault::CaptureUnsupported => 900,
+        Fault::CaptureInvalidated => 901,
+        Fault::CapturedEvent => 907,
+        Fault::Injected(status) => status,
+    };
+    HipError::try_from(status).unwrap_or(999)
+}
+
+fn call(name: &'static str, body: impl FnOnce() -> Outcome<()>) -> HipError {
+    if let Err(status) = control::enter(name) {
+        return HipError::try_from(status).unwrap_or(999);
+    }
+    body().map_or_else(code, |()| SUCCESS)
+}
+
+/// A release: an injected failure is reported after the handle is released.
+fn release(name: &'static str, body: impl FnOnce() -> Outcome<()>) -> HipError {
+    let injected = control::enter(name).err();
+    let result = body().map_or_else(code, |()| SUCCESS);
+    injected.map_or(result, |status| HipError::try_from(status).unwrap_or(999))
+}
+
+fn current() -> Outcome<usize> {
+    if clock::devices() == 0 {
+        // hipErrorNoDevice
+        return Err(Fault::Injected(100));
+    }
+    Ok(DEVICE.with(Cell::get))
+}
+
+fn stream_ref(stream: HipStream) -> Outcome<StreamRef> {
+    if stream.is_null() {
+        Ok(StreamRef::Null {
+            device: current()?,
+            waits_all: true,
+        })
+    } else {
+        Ok(StreamRef::Created(stream as u64))
+    }
+}
+
+fn handle(id: u64) -> *mut c_void {
+    id as usize as *mut c_void
+}
+
+#[unsafe(no_mangle)]
+extern "C" fn hipInit(flags: c_uint) -> HipError {
+    call("hipInit", || {
+        if flags != 0 {
+            return Err(Fault::InvalidValue);
+        }
+        current().map(drop)
+    })
+}
+
+/// # Safety
+///
+/// `version` is null or valid for a write.
+#[unsafe(no_mangle)]
+unsafe extern "C" fn hipDriverGetVersion(version: *mut c_int) -> HipError {
+    // SAFETY: the caller passes null or a pointer valid for a write.
+    call("hipDriverGetVersion", || unsafe {
+        out::put(version, VERSION)
+    })
+}
+
+/// # Safety
+///
+/// `version` is null or valid for a write.
+#[unsafe(no_mangle)]
+unsafe extern "C" fn hipRuntimeGetVersion(version: *mut c_int) -> HipError {
+    // SAFETY: the caller passes null or a pointer valid for a write.
+    call("hipRuntimeGetVersion", || unsafe {
+        out::put(version, VERSION)
+    })
+}
+
+/// # Safety
+///
+/// `count` is null or valid for a write.
+#[unsafe(no_mangle)]
+unsafe extern "C" fn hipGetDeviceCount(count: *mut c_int) -> HipError {
+    call("hipGetDeviceCount", || {
+        current()?;
+        let devices = c_int::try_from(clock::devices()).unwrap_or(c_int::MAX);
+        // SAFETY: the caller passes null or a pointer valid for a write.
+        unsafe { out::put(count, devices) }
+    })
+}
+
+#[unsafe(no_mangle)]
+extern "C" fn hipSetDevice(device: c_int) -> HipError {
+    call("hipSetDevice", || {
+        current()?;
+        let device = usize::try_from(device)
+            .ok()
+            .filter(|d| *d < clock::devices())
+            .ok_or(Fault::InvalidDevice)?;
+        DEVICE.with(|current| current.set(device));
+        Ok(())
+    })
+}
+
+/// # Safety
+///
+/// `device` is null or valid for a write.
+#[unsafe(no_mangle)]
+unsafe extern "C" fn hipGetDevice(device: *mut c_int) -> HipError {
+    call("hipGetDevice", || {
+        let current = c_int::try_from(current()?).unwrap_or(c_int::MAX);
+        // SAFETY: the caller passes null or a pointer valid for a write.
+        unsafe { out::put(device, current) }
+    })
+}
+
+/// # Safety
+///
+/// `name` is null or valid for writes of `len` bytes.
+#[unsafe(no_mangle)]
+unsafe extern "C" fn hipDeviceGetName(name: *mut c_char, len: c_int, device: c_int) -> HipError {
+    call("hipDeviceGetName", || {
+        current()?;
+        let device = usize::try_from(device)
+            .ok()
+            .filter(|d| *d < clock::devices())
+            .ok_or(Fault::InvalidDevice)?;
+        // SAFETY: the caller passes null or a buffer of `len` bytes.
+        unsafe { out::put_str(name, len, &crate::device_name(device)) }
+    })
+}
+
+#[unsafe(no_mangle)]
+extern "C" fn hipDeviceSynchronize() -> HipError {
+    call("hipDeviceSynchronize", || {
+        ENGINE.device_synchronize(current()?)
+    })
+}
+
+/// # Safety
+///
+/// `event` is null or valid for a write.
+#[unsafe(no_mangle)]
+unsafe extern "C" fn hipEventCreateWithFlags(event: *mut HipEvent, flags: c_uint) -> HipError {
+    call("hipEventCreateWithFlags", || {
+        let device = current()?;
+        if event.is_null() {
+            return Err(Fault::InvalidValue);
+        }
+        let id = ENGINE.event_create(device, flags & HIP_EVENT_DISABLE_TIMING == 0);
+        // SAFETY: non-null, and the caller passes a pointer valid for a write.
+        unsafe { out::put(event, handle(id)) }
+    })
+}
+
+#[unsafe(no_mangle)]
+extern "C" fn hipEventRecord(event: HipEvent, stream: HipStream) -> HipError {
+    call("hipEventRecord", || {
+        ENGINE.event_record(event as u64, stream_ref(stream)?)
+    })
+}
+
+#[unsafe(no_mangle)]
+extern "C" fn hipEventQuery(event: HipEvent) -> HipError {
+    call("hipEventQuery", || ENGINE.event_query(event as u64))
+}
+
+#[unsafe(no_mangle)]
+extern "C" fn hipEventSynchronize(event: HipEvent) -> HipError {
+    call("hipEventSynchronize", || {
+        ENGINE.event_synchronize(event as u64)
+    })
+}
+
+/// # Safety
+///
+/// `ms` is null or valid for a write.
+#[unsafe(no_mangle)]
+unsafe extern "C" fn hipEventElapsedTime(ms: *mut f32, start: HipEvent, end: HipEvent) -> HipError {
+    call("hipEventElapsedTime", || {
+        if ms.is_null() {
+            return Err(Fault::InvalidValue);
+        }
+        let reading = ENGINE.event_elapsed(start as u64, end as u64, RESOLUTION_NS)?;
+        // SAFETY: non-null, and the caller passes a pointer valid for a write.
+        unsafe { out::put(ms, reading) }
+    })
+}
+
+#[unsafe(no_mangle)]
+extern "C" fn hipEventDestroy(event: HipEvent) -> HipError {
+    release("hipEventDestroy", || ENGINE.event_destroy(event as u64))
+}
+
+/// # Safety
+///
+/// `stream` is null or valid for a write.
+#[unsafe(no_mangle)]
+unsafe extern "C" fn hipStreamCreateWithFlags(stream: *mut HipStream, flags: c_uint) -> HipError {
+    call("hipStreamCreateWithFlags", || {
+        let device = current()?;
+        if stream.is_null() || flags & !HIP_STREAM_NON_BLOCKING != 0 {
+            return Err(Fault::InvalidValue);
+        }
+        let id = ENGINE.stream_create(device, flags & HIP_STREAM_NON_BLOCKING == 0);
+        // SAFETY: non-null, and the caller passes a pointer valid for a write.
+        unsafe { out::put(stream, handle(id)) }
+    })
+}
+
+#[unsafe(no_mangle)]
+extern "C" fn hipStreamWaitEvent(stream: HipStream, event: HipEvent, flags: c_uint) -> HipError {
+    call("hipStreamWaitEvent", || {
+        if flags > 1 {
+            return Err(Fault::InvalidValue);
+        }
+        ENGINE.stream_wait_event(stream_ref(stream)?, event as u64)
+    })
+}
+
+#[unsafe(no_mangle)]
+extern "C" fn hipStreamSynchronize(stream: HipStream) -> HipError {
+    call("hipStreamSynchronize", || {
+        ENGINE.stream_synchronize(stream_ref(stream)?)
+    })
+}
+
+#[unsafe(no_mangle)]
+extern "C" fn hipStreamDestroy(stream: HipStream) -> HipError {
+    release("hipStreamDestroy", || ENGINE.stream_destroy(stream as u64))
+}
+
+/// # Safety
+///
+/// `status` is null or valid for a write.
+#[unsafe(no_mangle)]
+unsafe extern "C" fn hipStreamIsCapturing(stream: HipStream, status: *mut c_uint) -> HipError {
+    call("hipStreamIsCapturing", || {
+        let capture = ENGINE.stream_capture_status(stream_ref(stream)?)?;
+        // SAFETY: the caller passes null or a pointer valid for a write.
+        unsafe { out::put(status, capture) }
+    })
+}
+
+#[unsafe(no_mangle)]
+extern "C" fn hipStreamBeginCapture(stream: HipStream, mode: c_uint) -> HipError {
+    call("hipStreamBeginCapture", || {
+        if mode > 2 || stream.is_null() {
+            return Err(Fault::InvalidValue);
+        }
+        ENGINE.stream_begin_capture(stream as u64)
+    })
+}
+
+/// # Safety
+///
+/// `graph` is null or valid for a write.
+#[unsafe(no_mangle)]
+unsafe extern "C" fn hipStreamEndCapture(stream: HipStream, graph: *mut HipGraph) -> HipError {
+    call("hipStreamEndCapture", || {
+        if graph.is_null() {
+            return Err(Fault::InvalidValue);
+        }
+        let made = ENGINE.stream_end_capture(stream as u64);
+        let value = made.map_or(std::ptr::null_mut(), handle);
+        // SAFETY: non-null, and the caller passes a pointer valid for a write.
+        unsafe { out::put(graph, value)? };
+        made.map(drop)
+    })
+}
+
+#[unsafe(no_mangle)]
+extern "C" fn hipGraphDestroy(graph: HipGraph) -> HipError {
+    release("hipGraphDestroy", || ENGINE.graph_destroy(graph as u64))
+}
+
+/// # Safety
+///
+/// `ptr` is null or valid for a write.
+#[unsafe(no_mangle)]
+unsafe extern "C" fn hipMalloc(ptr: *mut *mut c_void, size: usize) -> HipError {
+    call("hipMalloc", || {
+        let device = current()?;
+        if ptr.is_null() {
+            return Err(Fault::InvalidValue);
+        }
+        let base = ENGINE.mem_alloc(device, size)?;
+        // SAFETY: non-null, and the caller passes a pointer valid for a write.
+        unsafe { out::put(ptr, handle(base)) }
+    })
+}
+
+#[unsafe(no_mangle)]
+extern "C" fn hipFree(ptr: *mut c_void) -> HipError {
+    release("hipFree", || {
+        if ptr.is_null() {
+            return Ok(());
+        }
+        ENGINE.mem_free(ptr as u64)
+    })
+}
+
+#[unsafe(no_mangle)]
+extern "C" fn hipMemsetAsync(
+    dst: *mut c_void,
+    _value: c_int,
+    size: usize,
+    stream: HipStream,
+) -> HipError {
+    call("hipMemsetAsync", || {
+        ENGINE.memset_async(dst as u64, size, stream_ref(stream)?)
+    })
+}
+
+fn text(name: &'static str, error: HipError, describe: bool) -> *const c_char {
+    // The text calls cannot fail, so a failure injected here is only counted.
+    let _ = control::enter(name);
+    let code = i32::try_from(error).unwrap_or(999);
+    codes::c_name(codes::HIP, code, describe)
+        .or_else(|| codes::c_name(codes::HIP, 999, describe))
+        .unwrap_or(std::ptr::null())
+}
+
+#[unsafe(no_mangle)]
+extern "C" fn hipGetErrorName(error: HipError) -> *const c_char {
+    text("hipGetErrorName", error, false)
+}
+
+#[unsafe(no_mangle)]
+extern "C" fn hipGetErrorString(error: HipError) -> *const c_char {
+    text("hipGetErrorString", error, true)
+}

@@ -1,0 +1,353 @@
+//! The software driver's CUDA ABI, held to the driver's documented behaviour
+//! through cudarc's `result` API, loaded dynamically as a user's program does.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::{Duration, Instant};
+
+use cudarc::driver::result::{self, DriverError, stream::StreamKind};
+use cudarc::driver::sys::{self, CUresult};
+use device_events_conformance::soft::SoftDriver;
+
+/// Initialise, and make device `ordinal`'s primary context current here.
+fn context(ordinal: i32) -> sys::CUcontext {
+    result::init().unwrap();
+    let device = result::device::get(ordinal).unwrap();
+    // SAFETY: `device` came from the driver; the context is released by the
+    // driver's process teardown.
+    unsafe {
+        let ctx = result::primary_ctx::retain(device).unwrap();
+        result::ctx::set_current(ctx).unwrap();
+        ctx
+    }
+}
+
+fn event() -> sys::CUevent {
+    result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).unwrap()
+}
+
+fn stream() -> sys::CUstream {
+    result::stream::create(StreamKind::NonBlocking).unwrap()
+}
+
+fn err(code: CUresult) -> DriverError {
+    DriverError(code)
+}
+
+/// `bytes` of device memory and a memset of them on `stream`.
+fn memset(stream: sys::CUstream, bytes: usize) -> sys::CUdeviceptr {
+    // SAFETY: the allocation is only ever used for this memset.
+    unsafe {
+        let ptr = result::malloc_sync(bytes).unwrap();
+        result::memset_d8_async(ptr, 0, bytes, stream).unwrap();
+        ptr
+    }
+}
+
+#[test]
+fn it_loads_through_cudarc_and_says_it_is_no_gpu() {
+    let _soft = SoftDriver::exclusive();
+    context(0);
+    let device = result::device::get(0).unwrap();
+    let name = result::device::get_name(device).unwrap();
+    assert!(
+        name.contains("software driver") && name.contains("no GPU"),
+        "{name}"
+    );
+    assert!(result::device::get_count().unwrap() >= 1);
+}
+
+#[test]
+fn a_thread_without_a_current_context_gets_invalid_context() {
+    let _soft = SoftDriver::exclusive();
+    context(0);
+    let other =
+        std::thread::spawn(|| result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).err())
+            .join()
+            .unwrap();
+    assert_eq!(other, Some(err(CUresult::CUDA_ERROR_INVALID_CONTEXT)));
+}
+
+#[test]
+fn a_memset_occupies_its_stream_for_its_size_over_the_bandwidth() {
+    let soft = SoftDriver::exclusive();
+    context(0);
+    soft.set_bandwidth(1e9);
+    let (s, start, end) = (stream(), event(), event());
+    let host = Instant::now();
+    // SAFETY: events and stream are live and of the current context.
+    unsafe {
+        result::event::record(start, s).unwrap();
+        memset(s, 4_000_000); // 4 ms at 1 GB/s
+        result::event::record(end, s).unwrap();
+        result::stream::synchronize(s).unwrap();
+        let ms = result::event::elapsed(start, end).unwrap();
+        assert!((4.0..5.0).contains(&ms), "{ms} ms");
+    }
+    assert!(host.elapsed() >= Duration::from_millis(4));
+    soft.set_bandwidth(10e9);
+}
+
+#[test]
+fn an_event_is_not_ready_until_its_stream_reaches_it() {
+    let soft = SoftDriver::exclusive();
+    context(0);
+    soft.set_bandwidth(1e9);
+    let (s, e) = (stream(), event());
+    // SAFETY: event and stream are live and of the current context.
+    unsafe {
+        memset(s, 20_000_000); // 20 ms
+        result::event::record(e, s).unwrap();
+        assert_eq!(
+            result::event::query(e),
+            Err(err(CUresult::CUDA_ERROR_NOT_READY))
+        );
+        result::event::synchronize(e).unwrap();
+        assert_eq!(result::event::query(e), Ok(()));
+    }
+    soft.set_bandwidth(10e9);
+}
+
+#[test]
+fn a_never_recorded_event_queries_complete() {
+    let _soft = SoftDriver::exclusive();
+    context(0);
+    // SAFETY: the event is live.
+    unsafe { assert_eq!(result::event::query(event()), Ok(())) };
+}
+
+#[test]
+fn elapsed_time_is_quantised_to_half_a_microsecond() {
+    let _soft = SoftDriver::exclusive();
+    context(0);
+    let (s, a, b) = (stream(), event(), event());
+    // SAFETY: events and stream are live and of the current context.
+    unsafe {
+        result::event::record(a, s).unwrap();
+        memset(s, 12_345);
+        result::event::record(b, s).unwrap();
+        result::event::synchronize(b).unwrap();
+        let ms = f64::from(result::event::elapsed(a, b).unwrap());
+        let half_us = ms * 2000.0;
+        assert!((half_us - half_us.round()).abs() < 1e-3, "{ms} ms");
+    }
+}
+
+#[test]
+fn elapsed_time_refuses_unrecorded_untimed_and_unreached_events() {
+    let soft = SoftDriver::exclusive();
+    context(0);
+    soft.set_bandwidth(1e9);
+    let (s, a, b) = (stream(), event(), event());
+    let untimed = result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING).unwrap();
+    // SAFETY: events and stream are live and of the current context.
+    unsafe {
+        result::event::record(a, s).unwrap();
+        assert_eq!(
+            result::event::elapsed(a, b),
+            Err(err(CUresult::CUDA_ERROR_INVALID_HANDLE))
+        );
+        result::event::record(untimed, s).unwrap();
+        assert_eq!(
+            result::event::elapsed(a, untimed),
+            Err(err(CUresult::CUDA_ERROR_INVALID_HANDLE))
+        );
+        memset(s, 20_000_000);
+        result::event::record(b, s).unwrap();
+        assert_eq!(
+            result::event::elapsed(a, b),
+            Err(err(CUresult::CUDA_ERROR_NOT_READY))
+        );
+        result::stream::synchronize(s).unwrap();
+        assert!(result::event::elapsed(a, b).unwrap() >= 20.0);
+    }
+    soft.set_bandwidth(10e9);
+}
+
+#[test]
+fn a_stream_wait_orders_the_waiting_stream_after_the_event() {
+    let soft = SoftDriver::exclusive();
+    context(0);
+    soft.set_bandwidth(1e9);
+    let (producer, consumer, done, after) = (stream(), stream(), event(), event());
+    // SAFETY: events and streams are live and of the current context.
+    unsafe {
+        memset(producer, 10_000_000); // 10 ms
+        result::event::record(done, producer).unwrap();
+        result::stream::wait_event(
+            consumer,
+            done,
+            sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+        )
+        .unwrap();
+        result::event::record(after, consumer).unwrap();
+        result::event::synchronize(after).unwrap();
+        assert_eq!(result::event::query(done), Ok(()));
+        let ms = result::event::elapsed(done, after).unwrap();
+        assert!(ms >= 0.0, "{ms}");
+        let truth_done = soft.event_truth_ns(done as usize).unwrap();
+        let truth_after = soft.event_truth_ns(after as usize).unwrap();
+        assert!(truth_after >= truth_done);
+    }
+    soft.set_bandwidth(10e9);
+}
+
+#[test]
+fn waiting_on_a_never_recorded_event_completes_at_once() {
+    let _soft = SoftDriver::exclusive();
+    context(0);
+    let (s, never, e) = (stream(), event(), event());
+    // SAFETY: events and stream are live and of the current context.
+    unsafe {
+        result::stream::wait_event(s, never, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)
+            .unwrap();
+        result::event::record(e, s).unwrap();
+        let started = Instant::now();
+        result::event::synchronize(e).unwrap();
+        assert!(started.elapsed() < Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn capture_turns_records_into_graph_nodes() {
+    let soft = SoftDriver::exclusive();
+    context(0);
+    let (s, e) = (stream(), event());
+    // SAFETY: event and stream are live and of the current context.
+    unsafe {
+        result::stream::begin_capture(s, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+            .unwrap();
+        assert_eq!(
+            result::stream::is_capturing(s).unwrap(),
+            sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE
+        );
+        result::event::record(e, s).unwrap();
+        assert_eq!(
+            result::event::query(e),
+            Err(err(CUresult::CUDA_ERROR_CAPTURED_EVENT))
+        );
+        assert_eq!(
+            result::event::synchronize(e),
+            Err(err(CUresult::CUDA_ERROR_CAPTURED_EVENT))
+        );
+        let graph = result::stream::end_capture(s).unwrap();
+        assert!(!graph.is_null());
+        assert_eq!(sys::cuGraphDestroy(graph), CUresult::CUDA_SUCCESS);
+    }
+    assert_eq!(soft.counts().graphs, 0);
+}
+
+#[test]
+fn synchronizing_a_capturing_stream_fails_and_breaks_the_capture() {
+    let _soft = SoftDriver::exclusive();
+    context(0);
+    let s = stream();
+    // SAFETY: the stream is live and of the current context.
+    unsafe {
+        result::stream::begin_capture(s, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+            .unwrap();
+        assert_eq!(
+            result::stream::synchronize(s),
+            Err(err(CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED))
+        );
+        assert_eq!(
+            result::stream::is_capturing(s).unwrap(),
+            sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_INVALIDATED
+        );
+        assert_eq!(
+            result::stream::end_capture(s).err(),
+            Some(err(CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED))
+        );
+    }
+}
+
+#[test]
+fn the_device_clock_runs_at_the_configured_drift() {
+    let soft = SoftDriver::exclusive();
+    context(0);
+    soft.set_bandwidth(1e9);
+    soft.set_clock(5_000_000_000, 200.0);
+    let (s, a, b) = (stream(), event(), event());
+    // SAFETY: events and stream are live and of the current context.
+    let (device_ms, host_ns) = unsafe {
+        result::event::record(a, s).unwrap();
+        memset(s, 50_000_000); // 50 ms
+        result::event::record(b, s).unwrap();
+        result::event::synchronize(b).unwrap();
+        let truth_a = soft.event_truth_ns(a as usize).unwrap();
+        let truth_b = soft.event_truth_ns(b as usize).unwrap();
+        (
+            f64::from(result::event::elapsed(a, b).unwrap()),
+            (truth_b - truth_a) as f64,
+        )
+    };
+    soft.set_clock(1_000_000_000_000, 0.0);
+    soft.set_bandwidth(10e9);
+    let expected_ms = host_ns * (1.0 + 200e-6) / 1e6;
+    // 200 ppm of 50 ms is 10 µs; the reading is good to 0.5 µs plus f32 rounding.
+    assert!(
+        (device_ms - expected_ms).abs() < 0.002,
+        "{device_ms} vs {expected_ms}"
+    );
+    assert!((device_ms - host_ns / 1e6).abs() > 0.005, "the drift shows");
+}
+
+#[test]
+fn an_injected_failure_returns_the_chosen_status_once() {
+    let soft = SoftDriver::exclusive();
+    context(0);
+    let (s, e) = (stream(), event());
+    assert!(soft.fail_call("cuEventRecord", 2, 700));
+    // SAFETY: event and stream are live and of the current context.
+    unsafe {
+        assert_eq!(result::event::record(e, s), Ok(()));
+        assert_eq!(
+            result::event::record(e, s),
+            Err(err(CUresult::CUDA_ERROR_ILLEGAL_ADDRESS))
+        );
+        assert_eq!(result::event::record(e, s), Ok(()));
+    }
+    assert!(
+        !soft.fail_call("cuEventRecord", 1, 123_456),
+        "not a CUresult"
+    );
+}
+
+#[test]
+fn live_handles_are_counted() {
+    let soft = SoftDriver::exclusive();
+    context(0);
+    let before = soft.counts();
+    let (s, e) = (stream(), event());
+    // SAFETY: the allocation is freed here and used by nothing else.
+    let ptr = unsafe { result::malloc_sync(64).unwrap() };
+    let during = soft.counts();
+    assert_eq!(during.events, before.events + 1);
+    assert_eq!(during.streams, before.streams + 1);
+    assert_eq!(during.allocations, before.allocations + 1);
+    assert!(during.contexts >= 1);
+    // SAFETY: each handle is released once, here.
+    unsafe {
+        result::event::destroy(e).unwrap();
+        result::stream::destroy(s).unwrap();
+        result::free_sync(ptr).unwrap();
+        assert_eq!(
+            result::event::destroy(e),
+            Err(err(CUresult::CUDA_ERROR_INVALID_HANDLE))
+        );
+    }
+    let after = soft.counts();
+    assert_eq!(
+        (after.events, after.streams, after.allocations),
+        (before.events, before.streams, before.allocations)
+    );
+    assert_eq!(after.bad_releases, before.bad_releases + 1);
+}
+
+#[test]
+fn error_names_are_the_drivers_own() {
+    let _soft = SoftDriver::exclusive();
+    let name = DriverError(CUresult::CUDA_ERROR_NOT_READY)
+        .error_name()
+        .unwrap();
+    assert_eq!(name.to_str().unwrap(), "CUDA_ERROR_NOT_READY");
+}
