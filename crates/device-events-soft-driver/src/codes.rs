@@ -218,13 +218,26 @@ fn texts(table: &[(i32, &str)]) -> Texts {
 static CUDA_TEXTS: LazyLock<Texts> = LazyLock::new(|| texts(CUDA));
 static HIP_TEXTS: LazyLock<Texts> = LazyLock::new(|| texts(HIP));
 
-/// The name (or, with `describe`, the description) of `code`, if the ABI
-/// whose table is `table` has it.
-pub(crate) fn c_name(table: &[(i32, &str)], code: i32, describe: bool) -> Option<*const c_char> {
-    let texts = if std::ptr::eq(table, HIP) {
-        &*HIP_TEXTS
-    } else {
-        &*CUDA_TEXTS
+/// Which C ABI a status belongs to.
+#[derive(Clone, Copy)]
+pub(crate) enum Abi {
+    Cuda,
+    Hip,
+}
+
+/// The statuses of `abi`.
+pub(crate) fn table(abi: Abi) -> &'static [(i32, &'static str)] {
+    match abi {
+        Abi::Cuda => CUDA,
+        Abi::Hip => HIP,
+    }
+}
+
+/// The name (or, with `describe`, the description) of `code`, if `abi` has it.
+pub(crate) fn c_name(abi: Abi, code: i32, describe: bool) -> Option<*const c_char> {
+    let texts = match abi {
+        Abi::Cuda => &*CUDA_TEXTS,
+        Abi::Hip => &*HIP_TEXTS,
     };
     texts
         .iter()

@@ -86,11 +86,12 @@ pub unsafe extern "C" fn soft_driver_fail_call(name: *const c_char, nth: u32, st
     let Ok(name) = unsafe { CStr::from_ptr(name) }.to_str() else {
         return -1;
     };
-    let table = if name.starts_with("hip") {
-        codes::HIP
+    let abi = if name.starts_with("hip") {
+        codes::Abi::Hip
     } else {
-        codes::CUDA
+        codes::Abi::Cuda
     };
+    let table = codes::table(abi);
     if status == 0 || !table.iter().any(|(code, _)| *code == status) {
         return -1;
     }

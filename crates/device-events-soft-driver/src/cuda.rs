@@ -520,7 +520,7 @@ fn error_text(
         if text.is_null() {
             return Err(Fault::InvalidValue);
         }
-        let found = codes::c_name(codes::CUDA, error, describe);
+        let found = codes::c_name(codes::Abi::Cuda, error, describe);
         // SAFETY: non-null, and the caller passes a pointer valid for a write.
         unsafe { out::put(text, found.unwrap_or(std::ptr::null())) }?;
         found.map(drop).ok_or(Fault::InvalidValue)

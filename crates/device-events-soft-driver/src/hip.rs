@@ -351,8 +351,8 @@ fn text(name: &'static str, error: HipError, describe: bool) -> *const c_char {
     // The text calls cannot fail, so a failure injected here is only counted.
     let _ = control::enter(name);
     let code = i32::try_from(error).unwrap_or(999);
-    codes::c_name(codes::HIP, code, describe)
-        .or_else(|| codes::c_name(codes::HIP, 999, describe))
+    codes::c_name(codes::Abi::Hip, code, describe)
+        .or_else(|| codes::c_name(codes::Abi::Hip, 999, describe))
         .unwrap_or(std::ptr::null())
 }
 

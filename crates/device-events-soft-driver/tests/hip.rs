@@ -1,0 +1,198 @@
+//! The software driver's HIP ABI, held to the runtime's documented behaviour
+//! through `cubecl-hip-sys`, loaded dynamically as a user's program does.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::ffi::{CStr, c_void};
+use std::ptr;
+use std::time::{Duration, Instant};
+
+use cubecl_hip_sys as hip;
+use device_events_conformance::soft::SoftDriver;
+
+fn check(status: hip::hipError_t) {
+    assert_eq!(status, hip::HIP_SUCCESS, "{}", name(status));
+}
+
+fn name(status: hip::hipError_t) -> String {
+    // SAFETY: the runtime returns a static NUL-terminated string.
+    unsafe { CStr::from_ptr(hip::hipGetErrorName(status)) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn event() -> hip::hipEvent_t {
+    let mut event = ptr::null_mut();
+    // SAFETY: `event` is writable.
+    check(unsafe { hip::hipEventCreateWithFlags(&mut event, hip::hipEventDefault) });
+    event
+}
+
+fn stream() -> hip::hipStream_t {
+    let mut stream = ptr::null_mut();
+    // SAFETY: `stream` is writable.
+    check(unsafe { hip::hipStreamCreateWithFlags(&mut stream, hip::hipStreamNonBlocking) });
+    stream
+}
+
+/// A memset of `bytes` on `stream`.
+fn memset(stream: hip::hipStream_t, bytes: usize) {
+    let mut ptr: *mut c_void = ptr::null_mut();
+    // SAFETY: `ptr` is writable; the allocation is only used for the memset.
+    unsafe {
+        check(hip::hipMalloc(&mut ptr, bytes));
+        check(hip::hipMemsetAsync(ptr, 0, bytes, stream));
+    }
+}
+
+#[test]
+fn it_loads_through_cubecl_hip_sys_and_says_it_is_no_gpu() {
+    let _soft = SoftDriver::exclusive();
+    assert!(hip::is_available());
+    let mut name = [0 as std::ffi::c_char; 128];
+    let mut count = 0;
+    // SAFETY: both buffers are writable and sized as passed.
+    unsafe {
+        check(hip::hipGetDeviceCount(&mut count));
+        check(hip::hipDeviceGetName(name.as_mut_ptr(), 128, 0));
+    }
+    // SAFETY: the runtime NUL-terminated it.
+    let name = unsafe { CStr::from_ptr(name.as_ptr()) }.to_string_lossy();
+    assert!(count >= 1);
+    assert!(
+        name.contains("software driver") && name.contains("no GPU"),
+        "{name}"
+    );
+}
+
+#[test]
+fn elapsed_time_is_quantised_to_a_microsecond_and_waits_for_the_stream() {
+    let soft = SoftDriver::exclusive();
+    soft.set_bandwidth(1e9);
+    let (s, a, b) = (stream(), event(), event());
+    let mut ms = 0.0f32;
+    // SAFETY: events and stream are live; `ms` is writable.
+    unsafe {
+        check(hip::hipEventRecord(a, s));
+        memset(s, 3_333_333); // 3.3 ms
+        check(hip::hipEventRecord(b, s));
+        assert_eq!(hip::hipEventQuery(b), hip::hipError_t_hipErrorNotReady);
+        assert_eq!(
+            hip::hipEventElapsedTime(&mut ms, a, b),
+            hip::hipError_t_hipErrorNotReady
+        );
+        check(hip::hipEventSynchronize(b));
+        check(hip::hipEventElapsedTime(&mut ms, a, b));
+    }
+    soft.set_bandwidth(10e9);
+    let us = f64::from(ms) * 1000.0;
+    assert!((us - us.round()).abs() < 1e-2, "{ms} ms");
+    assert!(ms >= 3.3, "{ms} ms");
+}
+
+#[test]
+fn elapsed_time_on_a_never_recorded_event_is_an_invalid_handle() {
+    let _soft = SoftDriver::exclusive();
+    let (s, a, b) = (stream(), event(), event());
+    let mut ms = 0.0f32;
+    // SAFETY: events and stream are live; `ms` is writable.
+    unsafe {
+        check(hip::hipEventRecord(a, s));
+        check(hip::hipEventSynchronize(a));
+        assert_eq!(
+            hip::hipEventElapsedTime(&mut ms, a, b),
+            hip::hipError_t_hipErrorInvalidHandle
+        );
+    }
+}
+
+#[test]
+fn an_event_on_the_null_stream_waits_for_all_streams() {
+    let soft = SoftDriver::exclusive();
+    soft.set_bandwidth(1e9);
+    let (busy, on_null) = (stream(), event());
+    let started = Instant::now();
+    // SAFETY: event and stream are live; the null stream is the device's.
+    unsafe {
+        memset(busy, 15_000_000); // 15 ms
+        check(hip::hipEventRecord(on_null, ptr::null_mut()));
+        check(hip::hipEventSynchronize(on_null));
+    }
+    soft.set_bandwidth(10e9);
+    assert!(started.elapsed() >= Duration::from_millis(15));
+}
+
+#[test]
+fn capture_turns_records_into_graph_nodes() {
+    let soft = SoftDriver::exclusive();
+    let (s, e) = (stream(), event());
+    let mut status = 0;
+    let mut graph = ptr::null_mut();
+    // SAFETY: event and stream are live; out-pointers are writable.
+    unsafe {
+        check(hip::hipStreamBeginCapture(
+            s,
+            hip::hipStreamCaptureMode_hipStreamCaptureModeRelaxed,
+        ));
+        check(hip::hipStreamIsCapturing(s, &mut status));
+        assert_eq!(
+            status,
+            hip::hipStreamCaptureStatus_hipStreamCaptureStatusActive
+        );
+        check(hip::hipEventRecord(e, s));
+        assert_eq!(hip::hipEventQuery(e), hip::hipError_t_hipErrorCapturedEvent);
+        assert_eq!(
+            hip::hipStreamSynchronize(s),
+            hip::hipError_t_hipErrorStreamCaptureUnsupported
+        );
+        assert_eq!(
+            hip::hipStreamEndCapture(s, &mut graph),
+            hip::hipError_t_hipErrorStreamCaptureInvalidated
+        );
+    }
+    assert_eq!(soft.counts().graphs, 0);
+}
+
+#[test]
+fn an_injected_failure_returns_the_chosen_status_once_and_handles_are_counted() {
+    let soft = SoftDriver::exclusive();
+    let before = soft.counts();
+    let (s, e) = (stream(), event());
+    assert!(soft.fail_call("hipEventRecord", 1, 700));
+    // SAFETY: event and stream are live until destroyed here, once each.
+    unsafe {
+        assert_eq!(
+            hip::hipEventRecord(e, s),
+            hip::hipError_t_hipErrorIllegalAddress
+        );
+        check(hip::hipEventRecord(e, s));
+        check(hip::hipEventDestroy(e));
+        check(hip::hipStreamDestroy(s));
+    }
+    let after = soft.counts();
+    assert_eq!(
+        (after.events, after.streams),
+        (before.events, before.streams)
+    );
+    assert_eq!(
+        name(hip::hipError_t_hipErrorIllegalAddress),
+        "hipErrorIllegalAddress"
+    );
+}
+
+#[test]
+fn devices_are_per_thread() {
+    let _soft = SoftDriver::exclusive();
+    // SAFETY: `device` is writable.
+    let device_of_new_thread = std::thread::spawn(|| unsafe {
+        check(hip::hipSetDevice(1));
+        let mut device = -1;
+        check(hip::hipGetDevice(&mut device));
+        device
+    })
+    .join()
+    .unwrap();
+    let mut here = -1;
+    // SAFETY: `here` is writable.
+    check(unsafe { hip::hipGetDevice(&mut here) });
+    assert_eq!((device_of_new_thread, here), (1, 0));
+}
