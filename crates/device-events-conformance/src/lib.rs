@@ -1,4 +1,471 @@
 //! The behaviour every device-events backend must show, written once.
-#![allow(unsafe_code)]
+//!
+//! A backend's test suite builds a [`Harness`] (its [`Workload`], its timer
+//! resolution, its capture calls) and expands [`conformance_suite!`], which
+//! makes each check here a named test of that suite. The same suite runs on
+//! the real driver and on the software driver.
+//!
+//! Tolerances are stated, not tuned: a window around work of duration `D`
+//! must measure within `D × (1 ± rate_tolerance)` plus the driver's
+//! resolution, with [`Harness::slack`] more allowed above, since a shared
+//! machine can only make work slower.
+#![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod soft;
+
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use device_events_core::profile::{ProfileDuration, ProfileTicks};
+use device_events_core::{
+    CaptureStatus, DriverError, ErrorKind, EventApi, EventFence, EventProfiler,
+};
+
+/// Device work a backend's tests can queue: a memset of a sized buffer works
+/// on CUDA, HIP and the software driver.
+pub trait Workload<A: EventApi> {
+    /// Queue an operation touching `bytes` bytes on `stream`.
+    ///
+    /// # Errors
+    ///
+    /// The driver's error.
+    fn enqueue_bytes(&self, stream: A::Stream, bytes: usize) -> Result<(), DriverError>;
+    /// The largest single operation.
+    fn max_bytes(&self) -> usize;
+}
+
+/// The backend calls the suite needs beyond [`EventApi`].
+pub struct Capture<A: EventApi> {
+    /// Begin capturing a graph on the stream.
+    pub begin: fn(A::Stream) -> Result<(), DriverError>,
+    /// End the capture and release the graph.
+    pub end: fn(A::Stream) -> Result<(), DriverError>,
+    /// The backend's capture-status query.
+    pub status: fn(A::Stream) -> Result<CaptureStatus, DriverError>,
+}
+
+/// What a backend's suite runs against.
+pub struct Harness<A: EventApi> {
+    workload: Box<dyn Workload<A>>,
+    bytes_per_second: f64,
+    /// The driver's elapsed-time resolution.
+    pub resolution: Duration,
+    /// Relative error allowed on a duration (calibration and clock noise).
+    pub rate_tolerance: f64,
+    /// Extra time allowed above a duration: scheduling noise only adds.
+    pub slack: Duration,
+    /// The backend's capture calls.
+    pub capture: Capture<A>,
+    /// Live events as the driver counts them, where it can (the software
+    /// driver); checked for leaks.
+    pub live_events: Option<fn() -> u64>,
+}
+
+/// Streams a check owns, released when it ends.
+struct Streams<A: EventApi>(Vec<A::Stream>);
+
+impl<A: EventApi> Streams<A> {
+    fn new(n: usize) -> Self {
+        Self(
+            (0..n)
+                .map(|_| A::stream_create_non_blocking().expect("create a stream"))
+                .collect(),
+        )
+    }
+}
+
+impl<A: EventApi> Drop for Streams<A> {
+    fn drop(&mut self) {
+        for stream in self.0.drain(..) {
+            if let Err(err) = A::stream_destroy(stream) {
+                log::error!("{err}");
+            }
+        }
+    }
+}
+
+impl<A: EventApi> Harness<A> {
+    /// A harness whose workload's speed is measured here, with events.
+    ///
+    /// # Panics
+    ///
+    /// When the driver cannot run the calibration: the suite cannot run.
+    pub fn new(
+        workload: Box<dyn Workload<A>>,
+        resolution: Duration,
+        capture: Capture<A>,
+        live_events: Option<fn() -> u64>,
+    ) -> Self {
+        let mut harness = Self {
+            workload,
+            bytes_per_second: 1.0,
+            resolution,
+            rate_tolerance: 0.1,
+            slack: Duration::from_millis(3),
+            capture,
+            live_events,
+        };
+        harness.bytes_per_second = harness.measure_speed();
+        harness
+    }
+
+    /// Bytes per second the workload runs at: the size is grown until it
+    /// takes 20 ms, then the fastest of three runs is kept, since noise on a
+    /// shared machine only ever slows a run down.
+    fn measure_speed(&self) -> f64 {
+        let streams = Streams::<A>::new(1);
+        let s = streams.0[0];
+        let mut profiler = EventProfiler::<A>::new();
+        let mut time = |bytes: usize| {
+            let token = profiler.start(s);
+            self.enqueue_raw(s, bytes);
+            resolve(profiler.stop(s, token).expect("calibration window")).duration()
+        };
+        let mut bytes = self.workload.max_bytes().min(1 << 20);
+        while time(bytes) < Duration::from_millis(20) && bytes < 1 << 40 {
+            bytes *= 2;
+        }
+        let fastest = (0..3).map(|_| time(bytes)).min().unwrap_or(Duration::MAX);
+        bytes as f64 / fastest.as_secs_f64().max(1e-9)
+    }
+
+    fn enqueue_raw(&self, stream: A::Stream, mut bytes: usize) {
+        let max = self.workload.max_bytes().max(1);
+        while bytes > 0 {
+            let chunk = bytes.min(max);
+            self.workload
+                .enqueue_bytes(stream, chunk)
+                .expect("enqueue work");
+            bytes -= chunk;
+        }
+    }
+
+    /// Queue work of about `duration` on `stream`.
+    pub fn enqueue(&self, stream: A::Stream, duration: Duration) {
+        let bytes = (self.bytes_per_second * duration.as_secs_f64()) as usize;
+        self.enqueue_raw(stream, bytes.max(1));
+    }
+
+    fn assert_measures(&self, measured: Duration, work: Duration) {
+        let low = work
+            .mul_f64(1.0 - self.rate_tolerance)
+            .saturating_sub(self.resolution);
+        let high = work.mul_f64(1.0 + self.rate_tolerance) + self.resolution + self.slack;
+        assert!(
+            (low..=high).contains(&measured),
+            "measured {measured:?} for {work:?} of work; allowed {low:?}..={high:?}"
+        );
+    }
+}
+
+fn resolve(duration: ProfileDuration) -> ProfileTicks {
+    pollster::block_on(duration.resolve()).expect("the window was read")
+}
+
+/// Time from `epoch` on the host clock, for comparing placements.
+fn at(epoch: Instant, ticks: &ProfileTicks) -> (Duration, Duration) {
+    (
+        ticks.start_duration_since(epoch),
+        ticks.end_duration_since(epoch),
+    )
+}
+
+/// A fence orders two streams: the waiting stream's work starts after the
+/// fenced work ends, as measured by events.
+pub fn fence_orders_two_streams<A: EventApi>(h: &Harness<A>) {
+    let streams = Streams::<A>::new(2);
+    let (a, b) = (streams.0[0], streams.0[1]);
+    let mut profiler = EventProfiler::<A>::new();
+    let fenced = profiler.start(a);
+    h.enqueue(a, Duration::from_millis(10));
+    let fenced = profiler.stop(a, fenced).unwrap();
+    let fence = EventFence::<A>::new(a);
+    fence.wait_async(b).unwrap();
+    let waiting = profiler.start(b);
+    h.enqueue(b, Duration::from_millis(2));
+    let waiting = profiler.stop(b, waiting).unwrap();
+
+    let epoch = Instant::now() - Duration::from_secs(3600);
+    let (_, fenced_end) = at(epoch, &resolve(fenced));
+    let (waiting_start, _) = at(epoch, &resolve(waiting));
+    assert!(
+        waiting_start + h.resolution >= fenced_end,
+        "the waiting stream started {:?} before the fenced work ended",
+        fenced_end - waiting_start
+    );
+}
+
+/// `wait_sync` returns only once the fenced work is done.
+pub fn wait_sync_returns_after_the_fenced_work<A: EventApi>(h: &Harness<A>) {
+    let streams = Streams::<A>::new(1);
+    let s = streams.0[0];
+    let mut profiler = EventProfiler::<A>::new();
+    let work = profiler.start(s);
+    h.enqueue(s, Duration::from_millis(10));
+    let work = profiler.stop(s, work).unwrap();
+    let fence = EventFence::<A>::new(s);
+    fence.wait_sync().unwrap();
+    let returned = Instant::now();
+    let ticks = resolve(work);
+    let bound = profiler.anchor_uncertainty().unwrap() + h.resolution;
+    let epoch = returned - Duration::from_secs(3600);
+    let (_, end) = at(epoch, &ticks);
+    assert!(
+        end <= returned.duration_since(epoch) + bound,
+        "wait_sync returned {:?} before the work ended",
+        end - returned.duration_since(epoch)
+    );
+}
+
+/// Dropping a fence that was never waited on, while its work is in flight,
+/// is safe: the stream finishes and nothing fails.
+pub fn dropping_an_unwaited_fence_in_flight_is_safe<A: EventApi>(h: &Harness<A>) {
+    let streams = Streams::<A>::new(1);
+    let s = streams.0[0];
+    let before = h.live_events.map(|live| live());
+    h.enqueue(s, Duration::from_millis(20));
+    drop(EventFence::<A>::new(s));
+    A::stream_synchronize(s).unwrap();
+    if let (Some(live), Some(before)) = (h.live_events, before) {
+        assert_eq!(live(), before, "the fence's event was released");
+    }
+}
+
+/// A window around work of duration D measures D within the stated tolerance.
+pub fn window_measures_the_work_inside_it<A: EventApi>(h: &Harness<A>) {
+    let streams = Streams::<A>::new(1);
+    let s = streams.0[0];
+    let mut profiler = EventProfiler::<A>::new();
+    for ms in [2, 10, 30] {
+        let work = Duration::from_millis(ms);
+        let token = profiler.start(s);
+        h.enqueue(s, work);
+        let ticks = resolve(profiler.stop(s, token).unwrap());
+        h.assert_measures(ticks.duration(), work);
+    }
+}
+
+/// Nested windows: each inner window lies inside its outer one.
+pub fn nested_windows_lie_inside_their_outer_window<A: EventApi>(h: &Harness<A>) {
+    let streams = Streams::<A>::new(1);
+    let s = streams.0[0];
+    let mut profiler = EventProfiler::<A>::new();
+    let outer = profiler.start(s);
+    h.enqueue(s, Duration::from_millis(3));
+    let inner = profiler.start(s);
+    h.enqueue(s, Duration::from_millis(5));
+    let inner = profiler.stop(s, inner).unwrap();
+    h.enqueue(s, Duration::from_millis(3));
+    let outer = profiler.stop(s, outer).unwrap();
+
+    let epoch = Instant::now() - Duration::from_secs(3600);
+    let (outer, inner) = (resolve(outer), resolve(inner));
+    let ((os, oe), (is, ie)) = (at(epoch, &outer), at(epoch, &inner));
+    let r = h.resolution;
+    assert!(
+        os <= is + r && ie <= oe + r,
+        "inner {is:?}..{ie:?} outside outer {os:?}..{oe:?}"
+    );
+    h.assert_measures(inner.duration(), Duration::from_millis(5));
+    h.assert_measures(outer.duration(), Duration::from_millis(11));
+}
+
+/// Overlapping windows on one stream are each measured, in order.
+pub fn overlapping_windows_are_consistent<A: EventApi>(h: &Harness<A>) {
+    let streams = Streams::<A>::new(1);
+    let s = streams.0[0];
+    let mut profiler = EventProfiler::<A>::new();
+    let first = profiler.start(s);
+    h.enqueue(s, Duration::from_millis(4));
+    let second = profiler.start(s);
+    h.enqueue(s, Duration::from_millis(4));
+    let first = profiler.stop(s, first).unwrap();
+    h.enqueue(s, Duration::from_millis(4));
+    let second = profiler.stop(s, second).unwrap();
+
+    let epoch = Instant::now() - Duration::from_secs(3600);
+    let (first, second) = (resolve(first), resolve(second));
+    let ((fs, fe), (ss, se)) = (at(epoch, &first), at(epoch, &second));
+    let r = h.resolution;
+    assert!(
+        fs <= ss + r && ss <= fe + r && fe <= se + r,
+        "{fs:?}..{fe:?} vs {ss:?}..{se:?}"
+    );
+    h.assert_measures(first.duration(), Duration::from_millis(8));
+    h.assert_measures(second.duration(), Duration::from_millis(8));
+}
+
+/// Each window's host-clock placement lies inside the host interval in which
+/// its work could have run, widened by the anchor's stated uncertainty: the
+/// test of anchoring.
+pub fn placement_lies_inside_the_host_interval<A: EventApi>(h: &Harness<A>) {
+    let streams = Streams::<A>::new(2);
+    let mut profiler = EventProfiler::<A>::new();
+    for round in 0..6 {
+        let s = streams.0[round % 2];
+        let before = Instant::now();
+        let token = profiler.start(s);
+        h.enqueue(s, Duration::from_millis(2));
+        let timing = profiler.stop(s, token).unwrap();
+        A::stream_synchronize(s).unwrap();
+        let after = Instant::now();
+        let ticks = resolve(timing);
+        let bound = profiler.anchor_uncertainty().unwrap() + h.resolution;
+        let epoch = before - Duration::from_secs(3600);
+        let (start, end) = at(epoch, &ticks);
+        let (low, high) = (before.duration_since(epoch), after.duration_since(epoch));
+        assert!(
+            start + bound >= low && end <= high + bound,
+            "window {start:?}..{end:?} outside host interval {low:?}..{high:?} (± {bound:?})"
+        );
+    }
+}
+
+/// Thousands of fences and windows in flight, resolved from several threads:
+/// nothing lost, nothing leaked, no deadlock.
+pub fn thousands_in_flight_resolve_from_several_threads<A: EventApi>(h: &Harness<A>) {
+    const EACH: usize = 2000;
+    const THREADS: usize = 4;
+    let streams = Streams::<A>::new(2);
+    let before = h.live_events.map(|live| live());
+    let mut profiler = EventProfiler::<A>::new();
+    let mut fences = Vec::with_capacity(EACH);
+    let mut windows = Vec::with_capacity(EACH);
+    for i in 0..EACH {
+        let s = streams.0[i % 2];
+        let token = profiler.start(s);
+        if i % 500 == 0 {
+            h.enqueue(s, Duration::from_micros(200));
+        }
+        windows.push(profiler.stop(s, token).unwrap());
+        fences.push(EventFence::<A>::new(s));
+    }
+    let (done, results) = mpsc::channel();
+    let mut workers = Vec::new();
+    let mut chunks: Vec<(Vec<EventFence<A>>, Vec<ProfileDuration>)> =
+        (0..THREADS).map(|_| (Vec::new(), Vec::new())).collect();
+    for (i, (fence, window)) in fences.into_iter().zip(windows).enumerate() {
+        chunks[i % THREADS].0.push(fence);
+        chunks[i % THREADS].1.push(window);
+    }
+    for (fences, windows) in chunks {
+        let done = done.clone();
+        workers.push(std::thread::spawn(move || {
+            let waited = fences.iter().filter(|f| f.wait_sync().is_ok()).count();
+            let read = windows
+                .into_iter()
+                .map(|w| pollster::block_on(w.resolve()))
+                .filter(Option::is_some)
+                .count();
+            drop(fences);
+            let _ = done.send((waited, read));
+        }));
+    }
+    drop(done);
+    let (mut waited, mut read) = (0, 0);
+    for _ in 0..THREADS {
+        let (w, r) = results
+            .recv_timeout(Duration::from_secs(120))
+            .expect("a worker finished within two minutes (no deadlock)");
+        waited += w;
+        read += r;
+    }
+    for worker in workers {
+        worker.join().expect("worker did not panic");
+    }
+    assert_eq!(
+        (waited, read),
+        (EACH, EACH),
+        "every fence waited and every window read"
+    );
+    drop(profiler);
+    if let (Some(live), Some(before)) = (h.live_events, before) {
+        assert_eq!(live(), before, "every event released");
+    }
+}
+
+/// Elapsed time on an event never recorded is refused, as invalid.
+pub fn elapsed_on_an_unrecorded_event_is_refused<A: EventApi>(_: &Harness<A>) {
+    let streams = Streams::<A>::new(1);
+    let s = streams.0[0];
+    let recorded = A::event_create().unwrap();
+    let mut never = A::event_create().unwrap();
+    A::event_record(&recorded, s).unwrap();
+    A::event_wait(&recorded).unwrap();
+    let err = A::event_elapsed(&recorded, &never).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Other, "{err}");
+    assert_eq!(err.backend(), A::BACKEND);
+    let mut recorded = recorded;
+    A::event_destroy(&mut recorded).unwrap();
+    A::event_destroy(&mut never).unwrap();
+}
+
+/// Elapsed time on an event not yet reached is "not ready".
+pub fn elapsed_on_an_unreached_event_is_not_ready<A: EventApi>(h: &Harness<A>) {
+    let streams = Streams::<A>::new(1);
+    let s = streams.0[0];
+    let mut start = A::event_create().unwrap();
+    let mut end = A::event_create().unwrap();
+    A::event_record(&start, s).unwrap();
+    h.enqueue(s, Duration::from_millis(50));
+    A::event_record(&end, s).unwrap();
+    let err = A::event_elapsed(&start, &end).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotReady, "{err}");
+    A::event_wait(&end).unwrap();
+    assert!(A::event_elapsed(&start, &end).is_ok());
+    A::event_destroy(&mut start).unwrap();
+    A::event_destroy(&mut end).unwrap();
+}
+
+/// On a capturing stream, records are graph nodes: the capture query says
+/// so, a fence recorded there cannot be waited on, and the stream cannot be
+/// synchronized; each error is of the capture class.
+pub fn a_capturing_stream_gives_capture_errors<A: EventApi>(h: &Harness<A>) {
+    let streams = Streams::<A>::new(1);
+    let s = streams.0[0];
+    assert_eq!((h.capture.status)(s).unwrap(), CaptureStatus::None);
+    (h.capture.begin)(s).unwrap();
+    assert_eq!((h.capture.status)(s).unwrap(), CaptureStatus::Active);
+    let fence = EventFence::<A>::new(s);
+    let waited = fence.wait_sync().unwrap_err();
+    let synced = A::stream_synchronize(s).unwrap_err();
+    let ended = (h.capture.end)(s);
+    assert_eq!(waited.kind(), ErrorKind::Capture, "{waited}");
+    assert_eq!(synced.kind(), ErrorKind::Capture, "{synced}");
+    assert_eq!(ended.unwrap_err().kind(), ErrorKind::Capture);
+    assert_eq!((h.capture.status)(s).unwrap(), CaptureStatus::None);
+    drop(fence);
+    EventFence::<A>::new(s).wait_sync().unwrap();
+}
+
+/// Makes each check of this crate a named `#[test]` of the calling suite.
+///
+/// `$harness` is an expression giving a [`Harness`] (or a guard that derefs
+/// to one); it runs once per test.
+#[macro_export]
+macro_rules! conformance_suite {
+    ($backend:ty, $harness:expr) => {
+        $crate::conformance_suite!(@tests $backend, $harness,
+            fence_orders_two_streams,
+            wait_sync_returns_after_the_fenced_work,
+            dropping_an_unwaited_fence_in_flight_is_safe,
+            window_measures_the_work_inside_it,
+            nested_windows_lie_inside_their_outer_window,
+            overlapping_windows_are_consistent,
+            placement_lies_inside_the_host_interval,
+            thousands_in_flight_resolve_from_several_threads,
+            elapsed_on_an_unrecorded_event_is_refused,
+            elapsed_on_an_unreached_event_is_not_ready,
+            a_capturing_stream_gives_capture_errors
+        );
+    };
+    (@tests $backend:ty, $harness:expr, $($check:ident),+) => {
+        $(
+            #[test]
+            fn $check() {
+                let harness = $harness;
+                $crate::$check::<$backend>(&harness);
+            }
+        )+
+    };
+}

@@ -10,6 +10,10 @@ use libloading::Library;
 /// `test-hip --soft` and `test` set it.
 pub const LIB_VAR: &str = "SOFT_DRIVER_LIB";
 
+/// Set by `cargo xtask test-cuda`/`test-hip` and the bundles' `run.sh` when
+/// the machine's real driver is under test.
+pub const REAL_VAR: &str = "DEVICE_EVENTS_REAL_DRIVER";
+
 /// Counts the driver keeps: mirrors the driver's `SoftCounts`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -97,6 +101,18 @@ impl SoftDriver {
             driver,
             _lock: lock,
         }
+    }
+
+    /// For a suite that runs on either driver: `None` when
+    /// `DEVICE_EVENTS_REAL_DRIVER` is set (the machine's driver is under
+    /// test), else the software driver, exclusively.
+    ///
+    /// # Panics
+    ///
+    /// As [`exclusive`](Self::exclusive), when the software driver is needed
+    /// and cannot be loaded.
+    pub fn unless_real() -> Option<Exclusive<'static>> {
+        (std::env::var_os(REAL_VAR).is_none()).then(Self::exclusive)
     }
 
     fn symbol<T: Copy>(&self, name: &[u8]) -> Option<T> {

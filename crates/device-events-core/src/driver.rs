@@ -26,6 +26,37 @@ pub enum ErrorKind {
     Other,
 }
 
+impl ErrorKind {
+    /// The class of a CUDA driver (`CUresult`) or HIP runtime (`hipError_t`)
+    /// status. HIP numbers its statuses as CUDA does, so one table serves
+    /// both backends.
+    ///
+    /// ```
+    /// use device_events_core::ErrorKind;
+    ///
+    /// assert_eq!(ErrorKind::of_status(600), ErrorKind::NotReady);
+    /// assert_eq!(ErrorKind::of_status(700), ErrorKind::DevicePoisoned); // illegal address
+    /// assert_eq!(ErrorKind::of_status(907), ErrorKind::Capture); // captured event
+    /// ```
+    pub fn of_status(status: i64) -> Self {
+        match status {
+            600 => Self::NotReady,
+            // ECC uncorrectable, illegal address, launch timeout, assert,
+            // hardware stack error, illegal instruction, misaligned address,
+            // invalid address space, invalid PC, launch failed: the context
+            // is lost for good.
+            214 | 700 | 702 | 710 | 714..=719 => Self::DevicePoisoned,
+            // Out of memory, launch out of resources, HIP's runtime memory.
+            2 | 701 | 1052 => Self::OutOfResources,
+            // Stub library, insufficient driver, no device, system driver
+            // mismatch, not supported on this device.
+            34 | 35 | 100 | 803 | 804 => Self::NoDevice,
+            900..=908 => Self::Capture,
+            _ => Self::Other,
+        }
+    }
+}
+
 /// A failed driver call: which backend, which call, the status and what it
 /// means for the caller.
 ///
@@ -75,6 +106,16 @@ impl DriverError {
             kind,
             detail: None,
         }
+    }
+
+    /// An error the driver returned, classified by [`ErrorKind::of_status`].
+    pub fn from_c_status(
+        backend: &'static str,
+        call: &'static str,
+        status: i64,
+        name: Option<impl Into<Cow<'static, str>>>,
+    ) -> Self {
+        Self::from_status(backend, call, status, name, ErrorKind::of_status(status))
     }
 
     /// An error found before the driver was reached (no driver library, an
@@ -200,4 +241,16 @@ pub fn elapsed_from_ms(
     let nanos = (f64::from(ms) * 1e6).round();
     #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     Ok(Duration::from_nanos(nanos as u64))
+}
+
+/// Whether a stream is capturing a graph, as a backend's capture query
+/// reports it: the screen callers apply before recording profiling events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CaptureStatus {
+    /// Not capturing: records are timestamps.
+    None,
+    /// Capturing: records and waits become graph nodes.
+    Active,
+    /// A capture broken by an illegal call; it must be ended.
+    Invalidated,
 }

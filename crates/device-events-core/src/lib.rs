@@ -44,7 +44,7 @@ mod profiler;
 pub mod sim;
 
 pub use api::EventApi;
-pub use driver::{DriverError, ErrorKind};
+pub use driver::{CaptureStatus, DriverError, ErrorKind};
 pub use fence::EventFence;
 pub use profiler::{EventProfiler, ProfileError, ProfileToken, ProfilerConfig};
 

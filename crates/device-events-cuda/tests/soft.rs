@@ -1,0 +1,164 @@
+//! The CUDA backend on the software driver alone: what needs its control API
+//! (fault injection, call lists) or two devices.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use cudarc::driver::result;
+use device_events_conformance::soft::SoftDriver;
+use device_events_core::{ErrorKind, EventApi, EventFence, EventProfiler};
+use device_events_cuda::Cuda;
+use support::{bind, context, stream};
+
+#[test]
+fn a_status_becomes_a_driver_error_with_call_code_name_and_class() {
+    let soft = SoftDriver::exclusive();
+    bind(0);
+    let s = stream();
+    let fence = EventFence::<Cuda>::new(s);
+    assert!(soft.fail_call("cuEventSynchronize", 1, 700));
+    let err = fence.wait_sync().unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "cuda: cuEventSynchronize failed: CUDA_ERROR_ILLEGAL_ADDRESS (700)"
+    );
+    assert_eq!(
+        (err.kind(), err.status()),
+        (ErrorKind::DevicePoisoned, Some(700))
+    );
+    assert!(soft.fail_call("cuEventRecord", 1, 2));
+    let err = EventFence::<Cuda>::new(s).wait_sync().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::OutOfResources);
+    drop(fence);
+    Cuda::stream_destroy(s).unwrap();
+}
+
+#[test]
+fn only_the_documented_symbols_are_called() {
+    let soft = SoftDriver::exclusive();
+    bind(0);
+    soft.reset();
+    let s = stream();
+    let mut profiler = EventProfiler::<Cuda>::new();
+    let token = profiler.start(s);
+    let fence = EventFence::<Cuda>::new(s);
+    fence.wait_async(s).unwrap();
+    let timing = profiler.stop(s, token).unwrap();
+    pollster::block_on(timing.resolve()).unwrap();
+    fence.wait_sync().unwrap();
+    Cuda::capture_status(s).unwrap();
+    Cuda::stream_synchronize(s).unwrap();
+    drop((fence, profiler));
+    Cuda::stream_destroy(s).unwrap();
+    let documented = [
+        "cuInit",
+        "cuCtxGetCurrent",
+        "cuCtxPushCurrent_v2",
+        "cuCtxPopCurrent_v2",
+        "cuEventCreate",
+        "cuEventRecord",
+        "cuEventSynchronize",
+        "cuEventElapsedTime",
+        "cuEventDestroy_v2",
+        "cuStreamCreate",
+        "cuStreamWaitEvent",
+        "cuStreamSynchronize",
+        "cuStreamDestroy_v2",
+        "cuStreamIsCapturing",
+    ];
+    let called = soft.called();
+    assert!(called.len() >= 10, "{called:?}");
+    for name in &called {
+        assert!(
+            documented.contains(&name.as_str()),
+            "{name} is not in the crate docs' list"
+        );
+    }
+}
+
+#[test]
+fn an_event_is_bound_to_its_context_and_the_callers_restored() {
+    let _soft = SoftDriver::exclusive();
+    bind(0);
+    let s = stream();
+    let (start, end) = (Cuda::event_create().unwrap(), Cuda::event_create().unwrap());
+    assert_eq!(start.context(), context(0));
+    Cuda::event_record(&start, s).unwrap();
+    Cuda::event_record(&end, s).unwrap();
+    let other = context(1) as usize;
+    let outcome = std::thread::spawn(move || {
+        bind(1);
+        let (mut start, mut end) = (start, end);
+        Cuda::event_wait(&end).unwrap();
+        Cuda::event_elapsed(&start, &end).unwrap();
+        Cuda::event_destroy(&mut start).unwrap();
+        Cuda::event_destroy(&mut end).unwrap();
+        result::ctx::get_current().unwrap().map(|c| c as usize)
+    })
+    .join()
+    .unwrap();
+    assert_eq!(
+        outcome,
+        Some(other),
+        "the caller's context is current again"
+    );
+    Cuda::stream_destroy(s).unwrap();
+}
+
+#[test]
+fn recording_on_another_contexts_stream_is_refused_before_the_driver() {
+    let soft = SoftDriver::exclusive();
+    bind(1);
+    let foreign = stream();
+    bind(0);
+    let mut event = Cuda::event_create().unwrap();
+    soft.reset();
+    let err = Cuda::event_record(&event, foreign).unwrap_err();
+    assert!(err.to_string().contains("different contexts"), "{err}");
+    assert!(!soft.called().contains(&"cuEventRecord".to_owned()));
+    Cuda::event_destroy(&mut event).unwrap();
+    Cuda::stream_destroy(foreign).unwrap();
+}
+
+#[test]
+fn elapsed_time_across_contexts_is_refused() {
+    let _soft = SoftDriver::exclusive();
+    bind(1);
+    let (s1, mut e1) = (stream(), Cuda::event_create().unwrap());
+    Cuda::event_record(&e1, s1).unwrap();
+    bind(0);
+    let (s0, mut e0) = (stream(), Cuda::event_create().unwrap());
+    Cuda::event_record(&e0, s0).unwrap();
+    Cuda::event_wait(&e0).unwrap();
+    Cuda::event_wait(&e1).unwrap();
+    let err = Cuda::event_elapsed(&e0, &e1).unwrap_err();
+    assert!(err.to_string().contains("across contexts"), "{err}");
+    Cuda::event_destroy(&mut e0).unwrap();
+    Cuda::event_destroy(&mut e1).unwrap();
+    Cuda::stream_destroy(s0).unwrap();
+    Cuda::stream_destroy(s1).unwrap();
+}
+
+#[test]
+fn a_fence_and_a_profiler_leak_nothing() {
+    let soft = SoftDriver::exclusive();
+    bind(0);
+    let before = soft.counts();
+    let s = stream();
+    {
+        let mut profiler = EventProfiler::<Cuda>::new();
+        let outer = profiler.start(s);
+        let inner = profiler.start(s);
+        let fence = EventFence::<Cuda>::new(s);
+        let inner = profiler.stop(s, inner).unwrap();
+        let _abandoned = outer;
+        drop(fence);
+        pollster::block_on(inner.resolve()).unwrap();
+    }
+    Cuda::stream_destroy(s).unwrap();
+    let after = soft.counts();
+    assert_eq!(
+        (after.events, after.streams, after.bad_releases),
+        (before.events, before.streams, before.bad_releases)
+    );
+}

@@ -1,0 +1,142 @@
+//! Shared by the CUDA backend's test suites: a bound context, the memset
+//! workload, and the conformance harness on whichever driver is under test.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use cudarc::driver::{result, sys};
+use device_events_conformance::soft::{Exclusive, SoftDriver};
+use device_events_conformance::{Capture, Harness, Workload};
+use device_events_core::{CaptureStatus, DriverError, EventApi};
+use device_events_cuda::{Cuda, CudaStream, driver_error};
+
+/// Device `ordinal`'s primary context, retained once per process.
+pub fn context(ordinal: i32) -> sys::CUcontext {
+    static CONTEXTS: OnceLock<Vec<usize>> = OnceLock::new();
+    let contexts = CONTEXTS.get_or_init(|| {
+        Cuda::probe().expect("a CUDA driver");
+        let count = result::device::get_count().unwrap();
+        (0..count)
+            .map(|i| {
+                let device = result::device::get(i).unwrap();
+                // SAFETY: `device` exists; the context lives until exit.
+                unsafe { result::primary_ctx::retain(device).unwrap() as usize }
+            })
+            .collect()
+    });
+    contexts[usize::try_from(ordinal).unwrap()] as sys::CUcontext
+}
+
+/// Make device `ordinal`'s context current on this thread.
+pub fn bind(ordinal: i32) -> sys::CUcontext {
+    let ctx = context(ordinal);
+    // SAFETY: a retained primary context.
+    unsafe { result::ctx::set_current(ctx).unwrap() };
+    ctx
+}
+
+/// Memsets of a device buffer: work of a size the harness chooses.
+pub struct Memset {
+    ptr: sys::CUdeviceptr,
+    bytes: usize,
+}
+
+impl Memset {
+    pub fn new(bytes: usize) -> Self {
+        // SAFETY: freed in `Drop`, used only for memsets of its own size.
+        let ptr = unsafe { result::malloc_sync(bytes).unwrap() };
+        Self { ptr, bytes }
+    }
+}
+
+impl Workload<Cuda> for Memset {
+    fn enqueue_bytes(&self, stream: CudaStream, bytes: usize) -> Result<(), DriverError> {
+        // SAFETY: `bytes` ≤ the buffer's size (the harness honours
+        // `max_bytes`); the stream is live.
+        unsafe { result::memset_d8_async(self.ptr, 0, bytes.min(self.bytes), stream.raw()) }
+            .map_err(|e| driver_error("cuMemsetD8Async", e))
+    }
+    fn max_bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+impl Drop for Memset {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new`, freed once here.
+        let _ = unsafe { result::free_sync(self.ptr) };
+    }
+}
+
+fn begin_capture(stream: CudaStream) -> Result<(), DriverError> {
+    // SAFETY: the stream is live.
+    unsafe {
+        result::stream::begin_capture(
+            stream.raw(),
+            sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+        )
+    }
+    .map_err(|e| driver_error("cuStreamBeginCapture_v2", e))
+}
+
+fn end_capture(stream: CudaStream) -> Result<(), DriverError> {
+    // SAFETY: the stream is live; a graph it returns is destroyed once here.
+    unsafe {
+        let graph = result::stream::end_capture(stream.raw())
+            .map_err(|e| driver_error("cuStreamEndCapture", e))?;
+        if !graph.is_null() {
+            sys::cuGraphDestroy(graph)
+                .result()
+                .map_err(|e| driver_error("cuGraphDestroy", e))?;
+        }
+    }
+    Ok(())
+}
+
+fn capture_status(stream: CudaStream) -> Result<CaptureStatus, DriverError> {
+    Cuda::capture_status(stream)
+}
+
+fn soft_live_events() -> u64 {
+    SoftDriver::get().unwrap().counts().events
+}
+
+/// A harness on the driver under test, holding the software driver (if it
+/// is the one) for this test alone.
+pub struct Suite {
+    harness: Harness<Cuda>,
+    _soft: Option<Exclusive<'static>>,
+}
+
+impl std::ops::Deref for Suite {
+    type Target = Harness<Cuda>;
+    fn deref(&self) -> &Harness<Cuda> {
+        &self.harness
+    }
+}
+
+pub fn suite() -> Suite {
+    let soft = SoftDriver::unless_real();
+    bind(0);
+    let live = soft.is_some().then_some(soft_live_events as fn() -> u64);
+    let harness = Harness::new(
+        Box::new(Memset::new(64 << 20)),
+        Duration::from_nanos(500),
+        Capture {
+            begin: begin_capture,
+            end: end_capture,
+            status: capture_status,
+        },
+        live,
+    );
+    Suite {
+        harness,
+        _soft: soft,
+    }
+}
+
+/// A stream of the current context.
+pub fn stream() -> CudaStream {
+    Cuda::stream_create_non_blocking().unwrap()
+}
