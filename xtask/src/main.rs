@@ -43,6 +43,8 @@ enum Task {
 #[derive(Clone, Copy)]
 struct Backend {
     name: &'static str,
+    /// What the real driver is called, in a sentence.
+    driver: &'static str,
     package: &'static str,
     /// Library names the bindings try, in order.
     libraries: &'static [&'static str],
@@ -52,6 +54,7 @@ struct Backend {
 
 const CUDA: Backend = Backend {
     name: "cuda",
+    driver: "CUDA driver",
     package: "device-events-cuda",
     libraries: &["libcuda.so", "libcuda.so.1"],
     roots: &[],
@@ -59,6 +62,7 @@ const CUDA: Backend = Backend {
 
 const HIP: Backend = Backend {
     name: "hip",
+    driver: "HIP runtime (ROCm)",
     package: "device-events-hip",
     libraries: &["libamdhip64.so", "libamdhip64.so.1", "libamdhip64.so.0"],
     roots: &["ROCM_PATH", "HIP_PATH"],
@@ -243,9 +247,9 @@ fn test_backend(backend: Backend, soft: bool) -> Result<()> {
     } else {
         let Some(found) = find_real_driver(backend) else {
             bail!(
-                "no {} driver found on this machine ({} not loadable): \
+                "no {} found on this machine ({} not loadable): \
                  run `cargo xtask test-{name} --soft` to use the software driver",
-                name.to_uppercase(),
+                backend.driver,
                 backend.libraries.join(", ")
             );
         };

@@ -158,6 +158,39 @@ impl<A: EventApi> Harness<A> {
     }
 }
 
+/// A [`Harness`] on the driver under test, holding the software driver (when
+/// it is the one) for the test alone.
+pub struct Suite<A: EventApi> {
+    harness: Harness<A>,
+    _soft: Option<soft::Exclusive<'static>>,
+}
+
+impl<A: EventApi> Suite<A> {
+    /// Take the software driver unless the real one is under test
+    /// ([`soft::SoftDriver::unless_real`]), run `prepare` (bind a context,
+    /// say), then build the harness with `make`, which is told whether the
+    /// software driver's live-event count can be checked.
+    pub fn new(
+        prepare: impl FnOnce(),
+        make: impl FnOnce(Option<fn() -> u64>) -> Harness<A>,
+    ) -> Self {
+        let soft = soft::SoftDriver::unless_real();
+        prepare();
+        let live = soft.is_some().then_some(soft::live_events as fn() -> u64);
+        Self {
+            harness: make(live),
+            _soft: soft,
+        }
+    }
+}
+
+impl<A: EventApi> std::ops::Deref for Suite<A> {
+    type Target = Harness<A>;
+    fn deref(&self) -> &Harness<A> {
+        &self.harness
+    }
+}
+
 fn resolve(duration: ProfileDuration) -> ProfileTicks {
     pollster::block_on(duration.resolve()).expect("the window was read")
 }

@@ -211,3 +211,8 @@ impl SoftDriver {
         }
     }
 }
+
+/// Live events on the software driver; 0 when it is not loaded.
+pub fn live_events() -> u64 {
+    SoftDriver::get().map_or(0, |driver| driver.counts().events)
+}

@@ -6,8 +6,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use cudarc::driver::{result, sys};
-use device_events_conformance::soft::{Exclusive, SoftDriver};
-use device_events_conformance::{Capture, Harness, Workload};
+use device_events_conformance::{Capture, Harness, Suite, Workload};
 use device_events_core::{CaptureStatus, DriverError, EventApi};
 use device_events_cuda::{Cuda, CudaStream, driver_error};
 
@@ -98,42 +97,24 @@ fn capture_status(stream: CudaStream) -> Result<CaptureStatus, DriverError> {
     Cuda::capture_status(stream)
 }
 
-fn soft_live_events() -> u64 {
-    SoftDriver::get().unwrap().counts().events
-}
-
-/// A harness on the driver under test, holding the software driver (if it
-/// is the one) for this test alone.
-pub struct Suite {
-    harness: Harness<Cuda>,
-    _soft: Option<Exclusive<'static>>,
-}
-
-impl std::ops::Deref for Suite {
-    type Target = Harness<Cuda>;
-    fn deref(&self) -> &Harness<Cuda> {
-        &self.harness
-    }
-}
-
-pub fn suite() -> Suite {
-    let soft = SoftDriver::unless_real();
-    bind(0);
-    let live = soft.is_some().then_some(soft_live_events as fn() -> u64);
-    let harness = Harness::new(
-        Box::new(Memset::new(64 << 20)),
-        Duration::from_nanos(500),
-        Capture {
-            begin: begin_capture,
-            end: end_capture,
-            status: capture_status,
+pub fn suite() -> Suite<Cuda> {
+    Suite::new(
+        || {
+            bind(0);
         },
-        live,
-    );
-    Suite {
-        harness,
-        _soft: soft,
-    }
+        |live| {
+            Harness::new(
+                Box::new(Memset::new(64 << 20)),
+                Duration::from_nanos(500),
+                Capture {
+                    begin: begin_capture,
+                    end: end_capture,
+                    status: capture_status,
+                },
+                live,
+            )
+        },
+    )
 }
 
 /// A stream of the current context.

@@ -1,0 +1,344 @@
+//! The HIP backend of device-events: [`EventApi`] over the HIP runtime,
+//! through `cubecl-hip-sys`, with `libamdhip64` loaded at run time.
+//!
+//! Pick it with `device-events-core`: `EventFence<Hip>` and
+//! `EventProfiler<Hip>` are the types to use.
+//!
+//! ```
+//! use device_events_core::{EventApi, EventFence, EventProfiler};
+//! use device_events_hip::Hip;
+//!
+//! let (a, b) = (Hip::stream_create_non_blocking()?, Hip::stream_create_non_blocking()?);
+//! let mut profiler = EventProfiler::<Hip>::new();
+//!
+//! let window = profiler.start(a);
+//! // ... enqueue work on `a` ...
+//! let fence = EventFence::<Hip>::new(a);
+//! fence.wait_async(b)?; // `b` runs after `a`'s work; the host does not block
+//! let timing = profiler.stop(a, window)?;
+//!
+//! let ticks = pollster::block_on(timing.resolve()).expect("the window was read");
+//! println!("{:?} on the device", ticks.duration());
+//! # drop((fence, profiler));
+//! # Hip::stream_destroy(a)?;
+//! # Hip::stream_destroy(b)?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Runtime
+//!
+//! Minimum ROCm: 5.0. The crate calls only `hipInit`, `hipGetDevice`,
+//! `hipSetDevice`, `hipEventCreateWithFlags`, `hipEventRecord`,
+//! `hipEventSynchronize`, `hipEventElapsedTime`, `hipEventDestroy`,
+//! `hipStreamCreateWithFlags`, `hipStreamWaitEvent`, `hipStreamSynchronize`,
+//! `hipStreamDestroy`, `hipStreamIsCapturing` and `hipGetErrorName`, all in
+//! ROCm 5's runtime. Nothing of ROCm is built or linked at build time:
+//! `cubecl-hip-sys` opens `libamdhip64` and `libhiprtc` when first called
+//! (`$ROCM_PATH/lib`, `$HIP_PATH/lib`, then the loader's search), and this
+//! crate checks they load before any call, because the binding panics when
+//! they do not.
+//!
+//! Statuses cross the binding as plain integers, so a code newer than the
+//! bindings (ROCm 6 and 7 return 911–916) is reported, not undefined.
+//! `hipEventElapsedTime` has been seen to return negative values; they are
+//! clamped to zero, as [`EventApi::event_elapsed`] promises.
+//!
+//! # Graph capture
+//!
+//! Screen a stream with [`Hip::capture_status`] before profiling on it:
+//! inside a capture, records are graph nodes, not timestamps.
+
+use std::ffi::{CStr, c_int};
+use std::sync::OnceLock;
+
+use cubecl_hip_sys as sys;
+use device_events_core::driver::elapsed_from_ms;
+use device_events_core::profile::Duration;
+use device_events_core::{CaptureStatus, DriverError, ErrorKind, EventApi};
+
+/// The HIP backend.
+#[derive(Debug)]
+pub struct Hip;
+
+/// A HIP event with timing enabled, and the device it was created on.
+#[derive(Debug)]
+pub struct HipEvent {
+    raw: sys::hipEvent_t,
+    device: c_int,
+}
+
+// SAFETY: `hipEvent_t` is an opaque handle into the runtime, never
+// dereferenced here. The HIP runtime is thread-safe: an event may be
+// recorded, synchronized, timed and destroyed from any host thread, given its
+// device is current for the call, which every call here arranges by binding
+// `device`. No interior mutability; `event_destroy` takes `&mut`.
+unsafe impl Send for HipEvent {}
+// SAFETY: as for `Send`: `&self` methods only pass the handle to thread-safe
+// runtime calls.
+unsafe impl Sync for HipEvent {}
+
+impl HipEvent {
+    /// The raw event, for calls this crate does not wrap.
+    pub fn raw(&self) -> sys::hipEvent_t {
+        self.raw
+    }
+
+    /// The device the event was created on.
+    pub fn device(&self) -> c_int {
+        self.device
+    }
+}
+
+/// A HIP stream and its device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HipStream {
+    raw: sys::hipStream_t,
+    device: c_int,
+}
+
+// SAFETY: a `hipStream_t` is an opaque runtime handle, usable from any host
+// thread through the thread-safe runtime; this `Copy` value only carries it,
+// with its device, to the calls that use it.
+unsafe impl Send for HipStream {}
+
+impl HipStream {
+    /// A stream made elsewhere. The null stream is allowed: an event
+    /// recorded there waits for every stream of the device.
+    ///
+    /// # Safety
+    ///
+    /// `raw` is a live stream of `device` (or null) and stays live while this
+    /// value, or an event recorded through it, is in use.
+    pub unsafe fn from_raw(raw: sys::hipStream_t, device: c_int) -> Self {
+        Self { raw, device }
+    }
+
+    /// The raw stream.
+    pub fn raw(&self) -> sys::hipStream_t {
+        self.raw
+    }
+
+    /// The device the stream belongs to.
+    pub fn device(&self) -> c_int {
+        self.device
+    }
+}
+
+/// A HIP status as a [`DriverError`] naming `call`, classified; `Ok` for
+/// success. For code that mixes its own HIP calls with this crate's.
+///
+/// # Errors
+///
+/// The [`DriverError`] for any status but `hipSuccess`.
+pub fn check(call: &'static str, status: sys::hipError_t) -> Result<(), DriverError> {
+    if status == sys::HIP_SUCCESS {
+        return Ok(());
+    }
+    // SAFETY: the runtime is loaded (every caller got a status from it), and
+    // `hipGetErrorName` returns a static string for any code.
+    let name = unsafe {
+        let name = sys::hipGetErrorName(status);
+        (!name.is_null()).then(|| CStr::from_ptr(name).to_string_lossy().into_owned())
+    };
+    Err(DriverError::from_c_status(
+        Hip::BACKEND,
+        call,
+        i64::from(status),
+        name,
+    ))
+}
+
+/// Load the runtime and initialise it, once per process: the binding panics
+/// on the first call when the libraries are absent, so nothing reaches it
+/// before this.
+fn runtime() -> Result<(), DriverError> {
+    static RUNTIME: OnceLock<Result<(), DriverError>> = OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            if !sys::is_available() {
+                return Err(DriverError::refused(
+                    Hip::BACKEND,
+                    "hipInit",
+                    ErrorKind::NoDevice,
+                    "no HIP runtime found (libamdhip64.so and libhiprtc.so could not be loaded)",
+                ));
+            }
+            // SAFETY: the libraries are loaded; `hipInit` takes flags 0.
+            check("hipInit", unsafe { sys::hipInit(0) })
+        })
+        .clone()
+}
+
+/// The calling thread's current device.
+fn current() -> Result<c_int, DriverError> {
+    runtime()?;
+    let mut device = 0;
+    // SAFETY: `device` is writable.
+    check("hipGetDevice", unsafe { sys::hipGetDevice(&mut device) })?;
+    Ok(device)
+}
+
+/// Run `call` with `device` current, then restore the caller's device.
+fn on_device<T>(
+    device: c_int,
+    call: impl FnOnce() -> Result<T, DriverError>,
+) -> Result<T, DriverError> {
+    let previous = current()?;
+    if previous == device {
+        return call();
+    }
+    // SAFETY: `device` is the device a live event or stream was made on.
+    check("hipSetDevice", unsafe { sys::hipSetDevice(device) })?;
+    let outcome = call();
+    // SAFETY: `previous` was the current device a moment ago.
+    let restored = check("hipSetDevice", unsafe { sys::hipSetDevice(previous) });
+    match (outcome, restored) {
+        (outcome, Ok(())) => outcome,
+        (Ok(_), Err(err)) => Err(err),
+        (Err(err), Err(restore)) => {
+            log::error!(
+                "{}: could not restore the caller's device: {restore}",
+                Hip::BACKEND
+            );
+            Err(err)
+        }
+    }
+}
+
+impl Hip {
+    /// Whether `stream` is capturing a graph: screen a stream with this before
+    /// profiling on it.
+    ///
+    /// # Errors
+    ///
+    /// [`DriverError`] when the runtime is missing or refuses the query.
+    pub fn capture_status(stream: HipStream) -> Result<CaptureStatus, DriverError> {
+        runtime()?;
+        let mut status = 0;
+        // SAFETY: the stream is live; `status` is writable.
+        check("hipStreamIsCapturing", unsafe {
+            sys::hipStreamIsCapturing(stream.raw, &mut status)
+        })?;
+        Ok(match status {
+            sys::hipStreamCaptureStatus_hipStreamCaptureStatusNone => CaptureStatus::None,
+            sys::hipStreamCaptureStatus_hipStreamCaptureStatusActive => CaptureStatus::Active,
+            _ => CaptureStatus::Invalidated,
+        })
+    }
+
+    /// Whether a HIP runtime can be loaded and initialised here; never panics.
+    ///
+    /// # Errors
+    ///
+    /// A [`DriverError`] of kind [`ErrorKind::NoDevice`] when the libraries
+    /// are not found, or the runtime's own when `hipInit` fails.
+    pub fn probe() -> Result<(), DriverError> {
+        runtime()
+    }
+}
+
+impl EventApi for Hip {
+    type Event = HipEvent;
+    type Stream = HipStream;
+    const BACKEND: &'static str = "hip";
+
+    fn event_create() -> Result<HipEvent, DriverError> {
+        let device = current()?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: `raw` is writable; `hipEventDefault` keeps timing enabled.
+        check("hipEventCreateWithFlags", unsafe {
+            sys::hipEventCreateWithFlags(&mut raw, sys::hipEventDefault)
+        })?;
+        Ok(HipEvent { raw, device })
+    }
+
+    fn event_destroy(event: &mut HipEvent) -> Result<(), DriverError> {
+        let raw = std::mem::replace(&mut event.raw, std::ptr::null_mut());
+        on_device(event.device, || {
+            // SAFETY: `raw` was created by `event_create` and, swapped out
+            // above, is destroyed exactly once.
+            check("hipEventDestroy", unsafe { sys::hipEventDestroy(raw) })
+        })
+    }
+
+    fn event_record(event: &HipEvent, stream: HipStream) -> Result<(), DriverError> {
+        if event.device != stream.device {
+            return Err(DriverError::refused(
+                Self::BACKEND,
+                "hipEventRecord",
+                ErrorKind::Other,
+                "the event and the stream belong to different devices",
+            ));
+        }
+        runtime()?;
+        // SAFETY: both handles are live and of one device.
+        check("hipEventRecord", unsafe {
+            sys::hipEventRecord(event.raw, stream.raw)
+        })
+    }
+
+    fn event_wait(event: &HipEvent) -> Result<(), DriverError> {
+        on_device(event.device, || {
+            // SAFETY: the event is live until `event_destroy`.
+            check("hipEventSynchronize", unsafe {
+                sys::hipEventSynchronize(event.raw)
+            })
+        })
+    }
+
+    fn event_elapsed(start: &HipEvent, end: &HipEvent) -> Result<Duration, DriverError> {
+        const CALL: &str = "hipEventElapsedTime";
+        if start.device != end.device {
+            return Err(DriverError::refused(
+                Self::BACKEND,
+                CALL,
+                ErrorKind::Other,
+                "elapsed time across devices is undefined",
+            ));
+        }
+        let mut ms = 0.0f32;
+        on_device(start.device, || {
+            // SAFETY: both events are live and of one device; `ms` is writable.
+            check(CALL, unsafe {
+                sys::hipEventElapsedTime(&mut ms, start.raw, end.raw)
+            })
+        })?;
+        elapsed_from_ms(Self::BACKEND, CALL, ms)
+    }
+
+    fn stream_wait_event(stream: HipStream, event: &HipEvent) -> Result<(), DriverError> {
+        runtime()?;
+        // SAFETY: both handles are live; flags 0 is the default wait.
+        check("hipStreamWaitEvent", unsafe {
+            sys::hipStreamWaitEvent(stream.raw, event.raw, 0)
+        })
+    }
+
+    fn stream_synchronize(stream: HipStream) -> Result<(), DriverError> {
+        runtime()?;
+        // SAFETY: the stream is live, by `HipStream`'s contract.
+        check("hipStreamSynchronize", unsafe {
+            sys::hipStreamSynchronize(stream.raw)
+        })
+    }
+
+    fn stream_create_non_blocking() -> Result<HipStream, DriverError> {
+        let device = current()?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: `raw` is writable.
+        check("hipStreamCreateWithFlags", unsafe {
+            sys::hipStreamCreateWithFlags(&mut raw, sys::hipStreamNonBlocking)
+        })?;
+        Ok(HipStream { raw, device })
+    }
+
+    fn stream_destroy(stream: HipStream) -> Result<(), DriverError> {
+        on_device(stream.device, || {
+            // SAFETY: made by `stream_create_non_blocking`; its owner
+            // destroys it once.
+            check("hipStreamDestroy", unsafe {
+                sys::hipStreamDestroy(stream.raw)
+            })
+        })
+    }
+}

@@ -1,0 +1,136 @@
+//! The HIP backend on the software driver alone: what needs its control API
+//! or two devices.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use device_events_conformance::soft::SoftDriver;
+use device_events_core::{ErrorKind, EventApi, EventFence, EventProfiler};
+use device_events_hip::Hip;
+use support::{bind, stream};
+
+#[test]
+fn a_status_becomes_a_driver_error_with_call_code_name_and_class() {
+    let soft = SoftDriver::exclusive();
+    bind(0);
+    let s = stream();
+    let fence = EventFence::<Hip>::new(s);
+    assert!(soft.fail_call("hipEventSynchronize", 1, 719));
+    let err = fence.wait_sync().unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "hip: hipEventSynchronize failed: hipErrorLaunchFailure (719)"
+    );
+    assert_eq!(err.kind(), ErrorKind::DevicePoisoned);
+    assert!(soft.fail_call("hipEventRecord", 1, 907));
+    assert_eq!(
+        EventFence::<Hip>::new(s).wait_sync().unwrap_err().kind(),
+        ErrorKind::Capture
+    );
+    drop(fence);
+    Hip::stream_destroy(s).unwrap();
+}
+
+#[test]
+fn only_the_documented_symbols_are_called() {
+    let soft = SoftDriver::exclusive();
+    bind(0);
+    soft.reset();
+    let s = stream();
+    let mut profiler = EventProfiler::<Hip>::new();
+    let token = profiler.start(s);
+    let fence = EventFence::<Hip>::new(s);
+    fence.wait_async(s).unwrap();
+    let timing = profiler.stop(s, token).unwrap();
+    pollster::block_on(timing.resolve()).unwrap();
+    fence.wait_sync().unwrap();
+    Hip::capture_status(s).unwrap();
+    drop((fence, profiler));
+    Hip::stream_destroy(s).unwrap();
+    let documented = [
+        "hipInit",
+        "hipGetDevice",
+        "hipSetDevice",
+        "hipEventCreateWithFlags",
+        "hipEventRecord",
+        "hipEventSynchronize",
+        "hipEventElapsedTime",
+        "hipEventDestroy",
+        "hipStreamCreateWithFlags",
+        "hipStreamWaitEvent",
+        "hipStreamSynchronize",
+        "hipStreamDestroy",
+        "hipStreamIsCapturing",
+        "hipGetErrorName",
+    ];
+    let called = soft.called();
+    assert!(called.len() >= 10, "{called:?}");
+    for name in &called {
+        assert!(
+            documented.contains(&name.as_str()),
+            "{name} is not in the crate docs' list"
+        );
+    }
+}
+
+#[test]
+fn an_event_is_bound_to_its_device_and_the_callers_restored() {
+    let _soft = SoftDriver::exclusive();
+    bind(0);
+    let s = stream();
+    let (start, end) = (Hip::event_create().unwrap(), Hip::event_create().unwrap());
+    Hip::event_record(&start, s).unwrap();
+    Hip::event_record(&end, s).unwrap();
+    let after = std::thread::spawn(move || {
+        bind(1);
+        let (mut start, mut end) = (start, end);
+        Hip::event_wait(&end).unwrap();
+        Hip::event_elapsed(&start, &end).unwrap();
+        Hip::event_destroy(&mut start).unwrap();
+        Hip::event_destroy(&mut end).unwrap();
+        Hip::stream_create_non_blocking().unwrap()
+    })
+    .join()
+    .unwrap();
+    assert_eq!(after.device(), 1, "the caller's device is current again");
+    Hip::stream_destroy(after).unwrap();
+    Hip::stream_destroy(s).unwrap();
+}
+
+#[test]
+fn recording_on_another_devices_stream_is_refused_before_the_runtime() {
+    let soft = SoftDriver::exclusive();
+    bind(1);
+    let foreign = stream();
+    bind(0);
+    let mut event = Hip::event_create().unwrap();
+    soft.reset();
+    let err = Hip::event_record(&event, foreign).unwrap_err();
+    assert!(err.to_string().contains("different devices"), "{err}");
+    assert!(!soft.called().contains(&"hipEventRecord".to_owned()));
+    Hip::event_destroy(&mut event).unwrap();
+    Hip::stream_destroy(foreign).unwrap();
+}
+
+#[test]
+fn a_fence_and_a_profiler_leak_nothing() {
+    let soft = SoftDriver::exclusive();
+    bind(0);
+    let before = soft.counts();
+    let s = stream();
+    {
+        let mut profiler = EventProfiler::<Hip>::new();
+        let _abandoned = profiler.start(s);
+        let inner = profiler.start(s);
+        let fence = EventFence::<Hip>::new(s);
+        let inner = profiler.stop(s, inner).unwrap();
+        drop(fence);
+        pollster::block_on(inner.resolve()).unwrap();
+    }
+    Hip::stream_destroy(s).unwrap();
+    let after = soft.counts();
+    assert_eq!(
+        (after.events, after.streams, after.bad_releases),
+        (before.events, before.streams, before.bad_releases)
+    );
+}

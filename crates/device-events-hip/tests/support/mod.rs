@@ -1,0 +1,104 @@
+//! Shared by the HIP backend's test suites: the memset workload and the
+//! conformance harness on whichever runtime is under test.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::ffi::c_void;
+use std::time::Duration;
+
+use cubecl_hip_sys as sys;
+use device_events_conformance::{Capture, Harness, Suite, Workload};
+use device_events_core::{CaptureStatus, DriverError, EventApi};
+use device_events_hip::{Hip, HipStream, check};
+
+/// Make `device` current on this thread.
+pub fn bind(device: i32) {
+    Hip::probe().expect("a HIP runtime");
+    // SAFETY: the runtime is loaded.
+    check("hipSetDevice", unsafe { sys::hipSetDevice(device) }).unwrap();
+}
+
+/// Memsets of a device buffer: work of a size the harness chooses.
+pub struct Memset {
+    ptr: *mut c_void,
+    bytes: usize,
+}
+
+impl Memset {
+    pub fn new(bytes: usize) -> Self {
+        let mut ptr = std::ptr::null_mut();
+        // SAFETY: `ptr` is writable; freed in `Drop`.
+        check("hipMalloc", unsafe { sys::hipMalloc(&mut ptr, bytes) }).unwrap();
+        Self { ptr, bytes }
+    }
+}
+
+impl Workload<Hip> for Memset {
+    fn enqueue_bytes(&self, stream: HipStream, bytes: usize) -> Result<(), DriverError> {
+        // SAFETY: `bytes` is clamped to the buffer; the stream is live.
+        check("hipMemsetAsync", unsafe {
+            sys::hipMemsetAsync(self.ptr, 0, bytes.min(self.bytes), stream.raw())
+        })
+    }
+    fn max_bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+impl Drop for Memset {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new`, freed once here.
+        let _ = unsafe { sys::hipFree(self.ptr) };
+    }
+}
+
+fn begin_capture(stream: HipStream) -> Result<(), DriverError> {
+    // SAFETY: the stream is live.
+    check("hipStreamBeginCapture", unsafe {
+        sys::hipStreamBeginCapture(
+            stream.raw(),
+            sys::hipStreamCaptureMode_hipStreamCaptureModeRelaxed,
+        )
+    })
+}
+
+fn end_capture(stream: HipStream) -> Result<(), DriverError> {
+    let mut graph = std::ptr::null_mut();
+    // SAFETY: the stream is live; a graph it returns is destroyed once here.
+    unsafe {
+        check(
+            "hipStreamEndCapture",
+            sys::hipStreamEndCapture(stream.raw(), &mut graph),
+        )?;
+        if !graph.is_null() {
+            check("hipGraphDestroy", sys::hipGraphDestroy(graph))?;
+        }
+    }
+    Ok(())
+}
+
+fn capture_status(stream: HipStream) -> Result<CaptureStatus, DriverError> {
+    Hip::capture_status(stream)
+}
+
+pub fn suite() -> Suite<Hip> {
+    Suite::new(
+        || bind(0),
+        |live| {
+            Harness::new(
+                Box::new(Memset::new(64 << 20)),
+                Duration::from_micros(1),
+                Capture {
+                    begin: begin_capture,
+                    end: end_capture,
+                    status: capture_status,
+                },
+                live,
+            )
+        },
+    )
+}
+
+/// A stream of the current device.
+pub fn stream() -> HipStream {
+    Hip::stream_create_non_blocking().unwrap()
+}
