@@ -124,7 +124,7 @@ fn test() -> Result<()> {
             "warnings",
         ]),
     )?;
-    let soft = soft_driver("debug")?;
+    let soft = soft_driver("release")?;
     let mut tests = cargo();
     tests.args(["test", "--workspace"]);
     for backend in [CUDA, HIP] {
@@ -241,7 +241,7 @@ fn test_backend(backend: Backend, soft: bool) -> Result<()> {
     let mut cmd = cargo();
     cmd.args(["test", "--package", backend.package]);
     if soft {
-        let dir = soft_driver("debug")?;
+        let dir = soft_driver("release")?;
         soft_env(&mut cmd, &dir);
         run(&format!("{name} tests on the software driver"), &mut cmd)
     } else {

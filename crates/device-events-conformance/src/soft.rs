@@ -193,6 +193,41 @@ impl SoftDriver {
         (unsafe { f(event as *mut c_void, &mut ns) } == 0).then_some(ns)
     }
 
+    /// The address of the event most recently recorded, by either ABI.
+    pub fn last_recorded_event(&self) -> usize {
+        type F = unsafe extern "C" fn() -> *mut c_void;
+        // SAFETY: takes nothing, reads the driver's own state.
+        self.symbol::<F>(b"soft_driver_last_recorded_event\0")
+            .map_or(0, |f| unsafe { f() } as usize)
+    }
+
+    /// The driver's host clock as an [`std::time::Instant`]: the offset
+    /// between the two, read with the tightest of a few brackets. Both are
+    /// the monotonic clock, so the offset holds for the process's life.
+    pub fn host_instant(&self, ns: u64) -> std::time::Instant {
+        type F = unsafe extern "C" fn() -> u64;
+        let now = std::time::Instant::now();
+        let Some(read) = self.symbol::<F>(b"soft_driver_host_now_ns\0") else {
+            return now;
+        };
+        let mut best = (std::time::Duration::MAX, now, 0);
+        for _ in 0..64 {
+            let before = std::time::Instant::now();
+            // SAFETY: takes nothing, reads a clock.
+            let reading = unsafe { read() };
+            let width = before.elapsed();
+            if width < best.0 {
+                best = (width, before + width / 2, reading);
+            }
+        }
+        let (_, at, reading) = best;
+        if ns >= reading {
+            at + std::time::Duration::from_nanos(ns - reading)
+        } else {
+            at - std::time::Duration::from_nanos(reading - ns)
+        }
+    }
+
     /// Set the device clock's offset from the host clock and its drift.
     pub fn set_clock(&self, offset_ns: i64, drift_ppm: f64) {
         type F = unsafe extern "C" fn(i64, f64);

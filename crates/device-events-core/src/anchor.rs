@@ -25,65 +25,118 @@ use crate::pool::{EventPool, PooledEvent};
 /// A device event together with where it sits on the host clock.
 pub(crate) struct Anchor<A: EventApi> {
     event: PooledEvent<A>,
-    /// Midpoint of the tightest bracket: the best estimate of when the device
-    /// reached `event`, on the host clock.
-    instant: Instant,
+    /// Midpoint of the tightest bracket, as measured.
+    measured: Instant,
     /// Half-width of that bracket.
     uncertainty: Duration,
+    /// Best estimate of when the device reached `event`, on the host clock:
+    /// the measured midpoint, or the drift fit's value there once the fit
+    /// is trusted.
+    instant: Instant,
+    /// Host time per unit of device time (1 / the device clock's rate).
+    scale: f64,
+    /// Device time since the start of the anchor chain, in nanoseconds.
+    chain_ns: f64,
+    /// Refresh once older than this: shorter while the drift is unknown.
+    max_age: Duration,
 }
 
-impl<A: EventApi> Anchor<A> {
+/// One calibration: the anchor event and its tightest host bracket.
+pub(crate) struct Bracket<A: EventApi> {
+    pub(crate) event: PooledEvent<A>,
+    pub(crate) before: Instant,
+    pub(crate) width: Duration,
+}
+
+impl<A: EventApi> Bracket<A> {
     /// Record and wait for an anchor event `samples` times on `stream`,
     /// keeping the reading with the tightest host bracket.
-    pub(crate) fn calibrate(
+    pub(crate) fn take(
         pool: &Arc<EventPool<A>>,
         stream: A::Stream,
         samples: usize,
         clock: fn() -> Instant,
     ) -> Result<Self, DriverError> {
-        let mut best: Option<(PooledEvent<A>, Instant, Duration)> = None;
+        let mut best: Option<Self> = None;
         for _ in 0..samples.max(1) {
             let event = pool.take()?;
             let before = clock();
             A::event_record(event.raw(), stream)?;
             A::event_wait(event.raw())?;
             let width = clock().saturating_duration_since(before);
-            if best.as_ref().is_none_or(|(_, _, best)| width < *best) {
+            if best.as_ref().is_none_or(|best| width < best.width) {
                 // The previous best, if any, goes back to the pool here.
-                best = Some((event, before, width));
+                best = Some(Self {
+                    event,
+                    before,
+                    width,
+                });
             }
         }
-        let (event, before, width) = best.ok_or_else(|| {
+        best.ok_or_else(|| {
             DriverError::refused(
                 A::BACKEND,
                 "anchor calibration",
                 crate::ErrorKind::Other,
                 "no sample taken",
             )
-        })?;
-        Ok(Self {
-            event,
-            instant: before + width / 2,
-            uncertainty: width / 2,
         })
+    }
+
+    pub(crate) fn midpoint(&self) -> Instant {
+        self.before + self.width / 2
+    }
+}
+
+impl<A: EventApi> Anchor<A> {
+    pub(crate) fn new(
+        bracket: Bracket<A>,
+        instant: Instant,
+        scale: f64,
+        chain_ns: f64,
+        max_age: Duration,
+    ) -> Self {
+        Self {
+            measured: bracket.midpoint(),
+            uncertainty: bracket.width / 2,
+            event: bracket.event,
+            instant,
+            scale,
+            chain_ns,
+            max_age,
+        }
     }
 
     pub(crate) fn event(&self) -> &A::Event {
         self.event.raw()
     }
 
-    /// The host-clock instant at which the device reached the anchor.
-    pub(crate) fn instant(&self) -> Instant {
-        self.instant
+    /// When the anchor was measured, on the host clock.
+    pub(crate) fn measured(&self) -> Instant {
+        self.measured
     }
 
-    /// How far [`instant`](Self::instant) can be from the truth.
+    /// How far the measurement can be from the truth.
     pub(crate) fn uncertainty(&self) -> Duration {
         self.uncertainty
     }
 
+    pub(crate) fn chain_ns(&self) -> f64 {
+        self.chain_ns
+    }
+
+    /// Whether the anchor is older than its bound at `now`.
+    pub(crate) fn stale(&self, now: Instant) -> bool {
+        now.saturating_duration_since(self.measured) > self.max_age
+    }
+
+    /// Host duration of a device duration, at the device clock's rate.
+    pub(crate) fn to_host(&self, device: Duration) -> Duration {
+        device.mul_f64(self.scale)
+    }
+
     /// Host-clock instant of a device point `offset` after the anchor.
     pub(crate) fn place(&self, offset: Duration) -> Instant {
-        self.instant + offset
+        self.instant + self.to_host(offset)
     }
 }

@@ -35,6 +35,7 @@
 
 mod anchor;
 mod api;
+mod drift;
 pub mod driver;
 mod event;
 mod fence;

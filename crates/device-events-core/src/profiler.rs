@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use cubecl_common::profile::{Duration, Instant, ProfileDuration, ProfileTicks};
 
 use crate::EventApi;
-use crate::anchor::Anchor;
+use crate::anchor::{Anchor, Bracket};
+use crate::drift::{DriftFit, MAX_GAP};
 use crate::driver::DriverError;
 use crate::event::OwnedStream;
 use crate::pool::{EventPool, PooledEvent};
@@ -110,6 +111,7 @@ pub struct EventProfiler<A: EventApi> {
     open: usize,
     anchor: Option<Arc<Anchor<A>>>,
     anchor_stream: Option<OwnedStream<A>>,
+    fit: DriftFit,
     pool: Arc<EventPool<A>>,
 }
 
@@ -151,6 +153,7 @@ impl<A: EventApi> EventProfiler<A> {
             open: 0,
             anchor: None,
             anchor_stream: None,
+            fit: DriftFit::new(),
             pool: EventPool::new(config.max_idle_events),
         }
     }
@@ -270,7 +273,7 @@ impl<A: EventApi> EventProfiler<A> {
     fn fresh_anchor(&mut self) -> Result<Arc<Anchor<A>>, DriverError> {
         let now = (self.config.host_clock)();
         if let Some(anchor) = &self.anchor
-            && now.saturating_duration_since(anchor.instant()) <= self.config.anchor_max_age
+            && !anchor.stale(now)
         {
             return Ok(Arc::clone(anchor));
         }
@@ -293,24 +296,65 @@ impl<A: EventApi> EventProfiler<A> {
         }
     }
 
-    /// A new anchor on the private stream; a stream made here for it is
-    /// released again if the anchor cannot be taken.
+    /// A new anchor on the private stream, placed by the drift fit; a
+    /// stream made here for it is released again if it cannot be taken.
     fn calibrate(&mut self) -> Result<Anchor<A>, DriverError> {
         let made_stream = self.anchor_stream.is_none();
         let stream = match &self.anchor_stream {
             Some(stream) => stream.raw(),
             None => self.anchor_stream.insert(OwnedStream::create()?).raw(),
         };
-        let anchor = Anchor::calibrate(
+        let bracket = Bracket::take(
             &self.pool,
             stream,
             self.config.calibration_samples,
             self.config.host_clock,
+        )
+        .inspect_err(|_| {
+            if made_stream {
+                self.anchor_stream = None;
+            }
+        })?;
+        let chain_ns = self.chain_position(&bracket);
+        let placement = self.fit.admit(
+            bracket.midpoint(),
+            bracket.width / 2,
+            chain_ns,
+            self.config.anchor_max_age,
         );
-        if anchor.is_err() && made_stream {
-            self.anchor_stream = None;
+        Ok(Anchor::new(
+            bracket,
+            placement.instant,
+            placement.scale,
+            chain_ns,
+            placement.max_age,
+        ))
+    }
+
+    /// Device time from the start of the anchor chain to `bracket`'s event,
+    /// read from the previous anchor; a new chain when there is none to read
+    /// from.
+    fn chain_position(&mut self, bracket: &Bracket<A>) -> f64 {
+        let Some(previous) = &self.anchor else {
+            self.fit.restart();
+            return 0.0;
+        };
+        if bracket
+            .midpoint()
+            .saturating_duration_since(previous.measured())
+            > MAX_GAP
+        {
+            self.fit.restart();
+            return 0.0;
         }
-        anchor
+        match A::event_elapsed(previous.event(), bracket.event.raw()) {
+            Ok(step) => previous.chain_ns() + step.as_nanos() as f64,
+            Err(err) => {
+                log::warn!("{}: drift estimate restarted: {err}", A::BACKEND);
+                self.fit.restart();
+                0.0
+            }
+        }
     }
 
     fn take(&mut self, token: ProfileToken) -> Result<Window<A>, ProfileError> {
@@ -356,5 +400,8 @@ fn read_window<A: EventApi>(
     let offset = A::event_elapsed(anchor.event(), start.raw())?;
     let span = A::event_elapsed(start.raw(), end.raw())?;
     let begin = anchor.place(offset);
-    Ok(ProfileTicks::from_start_end(begin, begin + span))
+    Ok(ProfileTicks::from_start_end(
+        begin,
+        begin + anchor.to_host(span),
+    ))
 }

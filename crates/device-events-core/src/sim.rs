@@ -10,7 +10,7 @@
 //! [`Sim::exclusive`] first so that they do not count each other's calls.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
 
 use cubecl_common::profile::{Duration, Instant};
@@ -63,6 +63,8 @@ static STATE: LazyLock<Mutex<State>> = LazyLock::new(|| Mutex::new(State::defaul
 static EXCLUSIVE: Mutex<()> = Mutex::new(());
 static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
 static SKEW_NANOS: AtomicU64 = AtomicU64::new(0);
+/// How much faster the device clock runs, in parts per billion.
+static DRIFT_PPB: AtomicI64 = AtomicI64::new(0);
 
 fn state() -> MutexGuard<'static, State> {
     STATE.lock().unwrap_or_else(PoisonError::into_inner)
@@ -73,13 +75,30 @@ fn to_nanos(duration: Duration) -> u64 {
 }
 
 fn device_now() -> u64 {
-    to_nanos(Sim::host_now().saturating_duration_since(*EPOCH))
+    device_at(to_nanos(Sim::host_now().saturating_duration_since(*EPOCH)))
+}
+
+fn drift() -> f64 {
+    DRIFT_PPB.load(Ordering::Relaxed) as f64 * 1e-9
+}
+
+/// The device clock at host time `host_ns` since the epoch.
+fn device_at(host_ns: u64) -> u64 {
+    (host_ns as f64 * (1.0 + drift())) as u64
+}
+
+/// The host time since the epoch at device time `device_ns`.
+fn host_at(device_ns: u64) -> u64 {
+    (device_ns as f64 / (1.0 + drift())).round() as u64
 }
 
 /// Sleep until the device clock reaches `target`.
 fn wait_until(target: u64) {
-    let now = device_now();
-    if target > now {
+    loop {
+        let now = device_now();
+        if target <= now {
+            return;
+        }
         std::thread::sleep(Duration::from_nanos(target - now));
     }
 }
@@ -111,6 +130,7 @@ impl Sim {
     pub fn exclusive() -> SimGuard {
         let lock = EXCLUSIVE.lock().unwrap_or_else(PoisonError::into_inner);
         *state() = State::default();
+        DRIFT_PPB.store(0, Ordering::Relaxed);
         SimGuard { _lock: lock }
     }
 
@@ -124,6 +144,12 @@ impl Sim {
     /// Jump the host and device clocks forward together, e.g. by an hour.
     pub fn advance_clock(by: Duration) {
         SKEW_NANOS.fetch_add(to_nanos(by), Ordering::Relaxed);
+    }
+
+    /// Make the device clock run `ppm` parts per million faster than the
+    /// host's, from now on (reset by [`exclusive`](Self::exclusive)).
+    pub fn set_drift_ppm(ppm: f64) {
+        DRIFT_PPB.store((ppm * 1000.0).round() as i64, Ordering::Relaxed);
     }
 
     /// Queue device work on `stream` that takes `duration` once reached.
@@ -163,7 +189,7 @@ impl Sim {
     pub fn last_record_instant() -> Option<Instant> {
         state()
             .last_record
-            .map(|nanos| *EPOCH + Duration::from_nanos(nanos))
+            .map(|nanos| *EPOCH + Duration::from_nanos(host_at(nanos)))
     }
 
     /// Count a call, and fail it if it is the one chosen.

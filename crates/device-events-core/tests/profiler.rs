@@ -415,3 +415,34 @@ fn profiler_is_send_and_its_futures_send_and_static() {
     let future = profiler.stop(s, token).unwrap().into_future();
     assert_send_static(&future);
 }
+
+#[test]
+fn placement_holds_on_a_device_clock_drifting_100_ppm_for_a_minute() {
+    let _sim = setup();
+    Sim::set_drift_ppm(100.0);
+    let s = stream();
+    let mut profiler = on_sim_clock();
+    let mut errors = Vec::new();
+    let mut calls_late = 0;
+    for i in 0..8000 {
+        if i == 7000 {
+            calls_late = Sim::counts().calls;
+        }
+        Sim::advance_clock(Duration::from_micros(7500));
+        let token = profiler.start(s);
+        let truth = Sim::last_record_instant().unwrap();
+        let ticks = resolve(profiler.stop(s, token).unwrap()).unwrap();
+        let epoch = truth - Duration::from_secs(1);
+        errors.push(distance(epoch + start_of(&ticks, epoch), truth));
+    }
+    // The last 1000 windows (7.5 s) took a record, a record, two waits and
+    // two readings each; what is left over is anchoring. Once the drift is
+    // known, an anchor a second is enough: not a hundred.
+    let anchoring = Sim::counts().calls - calls_late - 6 * 1000;
+    assert!(anchoring <= 10 * 11, "{} calls spent anchoring", anchoring);
+    errors.sort();
+    let (median, worst) = (errors[errors.len() / 2], errors[errors.len() - 1]);
+    eprintln!("placement error: median {median:?}, worst {worst:?}");
+    assert!(median <= Duration::from_micros(2), "median {median:?}");
+    assert!(worst <= Duration::from_micros(10), "worst {worst:?}");
+}

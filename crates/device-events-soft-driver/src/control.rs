@@ -174,6 +174,13 @@ pub unsafe extern "C" fn soft_driver_event_truth_ns(event: *mut c_void, out: *mu
     }
 }
 
+/// The handle of the event most recently recorded, by either ABI: how a test
+/// finds the event a library recorded for it, to read its truth.
+#[unsafe(no_mangle)]
+pub extern "C" fn soft_driver_last_recorded_event() -> *mut c_void {
+    ENGINE.last_recorded() as usize as *mut c_void
+}
+
 /// The driver's host clock: nanoseconds of the monotonic clock since it loaded.
 #[unsafe(no_mangle)]
 pub extern "C" fn soft_driver_host_now_ns() -> u64 {

@@ -80,6 +80,7 @@ struct State {
     allocations: HashMap<u64, (usize, u64)>,
     graphs: HashSet<u64>,
     bad_releases: u64,
+    last_recorded: u64,
 }
 
 /// What the device holds now.
@@ -194,7 +195,27 @@ impl Engine {
         ev.captured = false;
         ev.recorded += 1;
         let generation = ev.recorded;
-        enqueue(&mut state, stream, Op::Record { event, generation })
+        state.last_recorded = event;
+        let idle = state
+            .streams
+            .get(&stream)
+            .is_some_and(|s| s.completed == s.enqueued);
+        if !idle {
+            return enqueue(&mut state, stream, Op::Record { event, generation });
+        }
+        // An idle stream reaches the event at once, as a device front-end
+        // does within microseconds: stamped here, with no worker hand-off.
+        if let Some(ev) = state.events.get_mut(&event) {
+            stamp(ev, generation);
+        }
+        drop(state);
+        self.changed.notify_all();
+        Ok(())
+    }
+
+    /// The event most recently recorded, by any stream.
+    pub(crate) fn last_recorded(&self) -> u64 {
+        self.lock().last_recorded
     }
 
     pub(crate) fn event_query(&self, event: u64) -> Outcome<()> {
@@ -524,6 +545,16 @@ fn spawn_stream(state: &mut State, device: usize, blocking: bool, internal: bool
     id
 }
 
+/// The device reaches `ev`'s record of `generation` now.
+fn stamp(ev: &mut Event, generation: u64) {
+    if ev.reached < generation {
+        let (host, device) = clock::now();
+        ev.stamp = device;
+        ev.host_stamp = host;
+        ev.reached = generation;
+    }
+}
+
 /// One operation, on the stream's worker thread.
 fn run(stream: u64, op: Op) {
     let engine = &*ENGINE;
@@ -531,13 +562,8 @@ fn run(stream: u64, op: Op) {
         Op::Busy(duration) => busy(duration),
         Op::Record { event, generation } => {
             let mut state = engine.lock();
-            if let Some(ev) = state.events.get_mut(&event)
-                && ev.reached < generation
-            {
-                let (host, device) = clock::now();
-                ev.stamp = device;
-                ev.host_stamp = host;
-                ev.reached = generation;
+            if let Some(ev) = state.events.get_mut(&event) {
+                stamp(ev, generation);
             }
         }
         Op::WaitEvent { event, generation } => {

@@ -1,0 +1,150 @@
+//! The device clock's rate and offset, estimated from successive anchors.
+//!
+//! Refreshing the anchor alone leaves the drift between device and host
+//! clocks in every placement: at 100 ppm a window one second from its anchor
+//! lands 100 µs off. As Tracy's calibration does, the anchors are treated as
+//! samples of one line, host time against device time, and a least-squares
+//! fit over the recent ones gives the rate (placing a window `offset` after
+//! its anchor at `offset × host/device`) and smooths each anchor's position,
+//! averaging away the scatter of single brackets.
+//!
+//! Device time between anchors is read as `elapsed(previous, new)`, under a
+//! second apart, so each step is exact to the `f32` reading. A gap too long
+//! for that (the profiler idle for minutes) starts the chain afresh.
+//!
+//! Until the fit's rate is known better than a crystal's ±100 ppm, it is not
+//! used, and the anchor is refreshed often enough that the drift it could
+//! hide stays under [`TARGET`]; as the chain lengthens, the refresh period
+//! grows to the configured bound.
+
+use std::collections::VecDeque;
+
+use cubecl_common::profile::{Duration, Instant};
+
+/// The placement error drift is allowed to add between refreshes.
+pub(crate) const TARGET: Duration = Duration::from_micros(1);
+/// The rate uncertainty assumed before any is measured: a crystal's spread.
+const PRIOR: f64 = 1e-4;
+/// Shortest refresh period, so a profiler never spends its time anchoring.
+const MIN_AGE: Duration = Duration::from_millis(5);
+/// Anchors further apart than this start a new chain: an `f32` reading of
+/// the gap would lose more than the fit can gain.
+pub(crate) const MAX_GAP: Duration = Duration::from_secs(10);
+/// Anchors kept for the fit.
+const KEEP: usize = 32;
+
+/// One anchor as a point of the line: host time against device time.
+#[derive(Clone, Copy)]
+struct Point {
+    host_ns: f64,
+    device_ns: f64,
+    half_width_ns: f64,
+}
+
+/// The fitted line through recent anchors.
+pub(crate) struct DriftFit {
+    base: Option<Instant>,
+    points: VecDeque<Point>,
+}
+
+/// Where a new anchor sits, by the fit.
+pub(crate) struct Placement {
+    pub(crate) instant: Instant,
+    /// Host time per unit of device time.
+    pub(crate) scale: f64,
+    pub(crate) max_age: Duration,
+}
+
+impl DriftFit {
+    pub(crate) fn new() -> Self {
+        Self {
+            base: None,
+            points: VecDeque::with_capacity(KEEP),
+        }
+    }
+
+    /// Forget every anchor: the next one starts a chain.
+    pub(crate) fn restart(&mut self) {
+        self.base = None;
+        self.points.clear();
+    }
+
+    /// Add an anchor measured at `measured` (± `half_width`) at `device_ns`
+    /// along the chain, and place it.
+    pub(crate) fn admit(
+        &mut self,
+        measured: Instant,
+        half_width: Duration,
+        device_ns: f64,
+        max_age: Duration,
+    ) -> Placement {
+        let base = *self.base.get_or_insert(measured);
+        if self.points.len() == KEEP {
+            self.points.pop_front();
+        }
+        self.points.push_back(Point {
+            host_ns: measured.saturating_duration_since(base).as_nanos() as f64,
+            device_ns,
+            half_width_ns: half_width.as_nanos() as f64,
+        });
+        let fallback = Placement {
+            instant: measured,
+            scale: 1.0,
+            max_age: age_for(PRIOR).min(max_age),
+        };
+        let Some((offset, scale, uncertainty)) = self.line() else {
+            return fallback;
+        };
+        if uncertainty >= PRIOR || !(0.5..2.0).contains(&scale) {
+            return fallback;
+        }
+        let host_ns = offset + scale * device_ns;
+        if !host_ns.is_finite() || host_ns < 0.0 {
+            return fallback;
+        }
+        Placement {
+            instant: base + Duration::from_nanos(host_ns as u64),
+            scale,
+            max_age: age_for(uncertainty).min(max_age),
+        }
+    }
+
+    /// Least squares `host = offset + scale × device`, with the scale's
+    /// uncertainty bounded by the widest bracket over the chain's span.
+    fn line(&self) -> Option<(f64, f64, f64)> {
+        let n = self.points.len();
+        if n < 3 {
+            return None;
+        }
+        let count = n as f64;
+        let mean_d = self.points.iter().map(|p| p.device_ns).sum::<f64>() / count;
+        let mean_h = self.points.iter().map(|p| p.host_ns).sum::<f64>() / count;
+        let (mut var, mut cov) = (0.0, 0.0);
+        for p in &self.points {
+            var += (p.device_ns - mean_d).powi(2);
+            cov += (p.device_ns - mean_d) * (p.host_ns - mean_h);
+        }
+        if var <= 0.0 {
+            return None;
+        }
+        let scale = cov / var;
+        let offset = mean_h - scale * mean_d;
+        let span = self.points.back()?.device_ns - self.points.front()?.device_ns;
+        let widest = self
+            .points
+            .iter()
+            .map(|p| p.half_width_ns)
+            .fold(0.0, f64::max);
+        // Two end points each off by up to their half-width, over the span:
+        // a bound, not the (smaller) statistical error of the fit.
+        let uncertainty = 2.0 * widest.max(1.0) / span.max(1.0);
+        Some((offset, scale, uncertainty))
+    }
+}
+
+/// Refresh period for which a rate uncertain by `uncertainty` hides no more
+/// than [`TARGET`] of drift.
+fn age_for(uncertainty: f64) -> Duration {
+    let seconds = TARGET.as_secs_f64() / uncertainty.max(1e-12);
+    Duration::from_secs_f64(seconds.min(3600.0)).max(MIN_AGE)
+}
