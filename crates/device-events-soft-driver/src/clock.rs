@@ -7,7 +7,7 @@
 
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// `SOFT_DRIVER_BANDWIDTH_GBPS`: memset speed in GB/s (default 10).
 pub const BANDWIDTH_VAR: &str = "SOFT_DRIVER_BANDWIDTH_GBPS";
@@ -65,24 +65,19 @@ pub(crate) fn host_now_ns() -> u64 {
     u64::try_from(BASE.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
-fn device_at(host_ns: u64) -> i128 {
+/// The device clock at host time `host_ns`.
+pub(crate) fn device_at(host_ns: u64) -> i128 {
     let settings = &*SETTINGS;
     let drift = i128::from(settings.drift_ppt.load(Ordering::Relaxed));
     let host = i128::from(host_ns);
     host + host * drift / 1_000_000_000_000 + i128::from(settings.offset_ns.load(Ordering::Relaxed))
 }
 
-/// The host and device clocks, read together.
-pub(crate) fn now() -> (u64, i128) {
-    let host = host_now_ns();
-    (host, device_at(host))
-}
-
-/// How long a memset of `bytes` occupies its stream.
-pub(crate) fn transfer_time(bytes: usize) -> Duration {
+/// Nanoseconds a memset of `bytes` occupies its stream.
+pub(crate) fn transfer_time(bytes: usize) -> u64 {
     let rate = SETTINGS.bytes_per_second.load(Ordering::Relaxed).max(1);
     let nanos = (bytes as u128 * 1_000_000_000) / u128::from(rate);
-    Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+    u64::try_from(nanos).unwrap_or(u64::MAX)
 }
 
 pub(crate) fn set_clock(offset_ns: i64, drift_ppm: f64) {

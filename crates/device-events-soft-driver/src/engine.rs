@@ -1,11 +1,19 @@
 //! The device both ABIs drive: streams that run their work in order on worker
 //! threads, in real host time, and events the device stamps as it reaches
 //! them.
+//!
+//! Each stream keeps its schedule: the host-clock instant its queued work
+//! will have drained. An operation is timed against that schedule when it is
+//! queued (work starts when the stream is free, an event is stamped when the
+//! work before it is done, a wait moves the stream past the awaited point),
+//! and its worker carries it out at that instant. A worker the host's
+//! scheduler runs late delays only when the host *sees* completion, as a
+//! GPU's interrupt latency does, never the device's timestamps.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::mpsc::{Sender, channel};
 use std::sync::{Condvar, LazyLock, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::clock;
 
@@ -36,6 +44,8 @@ struct Event {
     recorded: u64,
     /// Generation of the last record the device reached.
     reached: u64,
+    /// Host-clock nanoseconds at which the last queued record falls due.
+    due: u64,
     /// Device-clock stamp of the last reached record.
     stamp: i128,
     /// Host-clock nanoseconds at that stamp: the ground truth tests read.
@@ -58,15 +68,27 @@ struct Stream {
     /// A per-device null stream, made on first use; not counted as live.
     internal: bool,
     queue: Sender<Op>,
+    /// Host-clock nanoseconds at which the work queued so far is done.
+    schedule: u64,
     enqueued: u64,
     completed: u64,
     capture: Capture,
 }
 
+/// An operation, with the host-clock nanoseconds at which it is done.
 enum Op {
-    Busy(Duration),
-    Record { event: u64, generation: u64 },
-    WaitEvent { event: u64, generation: u64 },
+    Busy {
+        until: u64,
+    },
+    Record {
+        event: u64,
+        generation: u64,
+        at: u64,
+    },
+    WaitEvent {
+        event: u64,
+        generation: u64,
+    },
     WaitStreams(Vec<(u64, u64)>),
 }
 
@@ -196,21 +218,34 @@ impl Engine {
         ev.recorded += 1;
         let generation = ev.recorded;
         state.last_recorded = event;
-        let idle = state
-            .streams
-            .get(&stream)
-            .is_some_and(|s| s.completed == s.enqueued);
-        if !idle {
-            return enqueue(&mut state, stream, Op::Record { event, generation });
-        }
-        // An idle stream reaches the event at once, as a device front-end
-        // does within microseconds: stamped here, with no worker hand-off.
+        let now = clock::host_now_ns();
+        let (idle, at) = match state.streams.get(&stream) {
+            Some(s) => (s.completed == s.enqueued, s.schedule.max(now)),
+            None => return Err(Fault::InvalidHandle),
+        };
         if let Some(ev) = state.events.get_mut(&event) {
-            stamp(ev, generation);
+            ev.due = at;
+            if idle {
+                // An idle stream reaches the event at once, as a device
+                // front-end does within microseconds: no worker hand-off.
+                stamp(ev, generation, at);
+            }
         }
-        drop(state);
-        self.changed.notify_all();
-        Ok(())
+        if idle {
+            drop(state);
+            self.changed.notify_all();
+            return Ok(());
+        }
+        enqueue(
+            &mut state,
+            stream,
+            at,
+            Op::Record {
+                event,
+                generation,
+                at,
+            },
+        )
     }
 
     /// The event most recently recorded, by any stream.
@@ -322,8 +357,8 @@ impl Engine {
         if ev.recorded == 0 {
             return Ok(());
         }
-        let generation = ev.recorded;
-        enqueue(&mut state, stream, Op::WaitEvent { event, generation })
+        let (generation, due) = (ev.recorded, ev.due);
+        enqueue(&mut state, stream, due, Op::WaitEvent { event, generation })
     }
 
     pub(crate) fn stream_synchronize(&self, stream: StreamRef) -> Outcome<()> {
@@ -457,7 +492,15 @@ impl Engine {
         match capture {
             Capture::Active => Ok(()),
             Capture::Invalidated => Err(Fault::CaptureInvalidated),
-            Capture::None => enqueue(&mut state, stream, Op::Busy(clock::transfer_time(bytes))),
+            Capture::None => {
+                let now = clock::host_now_ns();
+                let start = state
+                    .streams
+                    .get(&stream)
+                    .map_or(now, |s| s.schedule.max(now));
+                let until = start.saturating_add(clock::transfer_time(bytes));
+                enqueue(&mut state, stream, until, Op::Busy { until })
+            }
         }
     }
 }
@@ -490,16 +533,23 @@ fn resolve(state: &mut State, stream: StreamRef) -> Outcome<u64> {
                 .map(|(other, s)| (*other, s.enqueued))
                 .collect();
             if !targets.is_empty() {
-                enqueue(state, id, Op::WaitStreams(targets))?;
+                let due = targets
+                    .iter()
+                    .filter_map(|(other, _)| state.streams.get(other).map(|s| s.schedule))
+                    .max()
+                    .unwrap_or(0);
+                enqueue(state, id, due, Op::WaitStreams(targets))?;
             }
             Ok(id)
         }
     }
 }
 
-fn enqueue(state: &mut State, stream: u64, op: Op) -> Outcome<()> {
+/// Queue `op` on `stream`, whose schedule then runs at least to `done`.
+fn enqueue(state: &mut State, stream: u64, done: u64, op: Op) -> Outcome<()> {
     let s = state.streams.get_mut(&stream).ok_or(Fault::InvalidHandle)?;
     s.queue.send(op).map_err(|_| Fault::InvalidHandle)?;
+    s.schedule = s.schedule.max(done);
     s.enqueued += 1;
     Ok(())
 }
@@ -520,6 +570,7 @@ fn spawn_stream(state: &mut State, device: usize, blocking: bool, internal: bool
             blocking,
             internal,
             queue,
+            schedule: 0,
             enqueued: 0,
             completed: 0,
             capture: Capture::None,
@@ -545,12 +596,11 @@ fn spawn_stream(state: &mut State, device: usize, blocking: bool, internal: bool
     id
 }
 
-/// The device reaches `ev`'s record of `generation` now.
-fn stamp(ev: &mut Event, generation: u64) {
+/// The device reached `ev`'s record of `generation` at host time `at`.
+fn stamp(ev: &mut Event, generation: u64, at: u64) {
     if ev.reached < generation {
-        let (host, device) = clock::now();
-        ev.stamp = device;
-        ev.host_stamp = host;
+        ev.stamp = clock::device_at(at);
+        ev.host_stamp = at;
         ev.reached = generation;
     }
 }
@@ -559,11 +609,16 @@ fn stamp(ev: &mut Event, generation: u64) {
 fn run(stream: u64, op: Op) {
     let engine = &*ENGINE;
     match op {
-        Op::Busy(duration) => busy(duration),
-        Op::Record { event, generation } => {
+        Op::Busy { until } => busy_until(until),
+        Op::Record {
+            event,
+            generation,
+            at,
+        } => {
+            busy_until(at);
             let mut state = engine.lock();
             if let Some(ev) = state.events.get_mut(&event) {
-                stamp(ev, generation);
+                stamp(ev, generation, at);
             }
         }
         Op::WaitEvent { event, generation } => {
@@ -583,14 +638,14 @@ fn run(stream: u64, op: Op) {
     engine.changed.notify_all();
 }
 
-/// Occupy the stream for `duration` of host time: sleep the bulk, spin the
+/// Occupy the stream until host time `until`: sleep the bulk, spin the
 /// tail, so that short work is not stretched by the scheduler's granularity.
-fn busy(duration: Duration) {
-    let until = Instant::now() + duration;
-    if let Some(bulk) = duration.checked_sub(Duration::from_micros(200)) {
-        std::thread::sleep(bulk);
+fn busy_until(until: u64) {
+    let left = until.saturating_sub(clock::host_now_ns());
+    if left > 200_000 {
+        std::thread::sleep(Duration::from_nanos(left - 200_000));
     }
-    while Instant::now() < until {
+    while clock::host_now_ns() < until {
         std::hint::spin_loop();
     }
 }
