@@ -124,6 +124,7 @@ fn test() -> Result<()> {
             "warnings",
         ]),
     )?;
+    ensure_svg_renderer()?;
     let soft = soft_driver("release")?;
     let mut tests = cargo();
     tests.args(["test", "--workspace"]);
@@ -148,6 +149,28 @@ fn test() -> Result<()> {
             .env("RUSTDOCFLAGS", "-D warnings"),
     )?;
     Ok(())
+}
+
+/// The demo's test renders its SVG with `rsvg-convert`: install Debian's
+/// `librsvg2-bin` when it is missing.
+fn ensure_svg_renderer() -> Result<()> {
+    let found = Command::new("rsvg-convert")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if found {
+        return Ok(());
+    }
+    run(
+        "apt-get update",
+        Command::new("apt-get").args(["update", "-qq"]),
+    )?;
+    run(
+        "install librsvg2-bin (rsvg-convert)",
+        Command::new("apt-get")
+            .args(["install", "-y", "-qq", "librsvg2-bin"])
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+    )
 }
 
 fn package_exists(backend: Backend) -> bool {
@@ -375,17 +398,29 @@ echo "$passed passed, $failed failed"
     )
 }
 
+/// The main job, on the best device here: the real CUDA driver, else the
+/// real HIP runtime, else the software driver.
 fn demo() -> Result<()> {
-    run(
-        "core example",
-        cargo().args([
-            "run",
-            "-p",
-            "device-events-core",
-            "--features",
-            "sim",
-            "--example",
-            "pipeline",
-        ]),
-    )
+    let mut cmd = cargo();
+    cmd.args([
+        "run",
+        "--quiet",
+        "--release",
+        "--package",
+        "device-events-demo",
+        "--",
+    ]);
+    if let Some(found) = find_real_driver(CUDA) {
+        eprintln!("xtask: CUDA driver: {found}");
+        cmd.args(["--backend", "cuda"]);
+    } else if let Some(found) = find_real_driver(HIP) {
+        eprintln!("xtask: HIP runtime: {found}");
+        cmd.args(["--backend", "hip"]);
+    } else {
+        let dir = soft_driver("release")?;
+        soft_env(&mut cmd, &dir);
+        cmd.args(["--backend", "cuda", "--soft"]);
+    }
+    cmd.arg("--out").arg(root().join("target").join("demo"));
+    run("demo", &mut cmd)
 }

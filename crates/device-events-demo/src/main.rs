@@ -1,0 +1,178 @@
+//! The main job: a small, realistic pipeline on two non-blocking streams,
+//! profiled step by step and stage by stage, with the host's own spans,
+//! printed as a table and written as a Chrome trace and an SVG timeline.
+//!
+//! `cargo xtask demo` picks the device: the real CUDA driver, else the real
+//! HIP runtime, else the software driver.
+
+mod device;
+
+use std::error::Error;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use device::Device;
+use device_events_core::profile::{Instant, ProfileDuration};
+use device_events_core::{EventFence, EventProfiler};
+use device_events_trace::{Trace, TrackId};
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Backend {
+    Cuda,
+    Hip,
+}
+
+#[derive(Parser)]
+#[command(about = "A profiled two-stream pipeline")]
+struct Args {
+    /// Which backend to drive.
+    #[arg(long, value_enum, default_value = "cuda")]
+    backend: Backend,
+    /// The backend's driver is the software driver (said on the first line).
+    #[arg(long)]
+    soft: bool,
+    /// Where the trace and the timeline go.
+    #[arg(long, default_value = "target/demo")]
+    out: PathBuf,
+    /// Pipeline iterations.
+    #[arg(long, default_value_t = 8)]
+    steps: usize,
+}
+
+fn main() {
+    let args = Args::parse();
+    let outcome = match args.backend {
+        Backend::Cuda => run::<device_events_cuda::Cuda>(&args),
+        Backend::Hip => run::<device_events_hip::Hip>(&args),
+    };
+    if let Err(err) = outcome {
+        eprintln!("demo: {err}");
+        std::process::exit(1);
+    }
+}
+
+/// A resolved window, for the table and the trace.
+struct Row {
+    label: &'static str,
+    track: TrackId,
+    timing: ProfileDuration,
+    uncertainty: Duration,
+}
+
+fn run<D: Device>(args: &Args) -> Result<(), Box<dyn Error>> {
+    let name = D::open()?;
+    if args.soft {
+        println!(
+            "device: software driver, no GPU found (through the {} backend)",
+            D::BACKEND
+        );
+    } else {
+        println!("device: {name} ({})", D::BACKEND);
+    }
+    let (a, b) = (
+        D::stream_create_non_blocking()?,
+        D::stream_create_non_blocking()?,
+    );
+    let buffer = D::buffer(64 << 20)?;
+    let mut trace = Trace::new();
+    let host = trace.host_track("host: main thread");
+    let steps = trace.device_track("pipeline steps");
+    let (track_a, track_b) = (
+        trace.device_track("stream A"),
+        trace.device_track("stream B"),
+    );
+    let mut profiler = EventProfiler::<D>::new();
+    let mut rows = Vec::new();
+    let uncertainty = |p: &EventProfiler<D>| p.anchor_uncertainty().unwrap_or_default();
+
+    for _ in 0..args.steps {
+        let enqueue = Instant::now();
+        let step = profiler.start(a);
+        let load = profiler.start(a);
+        D::work(a, &buffer, 16 << 20)?;
+        let load = profiler.stop(a, load)?;
+        let produce = profiler.start(a);
+        D::work(a, &buffer, 32 << 20)?;
+        let produce = profiler.stop(a, produce)?;
+        let handoff = EventFence::<D>::new(a);
+        handoff.wait_async(b)?;
+        let consume = profiler.start(b);
+        D::work(b, &buffer, 24 << 20)?;
+        let consume = profiler.stop(b, consume)?;
+        let step = profiler.stop(b, step)?;
+        let u = uncertainty(&profiler);
+        trace.host_span(host, "enqueue", enqueue, Instant::now());
+        rows.extend([
+            Row {
+                label: "step",
+                track: steps,
+                timing: step,
+                uncertainty: u,
+            },
+            Row {
+                label: "load",
+                track: track_a,
+                timing: load,
+                uncertainty: u,
+            },
+            Row {
+                label: "produce",
+                track: track_a,
+                timing: produce,
+                uncertainty: u,
+            },
+            Row {
+                label: "consume",
+                track: track_b,
+                timing: consume,
+                uncertainty: u,
+            },
+        ]);
+        let wait = Instant::now();
+        EventFence::<D>::new(b).wait_sync()?;
+        trace.host_span(host, "wait", wait, Instant::now());
+    }
+
+    println!(
+        "{:<8} {:>14} {:>18} {:>12}",
+        "window", "device (µs)", "start (µs)", "anchor ± (µs)"
+    );
+    // Starts are shown from the first window's, on the host clock.
+    let reference = Instant::now()
+        .checked_sub(Duration::from_secs(3600))
+        .unwrap_or_else(Instant::now);
+    let mut first = None;
+    for row in rows {
+        let Some(ticks) = pollster::block_on(row.timing.resolve()) else {
+            println!("{:<8} {:>14}", row.label, "unreadable");
+            continue;
+        };
+        let start = ticks.start_duration_since(reference);
+        let first = *first.get_or_insert(start);
+        println!(
+            "{:<8} {:>14.1} {:>18.1} {:>12.2}",
+            row.label,
+            ticks.duration().as_secs_f64() * 1e6,
+            start.saturating_sub(first).as_secs_f64() * 1e6,
+            row.uncertainty.as_secs_f64() * 1e6
+        );
+        trace.span(row.track, row.label, &ticks);
+    }
+    drop(profiler);
+    D::stream_destroy(a)?;
+    D::stream_destroy(b)?;
+    drop(buffer);
+
+    std::fs::create_dir_all(&args.out)?;
+    let json = args.out.join("trace.json");
+    trace.write_chrome_json(std::io::BufWriter::new(std::fs::File::create(&json)?))?;
+    let svg = args.out.join("timeline.svg");
+    std::fs::write(&svg, trace.to_svg())?;
+    println!(
+        "wrote {} (open in Perfetto or chrome://tracing) and {}",
+        json.display(),
+        svg.display()
+    );
+    Ok(())
+}

@@ -1,0 +1,135 @@
+//! The demo as a user runs it, on the software driver: what it prints, the
+//! trace's structure, and the timeline drawn by a real SVG renderer.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+/// Run the demo once into a fresh folder; its stdout.
+fn run_demo(out: &Path) -> String {
+    assert!(
+        std::env::var_os("SOFT_DRIVER_LIB").is_some(),
+        "run through `cargo xtask test`, which points the loaders at the software driver"
+    );
+    let output = Command::new(env!("CARGO_BIN_EXE_device-events-demo"))
+        .args(["--backend", "cuda", "--soft", "--steps", "4", "--out"])
+        .arg(out)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+fn out_dir(name: &str) -> std::path::PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+#[test]
+fn it_names_the_software_driver_and_prints_the_table() {
+    let out = out_dir("table");
+    let stdout = run_demo(&out);
+    let mut lines = stdout.lines();
+    assert!(
+        lines
+            .next()
+            .unwrap()
+            .contains("software driver, no GPU found"),
+        "{stdout}"
+    );
+    assert!(lines.next().unwrap().contains("anchor"), "{stdout}");
+    let rows = stdout
+        .lines()
+        .filter(|l| {
+            ["step", "load", "produce", "consume"]
+                .iter()
+                .any(|w| l.starts_with(w))
+        })
+        .count();
+    assert_eq!(rows, 16, "{stdout}");
+    assert!(out.join("trace.json").exists() && out.join("timeline.svg").exists());
+}
+
+#[test]
+fn the_trace_has_complete_spans_on_three_tracks_with_stages_inside_steps() {
+    let out = out_dir("trace");
+    run_demo(&out);
+    let trace: Value =
+        serde_json::from_slice(&std::fs::read(out.join("trace.json")).unwrap()).unwrap();
+    let events = trace["traceEvents"].as_array().unwrap();
+    let spans: Vec<&Value> = events.iter().filter(|e| e["ph"] == "X").collect();
+    for span in &spans {
+        for field in ["ph", "ts", "dur", "pid", "tid", "name"] {
+            assert!(!span[field].is_null(), "{field} missing from {span}");
+        }
+    }
+    let tracks = events.iter().filter(|e| e["name"] == "thread_name").count();
+    assert!(tracks >= 3, "{tracks} tracks");
+    let device_tids: std::collections::HashSet<_> = spans
+        .iter()
+        .filter(|s| s["cat"] == "device")
+        .map(|s| s["tid"].as_u64())
+        .collect();
+    assert!(device_tids.len() >= 3, "steps, stream A and stream B");
+
+    let interval = |s: &Value| {
+        let ts = s["ts"].as_f64().unwrap();
+        (ts, ts + s["dur"].as_f64().unwrap())
+    };
+    let mut steps: Vec<_> = spans
+        .iter()
+        .filter(|s| s["name"] == "step")
+        .map(|s| interval(s))
+        .collect();
+    steps.sort_by(|a, b| a.0.total_cmp(&b.0));
+    assert_eq!(steps.len(), 4);
+    let stages: Vec<_> = spans
+        .iter()
+        .filter(|s| ["load", "produce", "consume"].contains(&s["name"].as_str().unwrap()))
+        .map(|s| interval(s))
+        .collect();
+    assert_eq!(stages.len(), 12);
+    // 1 µs of slack: the driver's resolution and the f32 rounding of offsets.
+    for (start, end) in stages {
+        let inside = steps
+            .iter()
+            .filter(|(s, e)| *s - 1.0 <= start && end <= *e + 1.0)
+            .count();
+        assert_eq!(inside, 1, "stage {start}..{end} lies in {inside} steps");
+    }
+}
+
+#[test]
+fn the_timeline_is_drawn_by_a_real_svg_renderer() {
+    let out = out_dir("svg");
+    run_demo(&out);
+    let png = out.join("timeline.png");
+    let status = Command::new("rsvg-convert")
+        .arg("-o")
+        .arg(&png)
+        .arg(out.join("timeline.svg"))
+        .status()
+        .expect("rsvg-convert (Debian's librsvg2-bin; `cargo xtask test` installs it)");
+    assert!(status.success());
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&png).unwrap()));
+    let mut reader = decoder.read_info().unwrap();
+    let mut pixels = vec![0; reader.output_buffer_size().unwrap()];
+    let frame = reader.next_frame(&mut pixels).unwrap();
+    assert!(
+        frame.width >= 1000 && frame.height >= 100,
+        "{}x{}",
+        frame.width,
+        frame.height
+    );
+    let bytes = frame.color_type.samples();
+    let colours: std::collections::HashSet<&[u8]> =
+        pixels[..frame.buffer_size()].chunks(bytes).collect();
+    assert!(colours.len() > 8, "only {} colours drawn", colours.len());
+}

@@ -1,0 +1,237 @@
+//! Labelled device windows and host spans on one clock, written as a Chrome
+//! trace-event file (opened by Perfetto and `chrome://tracing`) and as a
+//! self-contained SVG timeline.
+//!
+//! Windows come in as the [`ProfileTicks`] an `EventProfiler` resolves to,
+//! already on the host clock, so device tracks and host tracks line up with
+//! no further conversion. Labels are `&'static str`: recording a span costs
+//! no allocation beyond the trace's own vector growing.
+//!
+//! ```
+//! use device_events_core::profile::{Instant, ProfileTicks};
+//! use device_events_trace::Trace;
+//! use std::time::Duration;
+//!
+//! let mut trace = Trace::new();
+//! let stream = trace.device_track("stream A");
+//! let host = trace.host_track("main thread");
+//! let t0 = Instant::now();
+//! trace.host_span(host, "enqueue", t0, t0 + Duration::from_micros(40));
+//! let window = ProfileTicks::from_start_end(t0 + Duration::from_micros(50), t0 + Duration::from_micros(350));
+//! trace.span(stream, "matmul", &window);
+//!
+//! let json = trace.to_chrome_json();
+//! assert_eq!(json["traceEvents"].as_array().map(|e| e.iter().filter(|e| e["ph"] == "X").count()), Some(2));
+//! assert!(trace.to_svg().starts_with("<svg"));
+//! ```
+
+mod svg;
+
+use std::borrow::Cow;
+use std::io::Write;
+
+use device_events_core::profile::{Duration, Instant, ProfileTicks};
+use serde::Serialize;
+
+/// A row of the timeline: a device stream or a host thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TrackId(usize);
+
+/// Which process a track belongs to in the trace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TrackKind {
+    /// A host thread.
+    Host,
+    /// A device stream.
+    Device,
+}
+
+#[derive(Clone, Debug)]
+struct Track {
+    name: Cow<'static, str>,
+    kind: TrackKind,
+}
+
+/// One span: a label on a track, from `start` to `end`, in nanoseconds from
+/// the trace's reference instant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Span {
+    /// The track it is drawn on.
+    pub track: TrackId,
+    /// What it was.
+    pub label: &'static str,
+    /// Start, ns after the reference.
+    pub start_ns: u64,
+    /// End, ns after the reference.
+    pub end_ns: u64,
+}
+
+/// Spans on tracks, on the host clock.
+#[derive(Clone, Debug)]
+pub struct Trace {
+    reference: Instant,
+    tracks: Vec<Track>,
+    spans: Vec<Span>,
+}
+
+impl Default for Trace {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A Chrome trace event, as the format's documentation names its fields.
+#[derive(Serialize)]
+struct Event<'a> {
+    name: &'a str,
+    ph: &'static str,
+    pid: u32,
+    tid: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cat: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ts: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dur: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    args: Option<serde_json::Value>,
+}
+
+const HOST_PID: u32 = 1;
+const DEVICE_PID: u32 = 2;
+
+impl Trace {
+    /// An empty trace. Spans may start up to an hour before this call.
+    pub fn new() -> Self {
+        let now = Instant::now();
+        Self {
+            reference: now.checked_sub(Duration::from_secs(3600)).unwrap_or(now),
+            tracks: Vec::new(),
+            spans: Vec::new(),
+        }
+    }
+
+    /// A track for a device stream.
+    pub fn device_track(&mut self, name: impl Into<Cow<'static, str>>) -> TrackId {
+        self.track(name.into(), TrackKind::Device)
+    }
+
+    /// A track for a host thread.
+    pub fn host_track(&mut self, name: impl Into<Cow<'static, str>>) -> TrackId {
+        self.track(name.into(), TrackKind::Host)
+    }
+
+    fn track(&mut self, name: Cow<'static, str>, kind: TrackKind) -> TrackId {
+        self.tracks.push(Track { name, kind });
+        TrackId(self.tracks.len() - 1)
+    }
+
+    /// A device window, as its profiler placed it on the host clock.
+    pub fn span(&mut self, track: TrackId, label: &'static str, ticks: &ProfileTicks) {
+        let start = ticks.start_duration_since(self.reference);
+        let end = ticks.end_duration_since(self.reference);
+        self.push(track, label, start, end);
+    }
+
+    /// A host span from `start` to `end`.
+    pub fn host_span(&mut self, track: TrackId, label: &'static str, start: Instant, end: Instant) {
+        let start = start.saturating_duration_since(self.reference);
+        let end = end.saturating_duration_since(self.reference);
+        self.push(track, label, start, end);
+    }
+
+    fn push(&mut self, track: TrackId, label: &'static str, start: Duration, end: Duration) {
+        let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.spans.push(Span {
+            track,
+            label,
+            start_ns: ns(start),
+            end_ns: ns(end).max(ns(start)),
+        });
+    }
+
+    /// The spans recorded so far.
+    pub fn spans(&self) -> &[Span] {
+        &self.spans
+    }
+
+    /// A track's name and kind, if it exists.
+    pub fn track_info(&self, track: TrackId) -> Option<(&str, TrackKind)> {
+        self.tracks.get(track.0).map(|t| (t.name.as_ref(), t.kind))
+    }
+
+    /// The earliest span's start: time zero of both outputs.
+    fn epoch_ns(&self) -> u64 {
+        self.spans.iter().map(|s| s.start_ns).min().unwrap_or(0)
+    }
+
+    fn ids(&self, track: TrackId) -> (u32, u32) {
+        let pid = match self.tracks.get(track.0).map(|t| t.kind) {
+            Some(TrackKind::Device) => DEVICE_PID,
+            _ => HOST_PID,
+        };
+        (pid, u32::try_from(track.0 + 1).unwrap_or(u32::MAX))
+    }
+
+    /// The trace as Chrome trace-event JSON: one complete (`"X"`) event per
+    /// span with `ts` and `dur` in microseconds, and metadata naming the host
+    /// and device processes and each track.
+    pub fn to_chrome_json(&self) -> serde_json::Value {
+        let epoch = self.epoch_ns();
+        let mut events = Vec::with_capacity(self.spans.len() + self.tracks.len() + 2);
+        for (pid, name) in [(HOST_PID, "host"), (DEVICE_PID, "device")] {
+            events.push(Event {
+                name: "process_name",
+                ph: "M",
+                pid,
+                tid: 0,
+                cat: None,
+                ts: None,
+                dur: None,
+                args: Some(serde_json::json!({ "name": name })),
+            });
+        }
+        for (index, track) in self.tracks.iter().enumerate() {
+            let (pid, tid) = self.ids(TrackId(index));
+            events.push(Event {
+                name: "thread_name",
+                ph: "M",
+                pid,
+                tid,
+                cat: None,
+                ts: None,
+                dur: None,
+                args: Some(serde_json::json!({ "name": track.name })),
+            });
+        }
+        for span in &self.spans {
+            let (pid, tid) = self.ids(span.track);
+            events.push(Event {
+                name: span.label,
+                ph: "X",
+                pid,
+                tid,
+                cat: Some(if pid == DEVICE_PID { "device" } else { "host" }),
+                ts: Some((span.start_ns - epoch) as f64 / 1e3),
+                dur: Some((span.end_ns - span.start_ns) as f64 / 1e3),
+                args: None,
+            });
+        }
+        serde_json::json!({ "traceEvents": events, "displayTimeUnit": "ns" })
+    }
+
+    /// Write [`to_chrome_json`](Self::to_chrome_json) to `out`.
+    ///
+    /// # Errors
+    ///
+    /// The writer's.
+    pub fn write_chrome_json(&self, out: impl Write) -> std::io::Result<()> {
+        serde_json::to_writer_pretty(out, &self.to_chrome_json()).map_err(std::io::Error::from)
+    }
+
+    /// The trace as a self-contained SVG timeline: a row per track, a box
+    /// per span with its label and duration as a tooltip, a time axis.
+    pub fn to_svg(&self) -> String {
+        svg::render(self)
+    }
+}
