@@ -12,6 +12,7 @@
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod soft;
+pub mod sweep;
 
 use std::sync::mpsc;
 use std::time::{Duration, Instant};

@@ -135,6 +135,19 @@ impl SoftDriver {
         unsafe { f(name.as_ptr(), nth, status) == 0 }
     }
 
+    /// How many times `function` was called since the last reset.
+    pub fn call_count(&self, function: &str) -> u64 {
+        type F = unsafe extern "C" fn(*const c_char) -> u64;
+        let (Some(f), Ok(name)) = (
+            self.symbol::<F>(b"soft_driver_call_count\0"),
+            CString::new(function),
+        ) else {
+            return 0;
+        };
+        // SAFETY: `name` is a live NUL-terminated string.
+        unsafe { f(name.as_ptr()) }
+    }
+
     /// Forget injections and call counts.
     pub fn reset(&self) {
         type F = unsafe extern "C" fn();

@@ -232,7 +232,10 @@ impl<A: EventApi> EventProfiler<A> {
     /// [`ProfileError::ForeignToken`] and [`ProfileError::StaleToken`], as for
     /// [`stop`](Self::stop).
     pub fn abandon(&mut self, token: ProfileToken) -> Result<(), ProfileError> {
-        self.take(token).map(drop)
+        if let Err(err) = self.take(token)? {
+            log::warn!("{}: abandoned a window that had failed: {err}", A::BACKEND);
+        }
+        Ok(())
     }
 
     /// Mark every open window failed with `error`: each one's `stop` returns
@@ -241,6 +244,11 @@ impl<A: EventApi> EventProfiler<A> {
     pub fn fail_open_windows(&mut self, error: &DriverError) {
         for slot in &mut self.slots {
             if let Some(window) = &mut slot.window {
+                if let Err(earlier) = window
+                    && earlier != error
+                {
+                    log::warn!("{}: a failed window failed again: {earlier}", A::BACKEND);
+                }
                 *window = Err(error.clone());
             }
         }
@@ -376,6 +384,18 @@ impl<A: EventApi> EventProfiler<A> {
     fn note_fault(&mut self, err: &DriverError) {
         if err.is_device_poisoned() {
             self.fail_open_windows(err);
+        }
+    }
+}
+
+impl<A: EventApi> Drop for EventProfiler<A> {
+    /// Windows still open go back to the pool; an error one of them holds
+    /// would otherwise reach no one, so it is logged.
+    fn drop(&mut self) {
+        for slot in &mut self.slots {
+            if let Some(Err(err)) = slot.window.take() {
+                log::warn!("{}: dropped with a failed window open: {err}", A::BACKEND);
+            }
         }
     }
 }

@@ -192,17 +192,33 @@ fn current_or_refuse(call: &'static str) -> Result<sys::CUcontext, DriverError> 
 }
 
 /// Run `call` with `ctx` current, then restore the caller's context.
+///
+/// If the context cannot be bound, `call` runs unbound, the failure logged:
+/// a release must happen whatever the binding does, and the driver may well
+/// take the call.
 fn in_context<T>(
     ctx: sys::CUcontext,
     call: impl FnOnce() -> Result<T, DriverError>,
 ) -> Result<T, DriverError> {
-    if current()? == Some(ctx) {
+    driver()?;
+    let unbound = |err: DriverError, call: Box<dyn FnOnce() -> Result<T, DriverError> + '_>| {
+        log::warn!(
+            "{}: calling without binding the handle's context: {err}",
+            Cuda::BACKEND
+        );
+        call()
+    };
+    let current = match current() {
+        Ok(current) => current,
+        Err(err) => return unbound(err, Box::new(call)),
+    };
+    if current == Some(ctx) {
         return call();
     }
     // SAFETY: `ctx` is the context a live event or stream was made in.
-    unsafe { sys::cuCtxPushCurrent_v2(ctx) }
-        .result()
-        .map_err(|e| driver_error("cuCtxPushCurrent_v2", e))?;
+    if let Err(err) = unsafe { sys::cuCtxPushCurrent_v2(ctx) }.result() {
+        return unbound(driver_error("cuCtxPushCurrent_v2", err), Box::new(call));
+    }
     let outcome = call();
     let mut popped = std::ptr::null_mut();
     // SAFETY: pops the context pushed above; `popped` is writable.

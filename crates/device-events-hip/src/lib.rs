@@ -179,16 +179,32 @@ fn current() -> Result<c_int, DriverError> {
 }
 
 /// Run `call` with `device` current, then restore the caller's device.
+///
+/// If the device cannot be bound, `call` runs unbound, the failure logged:
+/// a release must happen whatever the binding does.
 fn on_device<T>(
     device: c_int,
     call: impl FnOnce() -> Result<T, DriverError>,
 ) -> Result<T, DriverError> {
-    let previous = current()?;
+    runtime()?;
+    let unbound = |err: DriverError, call: Box<dyn FnOnce() -> Result<T, DriverError> + '_>| {
+        log::warn!(
+            "{}: calling without binding the handle's device: {err}",
+            Hip::BACKEND
+        );
+        call()
+    };
+    let previous = match current() {
+        Ok(previous) => previous,
+        Err(err) => return unbound(err, Box::new(call)),
+    };
     if previous == device {
         return call();
     }
     // SAFETY: `device` is the device a live event or stream was made on.
-    check("hipSetDevice", unsafe { sys::hipSetDevice(device) })?;
+    if let Err(err) = check("hipSetDevice", unsafe { sys::hipSetDevice(device) }) {
+        return unbound(err, Box::new(call));
+    }
     let outcome = call();
     // SAFETY: `previous` was the current device a moment ago.
     let restored = check("hipSetDevice", unsafe { sys::hipSetDevice(previous) });

@@ -103,6 +103,24 @@ pub unsafe extern "C" fn soft_driver_fail_call(name: *const c_char, nth: u32, st
     0
 }
 
+/// How many times the exported function `name` was called since the last
+/// reset; 0 for a null or unknown name.
+///
+/// # Safety
+///
+/// `name` is null or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn soft_driver_call_count(name: *const c_char) -> u64 {
+    if name.is_null() {
+        return 0;
+    }
+    // SAFETY: non-null, and the caller promises a NUL-terminated string.
+    let Ok(name) = unsafe { CStr::from_ptr(name) }.to_str() else {
+        return 0;
+    };
+    control().calls.get(name).copied().unwrap_or(0)
+}
+
 /// Forget injections and call counts.
 #[unsafe(no_mangle)]
 pub extern "C" fn soft_driver_reset() {

@@ -1,0 +1,337 @@
+//! The fault sweep and the stress run, on the software driver.
+//!
+//! The sweep runs each scenario once to learn which driver functions it
+//! calls and how often, then again for every one of those calls, with that
+//! call made to fail with each status its function can return. After each
+//! run it counts panics, leaks (the driver's live events and streams, and
+//! releases of dead handles) and lost errors: an injected status that
+//! reached neither the scenario's caller nor the log.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::mpsc;
+use std::sync::{Mutex, Once, PoisonError};
+use std::time::{Duration, Instant};
+
+use device_events_core::{EventApi, EventFence, EventProfiler, ProfilerConfig};
+
+use crate::Streams;
+use crate::soft::SoftDriver;
+
+static LOGS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+struct Capture;
+
+impl log::Log for Capture {
+    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+        true
+    }
+    fn log(&self, record: &log::Record<'_>) {
+        LOGS.lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(record.args().to_string());
+    }
+    fn flush(&self) {}
+}
+
+fn capture_logs() {
+    static INIT: Once = Once::new();
+    INIT.call_once(|| {
+        if log::set_logger(&Capture).is_ok() {
+            log::set_max_level(log::LevelFilter::Trace);
+        }
+    });
+}
+
+fn take_logs() -> Vec<String> {
+    std::mem::take(&mut *LOGS.lock().unwrap_or_else(PoisonError::into_inner))
+}
+
+/// Errors a scenario was handed, as text.
+pub type Seen = Vec<String>;
+
+/// A scenario: driver calls a user makes, returning the errors it was handed.
+pub type Scenario = fn() -> Seen;
+
+fn note<T, E: std::fmt::Display>(seen: &mut Seen, result: Result<T, E>) -> Option<T> {
+    result.map_err(|e| seen.push(e.to_string())).ok()
+}
+
+fn streams<A: EventApi>(n: usize, seen: &mut Seen) -> Option<Streams<A>> {
+    let mut made = Streams::<A>(Vec::new());
+    for _ in 0..n {
+        made.0.push(note(seen, A::stream_create_non_blocking())?);
+    }
+    Some(made)
+}
+
+fn resolve_all(pending: Vec<device_events_core::profile::ProfileDuration>) {
+    for timing in pending {
+        // `None` is reported through the log, which the sweep reads.
+        let _ = pollster::block_on(timing.resolve());
+    }
+}
+
+/// A fence made, waited on by the host, dropped.
+pub fn fence_lifecycle<A: EventApi>() -> Seen {
+    let mut seen = Seen::new();
+    if let Some(s) = streams::<A>(1, &mut seen) {
+        let fence = EventFence::<A>::new(s.0[0]);
+        note(&mut seen, fence.wait_sync());
+    }
+    seen
+}
+
+/// One stream made to wait for another's point, then the host for it.
+pub fn cross_stream_fence<A: EventApi>() -> Seen {
+    let mut seen = Seen::new();
+    if let Some(s) = streams::<A>(2, &mut seen) {
+        let fence = EventFence::<A>::new(s.0[0]);
+        note(&mut seen, fence.wait_async(s.0[1]));
+        note(&mut seen, EventFence::<A>::new(s.0[1]).wait_sync());
+    }
+    seen
+}
+
+/// A profiler with a window nested in another, both read.
+pub fn nested_windows<A: EventApi>() -> Seen {
+    let mut seen = Seen::new();
+    if let Some(s) = streams::<A>(1, &mut seen) {
+        let s = s.0[0];
+        let mut profiler = EventProfiler::<A>::new();
+        let outer = profiler.start(s);
+        let inner = profiler.start(s);
+        let mut pending = Vec::new();
+        for token in [inner, outer] {
+            pending.extend(note(&mut seen, profiler.stop(s, token)));
+        }
+        resolve_all(pending);
+    }
+    seen
+}
+
+/// Two windows with a fresh anchor each, chained by the drift fit.
+pub fn anchor_refresh<A: EventApi>() -> Seen {
+    let mut seen = Seen::new();
+    if let Some(s) = streams::<A>(1, &mut seen) {
+        let s = s.0[0];
+        let mut profiler = EventProfiler::<A>::with_config(ProfilerConfig {
+            anchor_max_age: Duration::ZERO,
+            calibration_samples: 2,
+            ..ProfilerConfig::default()
+        });
+        let mut pending = Vec::new();
+        for _ in 0..2 {
+            let token = profiler.start(s);
+            std::thread::sleep(Duration::from_micros(50));
+            pending.extend(note(&mut seen, profiler.stop(s, token)));
+        }
+        resolve_all(pending);
+    }
+    seen
+}
+
+/// A profiler dropped with windows open and a reading never awaited.
+pub fn teardown_with_windows_open<A: EventApi>() -> Seen {
+    let mut seen = Seen::new();
+    if let Some(s) = streams::<A>(1, &mut seen) {
+        let s = s.0[0];
+        let mut profiler = EventProfiler::<A>::new();
+        let _open = profiler.start(s);
+        let _also_open = profiler.start(s);
+        let stopped = profiler.start(s);
+        let unread = note(&mut seen, profiler.stop(s, stopped));
+        drop(profiler);
+        drop(unread);
+    }
+    seen
+}
+
+/// The scenarios of the sweep, by name.
+pub fn scenarios<A: EventApi>() -> [(&'static str, Scenario); 5] {
+    [
+        ("fence lifecycle", fence_lifecycle::<A>),
+        ("cross-stream fence", cross_stream_fence::<A>),
+        ("nested windows", nested_windows::<A>),
+        ("anchor refresh", anchor_refresh::<A>),
+        (
+            "teardown with windows open",
+            teardown_with_windows_open::<A>,
+        ),
+    ]
+}
+
+/// What a sweep found.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// Runs with one call made to fail.
+    pub points: usize,
+    /// Runs that panicked.
+    pub panics: usize,
+    /// Runs after which a handle was left live or released twice.
+    pub leaks: usize,
+    /// Injected statuses that reached neither the caller nor the log.
+    pub lost: usize,
+}
+
+impl std::ops::AddAssign for Tally {
+    fn add_assign(&mut self, other: Self) {
+        self.points += other.points;
+        self.panics += other.panics;
+        self.leaks += other.leaks;
+        self.lost += other.lost;
+    }
+}
+
+impl std::fmt::Display for Tally {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} injection points, {} panics, {} leaks, {} lost errors",
+            self.points, self.panics, self.leaks, self.lost
+        )
+    }
+}
+
+/// Sweep `scenario`: every call it makes, failed in turn with each status
+/// `statuses` gives for its function.
+pub fn sweep(
+    driver: &SoftDriver,
+    scenario: Scenario,
+    statuses: fn(&str) -> &'static [i32],
+) -> Tally {
+    capture_logs();
+    let baseline = driver.counts();
+    driver.reset();
+    let clean = scenario();
+    let called: Vec<(String, u64)> = driver
+        .called()
+        .into_iter()
+        .map(|name| {
+            let count = driver.call_count(&name);
+            (name, count)
+        })
+        .collect();
+    let mut tally = Tally::default();
+    if !clean.is_empty() {
+        eprintln!("the scenario fails with no fault injected: {clean:?}");
+        tally.lost += 1;
+    }
+    for (function, count) in called {
+        for nth in 1..=count {
+            for &status in statuses(&function) {
+                driver.reset();
+                take_logs();
+                if !driver.fail_call(&function, u32::try_from(nth).unwrap_or(u32::MAX), status) {
+                    continue;
+                }
+                tally.points += 1;
+                let outcome = catch_unwind(AssertUnwindSafe(scenario));
+                let logs = take_logs();
+                let Ok(seen) = outcome else {
+                    tally.panics += 1;
+                    continue;
+                };
+                let after = driver.counts();
+                if (after.events, after.streams, after.bad_releases)
+                    != (baseline.events, baseline.streams, baseline.bad_releases)
+                {
+                    eprintln!("leak after {function} #{nth} failed with {status}: {after:?}");
+                    tally.leaks += 1;
+                }
+                // The injection fired only if the call was made that often.
+                if driver.call_count(&function) < nth {
+                    continue;
+                }
+                // A `DriverError` reads `<backend>: <call> failed: <name> (<status>)`.
+                let (call, code) = (format!("{function} failed: "), format!("({status})"));
+                if !seen
+                    .iter()
+                    .chain(&logs)
+                    .any(|line| line.contains(&call) && line.contains(&code))
+                {
+                    eprintln!("lost: {call}{code}");
+                    tally.lost += 1;
+                }
+            }
+        }
+    }
+    tally
+}
+
+/// The stress run: `threads` threads each make `each` fences and windows on
+/// a stream of their own and hand them to another thread, which waits on
+/// and reads them. Returns how long it took, or what went wrong.
+///
+/// # Errors
+///
+/// A sentence naming what was lost, leaked or stuck.
+pub fn stress<A: EventApi>(
+    threads: usize,
+    each: usize,
+    prepare_thread: fn(),
+    live_events: fn() -> u64,
+) -> Result<Duration, String> {
+    let started = Instant::now();
+    let before = live_events();
+    let (done, results) = mpsc::channel();
+    let mut workers = Vec::new();
+    for _ in 0..threads {
+        let done = done.clone();
+        let (hand_off, received) = mpsc::sync_channel::<(EventFence<A>, _)>(256);
+        workers.push(std::thread::spawn(move || {
+            let (mut waited, mut read) = (0usize, 0usize);
+            for (fence, timing) in received {
+                waited += usize::from(fence.wait_sync().is_ok());
+                let timing: device_events_core::profile::ProfileDuration = timing;
+                read += usize::from(pollster::block_on(timing.resolve()).is_some());
+            }
+            let _ = done.send((waited, read));
+        }));
+        workers.push(std::thread::spawn(move || {
+            prepare_thread();
+            let Ok(stream) = A::stream_create_non_blocking() else {
+                return;
+            };
+            let streams = Streams::<A>(vec![stream]);
+            let mut profiler = EventProfiler::<A>::new();
+            for _ in 0..each {
+                let token = profiler.start(stream);
+                let fence = EventFence::<A>::new(stream);
+                let Ok(timing) = profiler.stop(stream, token) else {
+                    return;
+                };
+                if hand_off.send((fence, timing)).is_err() {
+                    return;
+                }
+            }
+            drop(hand_off);
+            drop(profiler);
+            drop(streams);
+        }));
+    }
+    drop(done);
+    let deadline = started + Duration::from_secs(60);
+    let (mut waited, mut read) = (0, 0);
+    for _ in 0..threads {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let (w, r) = results
+            .recv_timeout(left)
+            .map_err(|_| "a waiting thread did not finish within a minute".to_owned())?;
+        waited += w;
+        read += r;
+    }
+    for worker in workers {
+        worker.join().map_err(|_| "a thread panicked".to_owned())?;
+    }
+    let total = threads * each;
+    if (waited, read) != (total, total) {
+        return Err(format!(
+            "{waited} of {total} fences waited, {read} of {total} windows read"
+        ));
+    }
+    let after = live_events();
+    if after != before {
+        return Err(format!("{} events leaked", after.saturating_sub(before)));
+    }
+    Ok(started.elapsed())
+}
