@@ -1,8 +1,26 @@
 //! A point on a stream that other streams, or the host, can wait for.
 
+use std::sync::Arc;
+
 use crate::EventApi;
 use crate::driver::DriverError;
 use crate::event::OwnedEvent;
+use crate::pool::{EventPool, PooledEvent};
+
+/// The event behind a fence: its own, or one on loan from a [`FencePool`].
+enum Point<A: EventApi> {
+    Owned(OwnedEvent<A>),
+    Pooled(PooledEvent<A>),
+}
+
+impl<A: EventApi> Point<A> {
+    fn raw(&self) -> &A::Event {
+        match self {
+            Self::Owned(event) => event.raw(),
+            Self::Pooled(event) => event.raw(),
+        }
+    }
+}
 
 /// A point recorded on a stream when the fence is made.
 ///
@@ -32,14 +50,17 @@ use crate::event::OwnedEvent;
 /// # Ok::<(), device_events_core::DriverError>(())
 /// ```
 pub struct EventFence<A: EventApi> {
-    point: Result<OwnedEvent<A>, DriverError>,
+    point: Result<Point<A>, DriverError>,
 }
 
 impl<A: EventApi> EventFence<A> {
     /// Record a point on `stream`, after everything queued there so far.
     pub fn new(stream: A::Stream) -> Self {
-        let point = OwnedEvent::<A>::create()
-            .and_then(|event| A::event_record(event.raw(), stream).map(|()| event));
+        Self::record(OwnedEvent::<A>::create().map(Point::Owned), stream)
+    }
+
+    fn record(point: Result<Point<A>, DriverError>, stream: A::Stream) -> Self {
+        let point = point.and_then(|point| A::event_record(point.raw(), stream).map(|()| point));
         Self { point }
     }
 
@@ -82,6 +103,67 @@ impl<A: EventApi> std::fmt::Debug for EventFence<A> {
         f.debug_struct("EventFence")
             .field("backend", &A::BACKEND)
             .field("error", &self.error())
+            .finish()
+    }
+}
+
+/// Events kept for fences, so that a fence in steady state creates and
+/// destroys none: half of a fence's driver calls are its event's creation and
+/// release.
+///
+/// A pool belongs to one context (one device): its events are made in the
+/// context current when the pool first needs one, and a backend refuses to
+/// record an event on a stream of another context. Keep one per context,
+/// beside the streams it serves.
+///
+/// ```
+/// use device_events_core::{EventApi, FencePool, sim::Sim};
+///
+/// let stream = Sim::stream_create_non_blocking()?;
+/// let pool = FencePool::<Sim>::new();
+/// for _ in 0..3 {
+///     pool.fence(stream).wait_sync()?;
+/// }
+/// assert_eq!(pool.idle(), 1, "one event served all three fences");
+/// # drop(pool);
+/// # Sim::stream_destroy(stream)?;
+/// # Ok::<(), device_events_core::DriverError>(())
+/// ```
+pub struct FencePool<A: EventApi> {
+    events: Arc<EventPool<A>>,
+}
+
+impl<A: EventApi> Default for FencePool<A> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<A: EventApi> FencePool<A> {
+    /// An empty pool keeping up to 1024 idle events.
+    pub fn new() -> Self {
+        Self {
+            events: EventPool::new(1024),
+        }
+    }
+
+    /// A fence on `stream`, as [`EventFence::new`], with a pooled event that
+    /// goes back to the pool when the fence is dropped.
+    pub fn fence(&self, stream: A::Stream) -> EventFence<A> {
+        EventFence::record(self.events.take().map(Point::Pooled), stream)
+    }
+
+    /// Events idle in the pool.
+    pub fn idle(&self) -> usize {
+        self.events.idle()
+    }
+}
+
+impl<A: EventApi> std::fmt::Debug for FencePool<A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FencePool")
+            .field("backend", &A::BACKEND)
+            .field("idle", &self.idle())
             .finish()
     }
 }

@@ -46,7 +46,7 @@ pub mod sim;
 
 pub use api::EventApi;
 pub use driver::{CaptureStatus, DriverError, ErrorKind};
-pub use fence::EventFence;
+pub use fence::{EventFence, FencePool};
 pub use profiler::{EventProfiler, ProfileError, ProfileToken, ProfilerConfig};
 
 /// The `cubecl-common` profiling types windows resolve to, re-exported so a

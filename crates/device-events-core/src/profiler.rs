@@ -416,8 +416,16 @@ fn read_window<A: EventApi>(
     end: &PooledEvent<A>,
 ) -> Result<ProfileTicks, DriverError> {
     A::event_wait(end.raw())?;
-    A::event_wait(start.raw())?;
-    let offset = A::event_elapsed(anchor.event(), start.raw())?;
+    // On one stream, the end reached means the start was: wait for the start
+    // only when the driver says it was not (a window across two streams).
+    let offset = match A::event_elapsed(anchor.event(), start.raw()) {
+        Err(err) if err.is_not_ready() => {
+            log::debug!("{}: window start not reached yet, waiting for it: {err}", A::BACKEND);
+            A::event_wait(start.raw())?;
+            A::event_elapsed(anchor.event(), start.raw())?
+        }
+        reading => reading?,
+    };
     let span = A::event_elapsed(start.raw(), end.raw())?;
     let begin = anchor.place(offset);
     Ok(ProfileTicks::from_start_end(

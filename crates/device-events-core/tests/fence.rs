@@ -138,3 +138,28 @@ fn fence_is_send_and_sync() {
     fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<EventFence<Sim>>();
 }
+
+#[test]
+fn pooled_fences_reuse_their_events() {
+    let _sim = setup();
+    let s = stream();
+    let pool = device_events_core::FencePool::<Sim>::new();
+    for _ in 0..10 {
+        pool.fence(s).wait_sync().unwrap();
+    }
+    assert_eq!(Sim::counts().events_created, 1);
+    assert_eq!(pool.idle(), 1);
+    drop(pool);
+    assert_eq!(Sim::counts().live_events, 0);
+}
+
+#[test]
+fn a_pooled_fence_keeps_its_refused_record_for_the_wait() {
+    let _sim = setup();
+    let s = stream();
+    let pool = device_events_core::FencePool::<Sim>::new();
+    Sim::fail_call(2, ErrorKind::Capture);
+    let err = pool.fence(s).wait_sync().unwrap_err();
+    assert_eq!(err.call(), "simEventRecord");
+    assert_eq!(pool.idle(), 1, "the event went back to the pool");
+}
