@@ -420,7 +420,10 @@ fn read_window<A: EventApi>(
     // only when the driver says it was not (a window across two streams).
     let offset = match A::event_elapsed(anchor.event(), start.raw()) {
         Err(err) if err.is_not_ready() => {
-            log::debug!("{}: window start not reached yet, waiting for it: {err}", A::BACKEND);
+            log::debug!(
+                "{}: window start not reached yet, waiting for it: {err}",
+                A::BACKEND
+            );
             A::event_wait(start.raw())?;
             A::event_elapsed(anchor.event(), start.raw())?
         }
