@@ -6,6 +6,8 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 
+mod bench;
+
 #[derive(Parser)]
 #[command(about = "device-events project tasks")]
 struct Cli {
@@ -37,6 +39,10 @@ enum Task {
     BundleHip,
     /// The main job: a profiled two-stream pipeline on the best device found.
     Demo,
+    /// Benchmarks: the core's own cost, the CUDA backend against cudarc's
+    /// safe API on the software driver, scaling and placement; a table and
+    /// `target/bench.json`.
+    Bench,
 }
 
 /// A backend: its crate, and how to find its real driver.
@@ -77,6 +83,7 @@ fn main() {
         Task::BundleCuda => bundle(CUDA).map(drop),
         Task::BundleHip => bundle(HIP).map(drop),
         Task::Demo => demo(),
+        Task::Bench => bench::bench(),
     };
     if let Err(err) = outcome {
         eprintln!("xtask: {err:#}");

@@ -415,24 +415,34 @@ fn read_window<A: EventApi>(
     start: &PooledEvent<A>,
     end: &PooledEvent<A>,
 ) -> Result<ProfileTicks, DriverError> {
-    A::event_wait(end.raw())?;
-    // On one stream, the end reached means the start was: wait for the start
-    // only when the driver says it was not (a window across two streams).
-    let offset = match A::event_elapsed(anchor.event(), start.raw()) {
-        Err(err) if err.is_not_ready() => {
-            log::debug!(
-                "{}: window start not reached yet, waiting for it: {err}",
-                A::BACKEND
-            );
-            A::event_wait(start.raw())?;
-            A::event_elapsed(anchor.event(), start.raw())?
-        }
-        reading => reading?,
-    };
-    let span = A::event_elapsed(start.raw(), end.raw())?;
+    // The span first: waiting for the end, if it was not reached yet, also
+    // covers the start on one stream, and a window read after the device
+    // got there costs no wait at all.
+    let span = reading::<A>(start.raw(), end.raw(), end.raw())?;
+    let offset = reading::<A>(anchor.event(), start.raw(), start.raw())?;
     let begin = anchor.place(offset);
     Ok(ProfileTicks::from_start_end(
         begin,
         begin + anchor.to_host(span),
     ))
+}
+
+/// Elapsed time from `from` to `to`, waiting for `until` and asking again if
+/// the driver says they were not reached yet.
+fn reading<A: EventApi>(
+    from: &A::Event,
+    to: &A::Event,
+    until: &A::Event,
+) -> Result<Duration, DriverError> {
+    match A::event_elapsed(from, to) {
+        Err(err) if err.is_not_ready() => {
+            log::debug!(
+                "{}: window not reached yet, waiting for it: {err}",
+                A::BACKEND
+            );
+            A::event_wait(until)?;
+            A::event_elapsed(from, to)
+        }
+        reading => reading,
+    }
 }

@@ -1,0 +1,70 @@
+//! Wall-clock figures for `cargo xtask bench`, measured with criterion in
+//! one run, so that their ratios mean something on a shared machine.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use device_events_bench::{CudaPair, Null, NullStream, fence, resolve, window};
+use device_events_core::EventProfiler;
+
+fn against_cudarc(c: &mut Criterion) {
+    let mut pair = CudaPair::new();
+    let mut group = c.benchmark_group("fence");
+    group.bench_function("ours", |b| b.iter(|| pair.our_fence()));
+    group.bench_function("ours_pooled", |b| b.iter(|| pair.our_pooled_fence()));
+    group.bench_function("cudarc", |b| b.iter(|| pair.cudarc_fence()));
+    group.finish();
+    let mut group = c.benchmark_group("window");
+    group.bench_function("ours", |b| b.iter(|| pair.our_window()));
+    group.bench_function("cudarc", |b| b.iter(|| pair.cudarc_window()));
+    group.finish();
+}
+
+fn core_alone(c: &mut Criterion) {
+    let mut group = c.benchmark_group("null");
+    group.bench_function("fence", |b| b.iter(|| fence::<Null>(NullStream)));
+    let mut profiler = EventProfiler::<Null>::new();
+    group.bench_function("window", |b| b.iter(|| window(&mut profiler, NullStream)));
+    group.finish();
+}
+
+/// `n` windows opened, all stopped, then all resolved: the time of one
+/// such round, which `xtask bench` divides by `n`.
+fn scale(c: &mut Criterion) {
+    let mut group = c.benchmark_group("scale");
+    group
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(500));
+    for n in [1_000usize, 10_000, 100_000, 1_000_000] {
+        group.bench_with_input(BenchmarkId::new("windows", n), &n, |b, &n| {
+            let mut profiler = EventProfiler::<Null>::new();
+            b.iter_custom(|rounds| {
+                let mut took = Duration::ZERO;
+                for _ in 0..rounds {
+                    let started = Instant::now();
+                    let tokens: Vec<_> = (0..n).map(|_| profiler.start(NullStream)).collect();
+                    let pending: Vec<_> = tokens
+                        .into_iter()
+                        .map(|t| profiler.stop(NullStream, t).unwrap())
+                        .collect();
+                    for timing in pending {
+                        resolve(timing).unwrap();
+                    }
+                    took += started.elapsed();
+                }
+                took
+            });
+        });
+    }
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    targets = core_alone, against_cudarc, scale
+}
+criterion_main!(benches);

@@ -1,0 +1,212 @@
+//! The counting side of `cargo xtask bench`: allocations (a counting global
+//! allocator), driver calls (the software driver's counter), a region for
+//! callgrind to count instructions in, memory per window in flight, and the
+//! placement error over a drifting session. Prints JSON.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::hint::black_box;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand};
+use device_events_bench::{CudaPair, Null, NullStream, fence, pooled_fence, resolve, window};
+use device_events_conformance::soft::SoftDriver;
+use device_events_core::{EventProfiler, FencePool};
+use serde_json::json;
+
+struct Counting;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+static LIVE_BYTES: AtomicI64 = AtomicI64::new(0);
+
+// SAFETY: every call is passed to the system allocator unchanged; the
+// counters are only statistics.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        LIVE_BYTES.fetch_add(layout.size() as i64, Ordering::Relaxed);
+        // SAFETY: forwarded with the caller's layout.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE_BYTES.fetch_sub(layout.size() as i64, Ordering::Relaxed);
+        // SAFETY: forwarded with the caller's pointer and layout.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        LIVE_BYTES.fetch_add(new_size as i64 - layout.size() as i64, Ordering::Relaxed);
+        // SAFETY: forwarded with the caller's arguments.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+#[derive(Parser)]
+struct Args {
+    #[command(subcommand)]
+    what: What,
+}
+
+#[derive(Subcommand)]
+enum What {
+    /// Heap allocations per operation on the null backend, in steady state.
+    Allocations,
+    /// Run one case `n` times inside `probe_region`, for callgrind.
+    Instructions { case: String, n: u64 },
+    /// Driver calls per operation on the software driver, ours and cudarc's.
+    Calls,
+    /// Heap bytes per window in flight, on the null backend.
+    Memory,
+    /// Placement error against the software driver's truth over a session
+    /// with the clock offset and drifting 100 ppm.
+    Placement { seconds: u64 },
+}
+
+/// What a case runs on.
+enum Subject {
+    Null(EventProfiler<Null>, FencePool<Null>),
+    Cuda(Box<CudaPair>),
+}
+
+fn run_case(case: &str, subject: &mut Subject) {
+    match (case, subject) {
+        ("null-fence", Subject::Null(..)) => fence::<Null>(NullStream),
+        ("null-pooled-fence", Subject::Null(_, pool)) => pooled_fence(pool, NullStream),
+        ("null-window", Subject::Null(profiler, _)) => window(profiler, NullStream),
+        ("cuda-fence", Subject::Cuda(pair)) => pair.our_fence(),
+        ("cuda-pooled-fence", Subject::Cuda(pair)) => pair.our_pooled_fence(),
+        ("cuda-window", Subject::Cuda(pair)) => pair.our_window(),
+        ("cudarc-fence", Subject::Cuda(pair)) => pair.cudarc_fence(),
+        ("cudarc-window", Subject::Cuda(pair)) => pair.cudarc_window(),
+        (case, _) => panic!("unknown case {case}"),
+    }
+}
+
+/// Callgrind counts instructions inside this function only
+/// (`--toggle-collect=probe_region`).
+#[unsafe(no_mangle)]
+#[inline(never)]
+fn probe_region(case: &str, subject: &mut Subject, n: u64) {
+    for _ in 0..n {
+        run_case(black_box(case), subject);
+    }
+}
+
+fn subject(case: &str) -> Subject {
+    if case.starts_with("null") {
+        Subject::Null(EventProfiler::new(), FencePool::new())
+    } else {
+        Subject::Cuda(Box::new(CudaPair::new()))
+    }
+}
+
+fn per_op(case: &str, n: u64, measure: impl Fn() -> u64) -> f64 {
+    let mut subject = subject(case);
+    for _ in 0..1000 {
+        run_case(case, &mut subject);
+    }
+    let before = measure();
+    for _ in 0..n {
+        run_case(case, &mut subject);
+    }
+    (measure() - before) as f64 / n as f64
+}
+
+fn main() {
+    let args = Args::parse();
+    let report = match args.what {
+        What::Allocations => {
+            let count = || ALLOCATIONS.load(Ordering::Relaxed);
+            json!({
+                "fence": per_op("null-fence", 10_000, count),
+                "pooled_fence": per_op("null-pooled-fence", 10_000, count),
+                "window": per_op("null-window", 10_000, count),
+            })
+        }
+        What::Instructions { case, n } => {
+            let mut subject = subject(&case);
+            for _ in 0..1000 {
+                run_case(&case, &mut subject);
+            }
+            probe_region(&case, &mut subject, n);
+            json!({ "case": case, "n": n })
+        }
+        What::Calls => {
+            let soft = SoftDriver::get().unwrap_or_else(|e| panic!("{e}"));
+            let calls = || soft.counts().calls;
+            let mut report = serde_json::Map::new();
+            for case in [
+                "cuda-fence",
+                "cuda-pooled-fence",
+                "cudarc-fence",
+                "cuda-window",
+                "cudarc-window",
+            ] {
+                report.insert(case.into(), json!(per_op(case, 2000, calls)));
+            }
+            serde_json::Value::Object(report)
+        }
+        What::Memory => {
+            let mut sizes = serde_json::Map::new();
+            for n in [1_000usize, 10_000, 100_000, 1_000_000] {
+                let mut profiler = EventProfiler::<Null>::new();
+                let base = LIVE_BYTES.load(Ordering::Relaxed);
+                let tokens: Vec<_> = (0..n).map(|_| profiler.start(NullStream)).collect();
+                let tokens_bytes = (n * std::mem::size_of_val(&tokens[0])) as i64;
+                let open = LIVE_BYTES.load(Ordering::Relaxed) - base - tokens_bytes;
+                let pending: Vec<_> = tokens
+                    .into_iter()
+                    .map(|t| profiler.stop(NullStream, t).unwrap())
+                    .collect();
+                let pending_bytes = LIVE_BYTES.load(Ordering::Relaxed) - base;
+                let resolved = pending.into_iter().filter_map(resolve).count();
+                assert_eq!(resolved, n);
+                sizes.insert(
+                    n.to_string(),
+                    json!({
+                        "open_bytes_per_window": open as f64 / n as f64,
+                        "pending_bytes_per_window": pending_bytes as f64 / n as f64,
+                    }),
+                );
+            }
+            serde_json::Value::Object(sizes)
+        }
+        What::Placement { seconds } => placement(seconds),
+    };
+    println!("{report}");
+}
+
+fn placement(seconds: u64) -> serde_json::Value {
+    let soft = SoftDriver::get().unwrap_or_else(|e| panic!("{e}"));
+    let mut pair = CudaPair::new();
+    soft.set_clock(3_700_000_000_123, 100.0);
+    let driver_epoch = soft.host_instant(0);
+    let mut errors = Vec::new();
+    let session = Instant::now();
+    while session.elapsed() < Duration::from_secs(seconds) {
+        std::thread::sleep(Duration::from_millis(4));
+        let token = pair.profiler.start(pair.ours);
+        let start_event = soft.last_recorded_event();
+        let ticks = resolve(pair.profiler.stop(pair.ours, token).unwrap()).unwrap();
+        let truth = driver_epoch + Duration::from_nanos(soft.event_truth_ns(start_event).unwrap());
+        let reference = truth - Duration::from_secs(1);
+        let placed = reference + ticks.start_duration_since(reference);
+        let error = placed
+            .saturating_duration_since(truth)
+            .max(truth.saturating_duration_since(placed));
+        errors.push(error.as_nanos() as u64);
+    }
+    soft.set_clock(1_000_000_000_000, 0.0);
+    errors.sort_unstable();
+    json!({
+        "seconds": seconds,
+        "windows": errors.len(),
+        "median_ns": errors[errors.len() / 2],
+        "p99_ns": errors[errors.len() * 99 / 100],
+        "worst_ns": errors[errors.len() - 1],
+    })
+}

@@ -1,0 +1,163 @@
+//! The operations `cargo xtask bench` measures, each written once and timed,
+//! counted and traced by the harnesses around it.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+use cudarc::driver::{CudaContext, CudaStream as CudarcStream, sys};
+use device_events_core::profile::{Duration, ProfileDuration, ProfileTicks};
+use device_events_core::{DriverError, EventApi, EventFence, EventProfiler, FencePool};
+use device_events_cuda::{Cuda, CudaStream};
+
+/// A backend whose calls do nothing: what is left is the core's own cost.
+#[derive(Debug)]
+pub struct Null;
+
+/// [`Null`]'s event.
+#[derive(Debug)]
+pub struct NullEvent;
+
+/// [`Null`]'s stream.
+#[derive(Clone, Copy, Debug)]
+pub struct NullStream;
+
+impl EventApi for Null {
+    type Event = NullEvent;
+    type Stream = NullStream;
+    const BACKEND: &'static str = "null";
+
+    fn event_create() -> Result<NullEvent, DriverError> {
+        Ok(NullEvent)
+    }
+    fn event_destroy(_: &mut NullEvent) -> Result<(), DriverError> {
+        Ok(())
+    }
+    fn event_record(_: &NullEvent, _: NullStream) -> Result<(), DriverError> {
+        Ok(())
+    }
+    fn event_wait(_: &NullEvent) -> Result<(), DriverError> {
+        Ok(())
+    }
+    fn event_elapsed(_: &NullEvent, _: &NullEvent) -> Result<Duration, DriverError> {
+        Ok(Duration::ZERO)
+    }
+    fn stream_wait_event(_: NullStream, _: &NullEvent) -> Result<(), DriverError> {
+        Ok(())
+    }
+    fn stream_synchronize(_: NullStream) -> Result<(), DriverError> {
+        Ok(())
+    }
+    fn stream_create_non_blocking() -> Result<NullStream, DriverError> {
+        Ok(NullStream)
+    }
+    fn stream_destroy(_: NullStream) -> Result<(), DriverError> {
+        Ok(())
+    }
+}
+
+/// Resolve a window's reading. Its future completes on its first poll (it
+/// blocks inside), so a no-op waker serves, and costs no allocation, unlike
+/// a general executor's.
+pub fn resolve(duration: ProfileDuration) -> Option<ProfileTicks> {
+    let mut future = duration.into_future();
+    let mut cx = Context::from_waker(Waker::noop());
+    loop {
+        if let Poll::Ready(ticks) = future.as_mut().poll(&mut cx) {
+            return ticks;
+        }
+    }
+}
+
+/// A fence lifecycle: create (record), host wait, drop (release).
+pub fn fence<A: EventApi>(stream: A::Stream) {
+    let fence = EventFence::<A>::new(stream);
+    fence.wait_sync().unwrap();
+}
+
+/// The same with a pooled event.
+pub fn pooled_fence<A: EventApi>(pool: &FencePool<A>, stream: A::Stream) {
+    pool.fence(stream).wait_sync().unwrap();
+}
+
+/// A profiling window: start, stop, resolve.
+pub fn window<A: EventApi>(profiler: &mut EventProfiler<A>, stream: A::Stream) {
+    let token = profiler.start(stream);
+    let timing = profiler.stop(stream, token).unwrap();
+    resolve(timing).unwrap();
+}
+
+/// The CUDA side of the comparison: a context and a stream of cudarc's,
+/// the same stream as this crate sees it, and the pools and profiler.
+pub struct CudaPair {
+    /// cudarc's context.
+    pub ctx: Arc<CudaContext>,
+    /// cudarc's stream.
+    pub stream: Arc<CudarcStream>,
+    /// The same stream, for `Cuda`.
+    pub ours: CudaStream,
+    /// A fence pool for `Cuda`.
+    pub pool: FencePool<Cuda>,
+    /// A profiler for `Cuda`.
+    pub profiler: EventProfiler<Cuda>,
+}
+
+impl CudaPair {
+    /// Device 0, bound to this thread.
+    pub fn new() -> Self {
+        let ctx = CudaContext::new(0).unwrap();
+        let stream = ctx.new_stream().unwrap();
+        // SAFETY: cudarc's stream of `ctx`, kept alive by `self.stream`.
+        let ours = unsafe { CudaStream::from_raw(stream.cu_stream(), ctx.cu_ctx()) };
+        Self {
+            ctx,
+            stream,
+            ours,
+            pool: FencePool::new(),
+            profiler: EventProfiler::new(),
+        }
+    }
+
+    /// A fence lifecycle as a cudarc user writes it.
+    pub fn cudarc_fence(&self) {
+        let event = self
+            .ctx
+            .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+            .unwrap();
+        event.record(&self.stream).unwrap();
+        event.synchronize().unwrap();
+    }
+
+    /// A timed window as a cudarc user writes it.
+    pub fn cudarc_window(&self) {
+        let flags = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let (start, end) = (
+            self.ctx.new_event(flags).unwrap(),
+            self.ctx.new_event(flags).unwrap(),
+        );
+        start.record(&self.stream).unwrap();
+        end.record(&self.stream).unwrap();
+        start.elapsed_ms(&end).unwrap();
+    }
+
+    /// A fence lifecycle through `EventFence<Cuda>`.
+    pub fn our_fence(&self) {
+        fence::<Cuda>(self.ours);
+    }
+
+    /// A fence lifecycle through a `FencePool<Cuda>`.
+    pub fn our_pooled_fence(&self) {
+        pooled_fence::<Cuda>(&self.pool, self.ours);
+    }
+
+    /// A window through `EventProfiler<Cuda>`.
+    pub fn our_window(&mut self) {
+        window::<Cuda>(&mut self.profiler, self.ours);
+    }
+}
+
+impl Default for CudaPair {
+    fn default() -> Self {
+        Self::new()
+    }
+}

@@ -1,0 +1,314 @@
+//! `cargo xtask bench`: one table and `target/bench.json`, every figure a
+//! count or a ratio measured in this run.
+
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+
+use crate::{cargo, root, run, soft_driver, soft_env};
+
+/// Cases `bench-probe` runs, with how many times under callgrind.
+const CASES: [(&str, u64); 8] = [
+    ("null-fence", 20_000),
+    ("null-pooled-fence", 20_000),
+    ("null-window", 20_000),
+    ("cuda-fence", 2_000),
+    ("cuda-pooled-fence", 2_000),
+    ("cudarc-fence", 2_000),
+    ("cuda-window", 2_000),
+    ("cudarc-window", 2_000),
+];
+
+const PLACEMENT_SECONDS: u64 = 60;
+
+fn probe(args: &[&str], soft: &Path) -> Result<Value> {
+    let exe = root().join("target/release/bench-probe");
+    let output = soft_env(&mut Command::new(&exe), soft)
+        .args(args)
+        .output()
+        .with_context(|| format!("running {}", exe.display()))?;
+    if !output.status.success() {
+        bail!(
+            "bench-probe {args:?} failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    serde_json::from_slice(&output.stdout).context("bench-probe's JSON")
+}
+
+fn ensure_valgrind() -> Result<()> {
+    if Command::new("valgrind")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        return Ok(());
+    }
+    run(
+        "apt-get update",
+        Command::new("apt-get").args(["update", "-qq"]),
+    )?;
+    run(
+        "install valgrind",
+        Command::new("apt-get")
+            .args(["install", "-y", "-qq", "valgrind"])
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+    )
+}
+
+/// Instructions per operation of `case`, counted by callgrind inside the
+/// probe's `probe_region` alone.
+fn instructions(case: &str, n: u64, soft: &Path) -> Result<f64> {
+    let out = root().join(format!("target/callgrind.{case}.out"));
+    let exe = root().join("target/release/bench-probe");
+    let status = soft_env(&mut Command::new("valgrind"), soft)
+        .arg("--tool=callgrind")
+        .arg("--toggle-collect=probe_region")
+        .arg(format!("--callgrind-out-file={}", out.display()))
+        .arg(&exe)
+        .args(["instructions", case, &n.to_string()])
+        .output()
+        .context("running valgrind")?;
+    if !status.status.success() {
+        bail!(
+            "callgrind on {case} failed: {}",
+            String::from_utf8_lossy(&status.stderr)
+        );
+    }
+    let text = std::fs::read_to_string(&out)?;
+    let total: f64 = text
+        .lines()
+        .find_map(|line| {
+            line.strip_prefix("totals:")
+                .or_else(|| line.strip_prefix("summary:"))
+        })
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .context("no totals in the callgrind output")?;
+    Ok(total / n as f64)
+}
+
+/// Criterion's mean time, in nanoseconds, of `group/function[/parameter]`.
+fn wall(path: &str) -> Result<f64> {
+    let file = root()
+        .join("target/criterion")
+        .join(path)
+        .join("new/estimates.json");
+    let estimates: Value = serde_json::from_slice(
+        &std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?,
+    )?;
+    estimates["mean"]["point_estimate"]
+        .as_f64()
+        .context("no mean in criterion's estimates")
+}
+
+fn ratio(ours: f64, theirs: f64) -> f64 {
+    if theirs > 0.0 {
+        ours / theirs
+    } else {
+        f64::NAN
+    }
+}
+
+pub(crate) fn bench() -> Result<()> {
+    ensure_valgrind()?;
+    let soft = soft_driver("release")?;
+    run(
+        "build bench-probe",
+        cargo().args([
+            "build",
+            "--release",
+            "--package",
+            "device-events-bench",
+            "--bin",
+            "bench-probe",
+        ]),
+    )?;
+    eprintln!("xtask: counting allocations, driver calls and memory");
+    let allocations = probe(&["allocations"], &soft)?;
+    let calls = probe(&["calls"], &soft)?;
+    let memory = probe(&["memory"], &soft)?;
+    let mut instr = serde_json::Map::new();
+    for (case, n) in CASES {
+        eprintln!("xtask: callgrind: {case}");
+        instr.insert(case.into(), json!(instructions(case, n, &soft)?));
+    }
+    // glibc hands a freed heap top back to the kernel (past 128 KiB) and
+    // faults it in again on the next round: at a million windows in flight
+    // that is ~300 MB a round, which would time the kernel, not the library.
+    // A long-running server's heap stays put; so does this one's.
+    run(
+        "criterion (wall-clock)",
+        soft_env(
+            cargo()
+                .args([
+                    "bench",
+                    "--package",
+                    "device-events-bench",
+                    "--bench",
+                    "wall",
+                ])
+                .env("MALLOC_TRIM_THRESHOLD_", "4294967295")
+                .env("MALLOC_TOP_PAD_", "536870912"),
+            &soft,
+        ),
+    )?;
+    eprintln!(
+        "xtask: placement over a {PLACEMENT_SECONDS} s session, clock offset and drifting 100 ppm"
+    );
+    let placement = probe(&["placement", &PLACEMENT_SECONDS.to_string()], &soft)?;
+
+    let i = |case: &str| instr[case].as_f64().unwrap_or(f64::NAN);
+    let c = |case: &str| calls[case].as_f64().unwrap_or(f64::NAN);
+    let mut scale = serde_json::Map::new();
+    let mut per_window = Vec::new();
+    for n in [1_000u64, 10_000, 100_000, 1_000_000] {
+        let ns = wall(&format!("scale/windows/{n}"))? / n as f64;
+        per_window.push(ns);
+        scale.insert(
+            n.to_string(),
+            json!({
+                "ns_per_window": ns,
+                "open_bytes_per_window": memory[n.to_string()]["open_bytes_per_window"],
+                "pending_bytes_per_window": memory[n.to_string()]["pending_bytes_per_window"],
+            }),
+        );
+    }
+    let mid = {
+        let mut sorted = per_window.clone();
+        sorted.sort_by(f64::total_cmp);
+        (sorted[1] + sorted[2]) / 2.0
+    };
+    let spread = per_window
+        .iter()
+        .map(|ns| (ns / mid - 1.0).abs())
+        .fold(0.0, f64::max);
+    let report = json!({
+        "core_null_backend": {
+            "fence": { "instructions": i("null-fence"), "allocations": allocations["fence"] },
+            "pooled_fence": { "instructions": i("null-pooled-fence"), "allocations": allocations["pooled_fence"] },
+            "window": { "instructions": i("null-window"), "allocations": allocations["window"] },
+            "targets": { "fence_instructions": 200, "fence_allocations": 0, "window_instructions": 2000, "window_allocations": 1 },
+        },
+        "against_cudarc_on_the_software_driver": {
+            "fence": {
+                "driver_calls": [c("cuda-fence"), c("cudarc-fence")],
+                "instructions": [i("cuda-fence"), i("cudarc-fence")],
+                "wall_ns": [wall("fence/ours")?, wall("fence/cudarc")?],
+            },
+            "pooled_fence": {
+                "driver_calls": [c("cuda-pooled-fence"), c("cudarc-fence")],
+                "instructions": [i("cuda-pooled-fence"), i("cudarc-fence")],
+                "wall_ns": [wall("fence/ours_pooled")?, wall("fence/cudarc")?],
+            },
+            "window": {
+                "driver_calls": [c("cuda-window"), c("cudarc-window")],
+                "instructions": [i("cuda-window"), i("cudarc-window")],
+                "wall_ns": [wall("window/ours")?, wall("window/cudarc")?],
+            },
+            "target_ratio": 0.5,
+        },
+        "scale": {
+            "sizes": scale,
+            "largest_deviation_from_median": spread,
+            "target_deviation": 0.25,
+            "allocator": "glibc, heap trimming off (MALLOC_TRIM_THRESHOLD_, MALLOC_TOP_PAD_)",
+        },
+        "placement": placement,
+    });
+    let out = root().join("target/bench.json");
+    std::fs::write(&out, serde_json::to_string_pretty(&report)?)?;
+    print_table(&report);
+    println!("\nwrote {}", out.display());
+    Ok(())
+}
+
+fn print_table(r: &Value) {
+    let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
+    let core = &r["core_null_backend"];
+    println!(
+        "\n{:<44} {:>14} {:>12} {:>10}",
+        "measure", "value", "target", "met"
+    );
+    let row = |name: &str, value: f64, target: &str, met: bool| {
+        println!(
+            "{name:<44} {value:>14.2} {target:>12} {:>10}",
+            if met { "yes" } else { "NO" }
+        );
+    };
+    let fi = f(&core["fence"]["instructions"]);
+    let fa = f(&core["fence"]["allocations"]);
+    let wi = f(&core["window"]["instructions"]);
+    let wa = f(&core["window"]["allocations"]);
+    row(
+        "core: instructions per fence (null backend)",
+        fi,
+        "<= 200",
+        fi <= 200.0,
+    );
+    row("core: allocations per fence", fa, "0", fa == 0.0);
+    row(
+        "core: instructions per pooled fence",
+        f(&core["pooled_fence"]["instructions"]),
+        "<= 200",
+        f(&core["pooled_fence"]["instructions"]) <= 200.0,
+    );
+    row("core: instructions per window", wi, "<= 2000", wi <= 2000.0);
+    row("core: allocations per window", wa, "1", wa <= 1.0);
+    let vs = &r["against_cudarc_on_the_software_driver"];
+    for (case, label) in [
+        ("fence", "fence"),
+        ("pooled_fence", "pooled fence"),
+        ("window", "window"),
+    ] {
+        for (what, unit) in [
+            ("driver_calls", "driver calls"),
+            ("instructions", "instructions"),
+            ("wall_ns", "wall time"),
+        ] {
+            let pair = &vs[case][what];
+            let value = ratio(f(&pair[0]), f(&pair[1]));
+            row(
+                &format!("{label} vs cudarc: {unit} (ratio)"),
+                value,
+                "<= 0.50",
+                value <= 0.5,
+            );
+        }
+    }
+    let scale = &r["scale"];
+    for (n, s) in scale["sizes"].as_object().into_iter().flatten() {
+        println!(
+            "{:<44} {:>14.1} {:>12} {:>10}",
+            format!("scale: ns per window, {n} in flight"),
+            f(&s["ns_per_window"]),
+            "",
+            ""
+        );
+        println!(
+            "{:<44} {:>14.1} {:>12} {:>10}",
+            format!("scale: bytes per open window, {n}"),
+            f(&s["open_bytes_per_window"]),
+            "",
+            ""
+        );
+    }
+    let spread = f(&scale["largest_deviation_from_median"]);
+    row(
+        "scale: largest deviation from the median",
+        spread,
+        "<= 0.25",
+        spread <= 0.25,
+    );
+    let p = &r["placement"];
+    let median = f(&p["median_ns"]) / 1e3;
+    let worst = f(&p["worst_ns"]) / 1e3;
+    row(
+        &format!("placement: median error, µs ({} windows)", p["windows"]),
+        median,
+        "<= 2",
+        median <= 2.0,
+    );
+    row("placement: worst error, µs", worst, "<= 10", worst <= 10.0);
+}
