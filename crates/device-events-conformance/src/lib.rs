@@ -472,6 +472,98 @@ pub fn a_capturing_stream_gives_capture_errors<A: EventApi>(h: &Harness<A>) {
     EventFence::<A>::new(s).wait_sync().unwrap();
 }
 
+/// A window is read on a thread other than the one that opened it.
+pub fn windows_resolve_on_other_threads<A: EventApi>(h: &Harness<A>) {
+    let streams = Streams::<A>::new(1);
+    let s = streams.0[0];
+    let mut profiler = EventProfiler::<A>::new();
+    let token = profiler.start(s);
+    h.enqueue(s, Duration::from_millis(2));
+    let timing = profiler.stop(s, token).unwrap();
+    let ticks = std::thread::spawn(move || pollster::block_on(timing.resolve()))
+        .join()
+        .unwrap();
+    h.assert_measures(
+        ticks.expect("read on another thread").duration(),
+        Duration::from_millis(2),
+    );
+}
+
+/// On the software driver: a fence, pooled fences, a profiler with a window
+/// abandoned and one read leave no event or stream behind and release
+/// nothing twice.
+pub fn fences_and_profilers_leak_nothing<A: EventApi>(driver: &soft::SoftDriver) {
+    let before = driver.counts();
+    {
+        let streams = Streams::<A>::new(1);
+        let s = streams.0[0];
+        let pool = device_events_core::FencePool::<A>::new();
+        let mut profiler = EventProfiler::<A>::new();
+        let _abandoned = profiler.start(s);
+        let read = profiler.start(s);
+        let fence = EventFence::<A>::new(s);
+        pool.fence(s).wait_sync().unwrap();
+        let read = profiler.stop(s, read).unwrap();
+        drop(fence);
+        pollster::block_on(read.resolve()).unwrap();
+    }
+    let after = driver.counts();
+    assert_eq!(
+        (after.events, after.streams, after.bad_releases),
+        (before.events, before.streams, before.bad_releases)
+    );
+}
+
+/// On the software driver: a fence, a window and a capture query reach only
+/// the driver functions the backend documents.
+pub fn only_documented_functions_are_called<A: EventApi>(
+    driver: &soft::SoftDriver,
+    documented: &[&str],
+    capture_status: fn(A::Stream) -> Result<CaptureStatus, DriverError>,
+) {
+    driver.reset();
+    {
+        let streams = Streams::<A>::new(1);
+        let s = streams.0[0];
+        let mut profiler = EventProfiler::<A>::new();
+        let token = profiler.start(s);
+        let fence = EventFence::<A>::new(s);
+        fence.wait_async(s).unwrap();
+        let timing = profiler.stop(s, token).unwrap();
+        pollster::block_on(timing.resolve()).unwrap();
+        fence.wait_sync().unwrap();
+        capture_status(s).unwrap();
+        A::stream_synchronize(s).unwrap();
+    }
+    let called = driver.called();
+    assert!(called.len() >= 8, "{called:?}");
+    for name in &called {
+        assert!(
+            documented.contains(&name.as_str()),
+            "{name} is not in the crate docs' list"
+        );
+    }
+}
+
+/// Run the test `child` of the current test binary in a process whose
+/// loaders find no driver (`hide` lists the variables to remove), and
+/// assert that it passed: how a missing driver is tested in a process that
+/// has one loaded.
+pub fn run_without_driver(child: &str, hide: &[&str]) {
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", child, "--ignored", "--test-threads=1"]);
+    for var in hide {
+        cmd.env_remove(var);
+    }
+    let output = cmd.output().unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && text.contains("1 passed"),
+        "{text}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 /// Makes each check of this crate a named `#[test]` of the calling suite.
 ///
 /// `$harness` is an expression giving a [`Harness`] (or a guard that derefs
@@ -490,7 +582,8 @@ macro_rules! conformance_suite {
             thousands_in_flight_resolve_from_several_threads,
             elapsed_on_an_unrecorded_event_is_refused,
             elapsed_on_an_unreached_event_is_not_ready,
-            a_capturing_stream_gives_capture_errors
+            a_capturing_stream_gives_capture_errors,
+            windows_resolve_on_other_threads
         );
     };
     (@tests $backend:ty, $harness:expr, $($check:ident),+) => {

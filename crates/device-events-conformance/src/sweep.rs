@@ -335,3 +335,35 @@ pub fn stress<A: EventApi>(
     }
     Ok(started.elapsed())
 }
+
+/// The body of a backend's `fault_sweep` test binary: sweep every scenario,
+/// run the stress test, print one line for each, and exit non-zero unless
+/// the sweep found no panic, leak or lost error and the stress run passed.
+///
+/// # Panics
+///
+/// When the software driver cannot be loaded.
+pub fn main<A: EventApi>(statuses: fn(&str) -> &'static [i32], prepare_thread: fn()) {
+    let driver = SoftDriver::exclusive();
+    prepare_thread();
+    let mut total = Tally::default();
+    for (name, scenario) in scenarios::<A>() {
+        let tally = sweep(&driver, scenario, statuses);
+        eprintln!("{} fault sweep, {name}: {tally}", A::BACKEND);
+        total += tally;
+    }
+    println!("{} fault sweep: {total}", A::BACKEND);
+    let stressed = stress::<A>(8, 10_000, prepare_thread, crate::soft::live_events);
+    match &stressed {
+        Ok(took) => println!(
+            "{} stress: 8 threads x 10000 fences and windows, read on other threads, in {:.1} s",
+            A::BACKEND,
+            took.as_secs_f64()
+        ),
+        Err(why) => println!("{} stress failed: {why}", A::BACKEND),
+    }
+    let clean = total.points > 0 && total.panics + total.leaks + total.lost == 0;
+    if !clean || stressed.is_err() {
+        std::process::exit(1);
+    }
+}

@@ -254,3 +254,64 @@ pub enum CaptureStatus {
     /// A capture broken by an illegal call; it must be ended.
     Invalidated,
 }
+
+/// Run `call` with `wanted` bound to the calling thread (a CUDA context, a
+/// HIP device), then bind back what was bound before: the backends' rule for
+/// calls on an event or stream from any thread.
+///
+/// `current` reads what is bound, `bind` binds a value and `restore` puts
+/// back the previous one (given what `current` read). If binding fails,
+/// `call` runs unbound and the failure is logged: a release must happen
+/// whatever the binding does, and the driver may well take the call.
+///
+/// ```
+/// use device_events_core::driver::with_bound;
+/// use std::cell::Cell;
+///
+/// let bound = Cell::new(1);
+/// let seen = with_bound(
+///     "demo",
+///     7,
+///     || Ok(Some(bound.get())),
+///     |v| Ok(bound.set(v)),
+///     |previous| Ok(bound.set(previous.unwrap_or(0))),
+///     || Ok(bound.get()),
+/// );
+/// assert_eq!((seen, bound.get()), (Ok(7), 1));
+/// ```
+///
+/// # Errors
+///
+/// `call`'s error; or, when `call` succeeded, the failure to restore.
+pub fn with_bound<H: PartialEq + Copy, T>(
+    backend: &'static str,
+    wanted: H,
+    current: impl FnOnce() -> Result<Option<H>, DriverError>,
+    bind: impl FnOnce(H) -> Result<(), DriverError>,
+    restore: impl FnOnce(Option<H>) -> Result<(), DriverError>,
+    call: impl FnOnce() -> Result<T, DriverError>,
+) -> Result<T, DriverError> {
+    let previous = match current() {
+        Ok(previous) => previous,
+        Err(err) => {
+            log::warn!("{backend}: calling without binding the handle's context: {err}");
+            return call();
+        }
+    };
+    if previous == Some(wanted) {
+        return call();
+    }
+    if let Err(err) = bind(wanted) {
+        log::warn!("{backend}: calling without binding the handle's context: {err}");
+        return call();
+    }
+    let outcome = call();
+    match (outcome, restore(previous)) {
+        (outcome, Ok(())) => outcome,
+        (Ok(_), Err(err)) => Err(err),
+        (Err(err), Err(restore)) => {
+            log::error!("{backend}: could not restore the caller's context: {restore}");
+            Err(err)
+        }
+    }
+}

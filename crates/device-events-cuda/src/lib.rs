@@ -74,7 +74,7 @@ use std::sync::OnceLock;
 
 use cudarc::driver::result;
 use cudarc::driver::sys::{self, CUresult};
-use device_events_core::driver::elapsed_from_ms;
+use device_events_core::driver::{elapsed_from_ms, with_bound};
 use device_events_core::profile::Duration;
 use device_events_core::{CaptureStatus, DriverError, ErrorKind, EventApi};
 
@@ -192,50 +192,30 @@ fn current_or_refuse(call: &'static str) -> Result<sys::CUcontext, DriverError> 
 }
 
 /// Run `call` with `ctx` current, then restore the caller's context.
-///
-/// If the context cannot be bound, `call` runs unbound, the failure logged:
-/// a release must happen whatever the binding does, and the driver may well
-/// take the call.
 fn in_context<T>(
     ctx: sys::CUcontext,
     call: impl FnOnce() -> Result<T, DriverError>,
 ) -> Result<T, DriverError> {
     driver()?;
-    let unbound = |err: DriverError, call: Box<dyn FnOnce() -> Result<T, DriverError> + '_>| {
-        log::warn!(
-            "{}: calling without binding the handle's context: {err}",
-            Cuda::BACKEND
-        );
-        call()
-    };
-    let current = match current() {
-        Ok(current) => current,
-        Err(err) => return unbound(err, Box::new(call)),
-    };
-    if current == Some(ctx) {
-        return call();
-    }
-    // SAFETY: `ctx` is the context a live event or stream was made in.
-    if let Err(err) = unsafe { sys::cuCtxPushCurrent_v2(ctx) }.result() {
-        return unbound(driver_error("cuCtxPushCurrent_v2", err), Box::new(call));
-    }
-    let outcome = call();
-    let mut popped = std::ptr::null_mut();
-    // SAFETY: pops the context pushed above; `popped` is writable.
-    let restored = unsafe { sys::cuCtxPopCurrent_v2(&mut popped) }
-        .result()
-        .map_err(|e| driver_error("cuCtxPopCurrent_v2", e));
-    match (outcome, restored) {
-        (outcome, Ok(())) => outcome,
-        (Ok(_), Err(err)) => Err(err),
-        (Err(err), Err(restore)) => {
-            log::error!(
-                "{}: could not restore the caller's context: {restore}",
-                Cuda::BACKEND
-            );
-            Err(err)
-        }
-    }
+    with_bound(
+        Cuda::BACKEND,
+        ctx,
+        current,
+        |ctx| {
+            // SAFETY: `ctx` is the context a live event or stream was made in.
+            unsafe { sys::cuCtxPushCurrent_v2(ctx) }
+                .result()
+                .map_err(|e| driver_error("cuCtxPushCurrent_v2", e))
+        },
+        |_| {
+            let mut popped = std::ptr::null_mut();
+            // SAFETY: pops the context pushed above; `popped` is writable.
+            unsafe { sys::cuCtxPopCurrent_v2(&mut popped) }
+                .result()
+                .map_err(|e| driver_error("cuCtxPopCurrent_v2", e))
+        },
+        call,
+    )
 }
 
 impl Cuda {

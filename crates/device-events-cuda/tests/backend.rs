@@ -3,11 +3,9 @@
 
 mod support;
 
-use std::process::Command;
-
 use cudarc::driver::result;
 use device_events_conformance::soft::{REAL_VAR, SoftDriver};
-use device_events_core::{ErrorKind, EventApi, EventFence, EventProfiler};
+use device_events_core::{ErrorKind, EventApi, EventFence};
 use device_events_cuda::Cuda;
 use support::{bind, stream};
 
@@ -69,22 +67,6 @@ fn creating_without_a_current_context_is_an_error_not_a_panic() {
     assert_eq!(event.call(), "cuEventCreate");
 }
 
-#[test]
-fn windows_resolve_on_other_threads() {
-    let _soft = SoftDriver::unless_real();
-    bind(0);
-    let s = stream();
-    let mut profiler = EventProfiler::<Cuda>::new();
-    let token = profiler.start(s);
-    let timing = profiler.stop(s, token).unwrap();
-    let ticks = std::thread::spawn(move || pollster::block_on(timing.resolve()))
-        .join()
-        .unwrap();
-    assert!(ticks.is_some());
-    drop(profiler);
-    Cuda::stream_destroy(s).unwrap();
-}
-
 /// Run in a child process with the loaders pointed nowhere: the backend
 /// reports a missing driver as an error of the no-device class.
 #[test]
@@ -107,21 +89,8 @@ fn a_missing_driver_is_an_error_not_a_panic() {
         Cuda::probe().unwrap();
         return;
     }
-    let output = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "child_without_a_driver",
-            "--ignored",
-            "--test-threads=1",
-        ])
-        .env_remove("LD_LIBRARY_PATH")
-        .env_remove("SOFT_DRIVER_LIB")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success() && text.contains("1 passed"),
-        "{text}{}",
-        String::from_utf8_lossy(&output.stderr)
+    device_events_conformance::run_without_driver(
+        "child_without_a_driver",
+        &["LD_LIBRARY_PATH", "SOFT_DRIVER_LIB"],
     );
 }

@@ -4,8 +4,6 @@
 
 mod support;
 
-use device_events_conformance::soft::SoftDriver;
-use device_events_conformance::sweep::{Tally, scenarios, stress, sweep};
 use device_events_cuda::Cuda;
 
 /// The statuses each driver function the scenarios call can return.
@@ -24,32 +22,7 @@ fn statuses(function: &str) -> &'static [i32] {
 }
 
 fn main() {
-    let driver = SoftDriver::exclusive();
-    support::bind(0);
-    let mut total = Tally::default();
-    for (name, scenario) in scenarios::<Cuda>() {
-        let tally = sweep(&driver, scenario, statuses);
-        eprintln!("cuda fault sweep, {name}: {tally}");
-        total += tally;
-    }
-    println!("cuda fault sweep: {total}");
-    let stressed = stress::<Cuda>(
-        8,
-        10_000,
-        || {
-            support::bind(0);
-        },
-        || SoftDriver::get().map_or(0, |d| d.counts().events),
-    );
-    match &stressed {
-        Ok(took) => println!(
-            "cuda stress: 8 threads x 10000 fences and windows, read on other threads, in {:.1} s",
-            took.as_secs_f64()
-        ),
-        Err(why) => println!("cuda stress failed: {why}"),
-    }
-    let clean = total.points > 0 && total.panics + total.leaks + total.lost == 0;
-    if !clean || stressed.is_err() {
-        std::process::exit(1);
-    }
+    device_events_conformance::sweep::main::<Cuda>(statuses, || {
+        support::bind(0);
+    });
 }

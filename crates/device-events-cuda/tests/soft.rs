@@ -34,49 +34,6 @@ fn a_status_becomes_a_driver_error_with_call_code_name_and_class() {
 }
 
 #[test]
-fn only_the_documented_symbols_are_called() {
-    let soft = SoftDriver::exclusive();
-    bind(0);
-    soft.reset();
-    let s = stream();
-    let mut profiler = EventProfiler::<Cuda>::new();
-    let token = profiler.start(s);
-    let fence = EventFence::<Cuda>::new(s);
-    fence.wait_async(s).unwrap();
-    let timing = profiler.stop(s, token).unwrap();
-    pollster::block_on(timing.resolve()).unwrap();
-    fence.wait_sync().unwrap();
-    Cuda::capture_status(s).unwrap();
-    Cuda::stream_synchronize(s).unwrap();
-    drop((fence, profiler));
-    Cuda::stream_destroy(s).unwrap();
-    let documented = [
-        "cuInit",
-        "cuCtxGetCurrent",
-        "cuCtxPushCurrent_v2",
-        "cuCtxPopCurrent_v2",
-        "cuEventCreate",
-        "cuEventRecord",
-        "cuEventSynchronize",
-        "cuEventElapsedTime",
-        "cuEventDestroy_v2",
-        "cuStreamCreate",
-        "cuStreamWaitEvent",
-        "cuStreamSynchronize",
-        "cuStreamDestroy_v2",
-        "cuStreamIsCapturing",
-    ];
-    let called = soft.called();
-    assert!(called.len() >= 10, "{called:?}");
-    for name in &called {
-        assert!(
-            documented.contains(&name.as_str()),
-            "{name} is not in the crate docs' list"
-        );
-    }
-}
-
-#[test]
 fn an_event_is_bound_to_its_context_and_the_callers_restored() {
     let _soft = SoftDriver::exclusive();
     bind(0);
@@ -139,30 +96,6 @@ fn elapsed_time_across_contexts_is_refused() {
     Cuda::stream_destroy(s1).unwrap();
 }
 
-#[test]
-fn a_fence_and_a_profiler_leak_nothing() {
-    let soft = SoftDriver::exclusive();
-    bind(0);
-    let before = soft.counts();
-    let s = stream();
-    {
-        let mut profiler = EventProfiler::<Cuda>::new();
-        let outer = profiler.start(s);
-        let inner = profiler.start(s);
-        let fence = EventFence::<Cuda>::new(s);
-        let inner = profiler.stop(s, inner).unwrap();
-        let _abandoned = outer;
-        drop(fence);
-        pollster::block_on(inner.resolve()).unwrap();
-    }
-    Cuda::stream_destroy(s).unwrap();
-    let after = soft.counts();
-    assert_eq!(
-        (after.events, after.streams, after.bad_releases),
-        (before.events, before.streams, before.bad_releases)
-    );
-}
-
 /// The demo's drift bound, end to end on a shortened session: with the
 /// software driver's clock offset and drifting 100 ppm, each window's start
 /// is placed within 2 µs of the driver's ground truth at the median and
@@ -210,4 +143,37 @@ fn placement_holds_on_a_drifting_offset_device_clock() {
         worst <= std::time::Duration::from_micros(10),
         "worst {worst:?}"
     );
+}
+
+#[test]
+fn only_the_documented_functions_are_called() {
+    let soft = SoftDriver::exclusive();
+    bind(0);
+    device_events_conformance::only_documented_functions_are_called::<Cuda>(
+        &soft,
+        &[
+            "cuInit",
+            "cuCtxGetCurrent",
+            "cuCtxPushCurrent_v2",
+            "cuCtxPopCurrent_v2",
+            "cuEventCreate",
+            "cuEventRecord",
+            "cuEventSynchronize",
+            "cuEventElapsedTime",
+            "cuEventDestroy_v2",
+            "cuStreamCreate",
+            "cuStreamWaitEvent",
+            "cuStreamSynchronize",
+            "cuStreamDestroy_v2",
+            "cuStreamIsCapturing",
+        ],
+        Cuda::capture_status,
+    );
+}
+
+#[test]
+fn fences_and_profilers_leak_nothing() {
+    let soft = SoftDriver::exclusive();
+    bind(0);
+    device_events_conformance::fences_and_profilers_leak_nothing::<Cuda>(&soft);
 }

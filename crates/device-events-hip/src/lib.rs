@@ -52,7 +52,7 @@ use std::ffi::{CStr, c_int};
 use std::sync::OnceLock;
 
 use cubecl_hip_sys as sys;
-use device_events_core::driver::elapsed_from_ms;
+use device_events_core::driver::{elapsed_from_ms, with_bound};
 use device_events_core::profile::Duration;
 use device_events_core::{CaptureStatus, DriverError, ErrorKind, EventApi};
 
@@ -179,46 +179,24 @@ fn current() -> Result<c_int, DriverError> {
 }
 
 /// Run `call` with `device` current, then restore the caller's device.
-///
-/// If the device cannot be bound, `call` runs unbound, the failure logged:
-/// a release must happen whatever the binding does.
 fn on_device<T>(
     device: c_int,
     call: impl FnOnce() -> Result<T, DriverError>,
 ) -> Result<T, DriverError> {
     runtime()?;
-    let unbound = |err: DriverError, call: Box<dyn FnOnce() -> Result<T, DriverError> + '_>| {
-        log::warn!(
-            "{}: calling without binding the handle's device: {err}",
-            Hip::BACKEND
-        );
-        call()
+    let set = |device: c_int| {
+        // SAFETY: the runtime is loaded; a device a handle was made on, or
+        // the one current a moment ago.
+        check("hipSetDevice", unsafe { sys::hipSetDevice(device) })
     };
-    let previous = match current() {
-        Ok(previous) => previous,
-        Err(err) => return unbound(err, Box::new(call)),
-    };
-    if previous == device {
-        return call();
-    }
-    // SAFETY: `device` is the device a live event or stream was made on.
-    if let Err(err) = check("hipSetDevice", unsafe { sys::hipSetDevice(device) }) {
-        return unbound(err, Box::new(call));
-    }
-    let outcome = call();
-    // SAFETY: `previous` was the current device a moment ago.
-    let restored = check("hipSetDevice", unsafe { sys::hipSetDevice(previous) });
-    match (outcome, restored) {
-        (outcome, Ok(())) => outcome,
-        (Ok(_), Err(err)) => Err(err),
-        (Err(err), Err(restore)) => {
-            log::error!(
-                "{}: could not restore the caller's device: {restore}",
-                Hip::BACKEND
-            );
-            Err(err)
-        }
-    }
+    with_bound(
+        Hip::BACKEND,
+        device,
+        || current().map(Some),
+        set,
+        |previous| previous.map_or(Ok(()), set),
+        call,
+    )
 }
 
 impl Hip {

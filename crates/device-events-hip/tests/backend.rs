@@ -3,10 +3,8 @@
 
 mod support;
 
-use std::process::Command;
-
 use device_events_conformance::soft::{REAL_VAR, SoftDriver};
-use device_events_core::{ErrorKind, EventApi, EventFence, EventProfiler};
+use device_events_core::{ErrorKind, EventApi, EventFence};
 use device_events_hip::Hip;
 use support::{bind, stream};
 
@@ -48,22 +46,6 @@ fn a_fence_orders_a_stream_after_the_null_stream() {
     Hip::stream_destroy(s).unwrap();
 }
 
-#[test]
-fn windows_resolve_on_other_threads() {
-    let _soft = SoftDriver::unless_real();
-    bind(0);
-    let s = stream();
-    let mut profiler = EventProfiler::<Hip>::new();
-    let token = profiler.start(s);
-    let timing = profiler.stop(s, token).unwrap();
-    let ticks = std::thread::spawn(move || pollster::block_on(timing.resolve()))
-        .join()
-        .unwrap();
-    assert!(ticks.is_some());
-    drop(profiler);
-    Hip::stream_destroy(s).unwrap();
-}
-
 /// Run in a child process with the loaders pointed nowhere.
 #[test]
 #[ignore = "run by a_missing_runtime_is_an_error_not_a_panic, in a process without a runtime"]
@@ -84,23 +66,13 @@ fn a_missing_runtime_is_an_error_not_a_panic() {
         Hip::probe().unwrap();
         return;
     }
-    let output = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "child_without_a_runtime",
-            "--ignored",
-            "--test-threads=1",
-        ])
-        .env_remove("LD_LIBRARY_PATH")
-        .env_remove("ROCM_PATH")
-        .env_remove("HIP_PATH")
-        .env_remove("SOFT_DRIVER_LIB")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success() && text.contains("1 passed"),
-        "{text}{}",
-        String::from_utf8_lossy(&output.stderr)
+    device_events_conformance::run_without_driver(
+        "child_without_a_runtime",
+        &[
+            "LD_LIBRARY_PATH",
+            "ROCM_PATH",
+            "HIP_PATH",
+            "SOFT_DRIVER_LIB",
+        ],
     );
 }
