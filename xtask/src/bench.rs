@@ -7,7 +7,7 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
-use crate::{cargo, root, run, soft_driver, soft_env};
+use crate::{cargo, ensure_debian_tool, root, run, soft_driver, soft_env};
 
 /// Cases `bench-probe` runs, with how many times under callgrind.
 const CASES: [(&str, u64); 8] = [
@@ -36,26 +36,6 @@ fn probe(args: &[&str], soft: &Path) -> Result<Value> {
         );
     }
     serde_json::from_slice(&output.stdout).context("bench-probe's JSON")
-}
-
-fn ensure_valgrind() -> Result<()> {
-    if Command::new("valgrind")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-    {
-        return Ok(());
-    }
-    run(
-        "apt-get update",
-        Command::new("apt-get").args(["update", "-qq"]),
-    )?;
-    run(
-        "install valgrind",
-        Command::new("apt-get")
-            .args(["install", "-y", "-qq", "valgrind"])
-            .env("DEBIAN_FRONTEND", "noninteractive"),
-    )
 }
 
 /// Instructions per operation of `case`, counted by callgrind inside the
@@ -112,7 +92,7 @@ fn ratio(ours: f64, theirs: f64) -> f64 {
 }
 
 pub(crate) fn bench() -> Result<()> {
-    ensure_valgrind()?;
+    ensure_debian_tool("valgrind", "valgrind")?;
     let soft = soft_driver("release")?;
     run(
         "build bench-probe",

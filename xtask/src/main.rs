@@ -158,10 +158,15 @@ fn test() -> Result<()> {
     Ok(())
 }
 
-/// The demo's test renders its SVG with `rsvg-convert`: install Debian's
-/// `librsvg2-bin` when it is missing.
+/// The demo's test renders its SVG with `rsvg-convert`, from Debian's
+/// `librsvg2-bin`.
 fn ensure_svg_renderer() -> Result<()> {
-    let found = Command::new("rsvg-convert")
+    ensure_debian_tool("rsvg-convert", "librsvg2-bin")
+}
+
+/// Install Debian's `package` when `tool --version` does not run.
+fn ensure_debian_tool(tool: &str, package: &str) -> Result<()> {
+    let found = Command::new(tool)
         .arg("--version")
         .output()
         .is_ok_and(|o| o.status.success());
@@ -173,9 +178,9 @@ fn ensure_svg_renderer() -> Result<()> {
         Command::new("apt-get").args(["update", "-qq"]),
     )?;
     run(
-        "install librsvg2-bin (rsvg-convert)",
+        &format!("install {package} ({tool})"),
         Command::new("apt-get")
-            .args(["install", "-y", "-qq", "librsvg2-bin"])
+            .args(["install", "-y", "-qq", package])
             .env("DEBIAN_FRONTEND", "noninteractive"),
     )
 }

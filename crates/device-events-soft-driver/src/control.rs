@@ -6,7 +6,7 @@ use std::ffi::{CStr, c_char, c_void};
 use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
 
 use crate::codes;
-use crate::engine::ENGINE;
+use crate::engine::{ENGINE, Fault, Outcome};
 use crate::{clock, cuda};
 
 struct Injection {
@@ -48,6 +48,32 @@ pub(crate) fn enter(name: &'static str) -> Result<(), i32> {
         injection.pass -= 1;
     }
     Ok(())
+}
+
+/// Run an exported call: count it, fail it with the injected status if a
+/// test chose so, else run `body` and spell its fault with `code`.
+pub(crate) fn call(
+    name: &'static str,
+    code: fn(Fault) -> i32,
+    body: impl FnOnce() -> Outcome<()>,
+) -> i32 {
+    if let Err(status) = enter(name) {
+        return status;
+    }
+    body().map_or_else(code, |()| 0)
+}
+
+/// A release: an injected failure is reported after the handle is released,
+/// as a driver reporting an earlier asynchronous fault on it does, so that a
+/// caller's single release attempt never leaks.
+pub(crate) fn release(
+    name: &'static str,
+    code: fn(Fault) -> i32,
+    body: impl FnOnce() -> Outcome<()>,
+) -> i32 {
+    let injected = enter(name).err();
+    let result = body().map_or_else(code, |()| 0);
+    injected.unwrap_or(result)
 }
 
 /// What the driver holds and has been asked, since the last reset.

@@ -20,7 +20,6 @@ type CUstream = *mut c_void;
 type CUgraph = *mut c_void;
 type CUdeviceptr = u64;
 
-const SUCCESS: CUresult = 0;
 const CU_EVENT_DISABLE_TIMING: c_uint = 0x2;
 const CU_STREAM_NON_BLOCKING: c_uint = 0x1;
 const CU_STREAM_LEGACY: usize = 0x1;
@@ -52,20 +51,12 @@ fn code(fault: Fault) -> CUresult {
     }
 }
 
-/// Run a call: count it, fail it if a test chose so, else run `body`.
 fn call(name: &'static str, body: impl FnOnce() -> Outcome<()>) -> CUresult {
-    if let Err(status) = control::enter(name) {
-        return status;
-    }
-    body().map_or_else(code, |()| SUCCESS)
+    control::call(name, code, body)
 }
 
-/// A release: an injected failure is reported after the handle is released,
-/// as a driver reporting an earlier asynchronous fault on it does.
 fn release(name: &'static str, body: impl FnOnce() -> Outcome<()>) -> CUresult {
-    let injected = control::enter(name).err();
-    let result = body().map_or_else(code, |()| SUCCESS);
-    injected.unwrap_or(result)
+    control::release(name, code, body)
 }
 
 fn initialized() -> Outcome<()> {

@@ -15,7 +15,6 @@ type HipEvent = *mut c_void;
 type HipStream = *mut c_void;
 type HipGraph = *mut c_void;
 
-const SUCCESS: HipError = 0;
 const HIP_EVENT_DISABLE_TIMING: c_uint = 0x2;
 const HIP_STREAM_NON_BLOCKING: c_uint = 0x1;
 /// Event timing resolution HIP documents: about 1 µs.
@@ -26,8 +25,8 @@ thread_local! {
     static DEVICE: Cell<usize> = const { Cell::new(0) };
 }
 
-fn code(fault: Fault) -> HipError {
-    let status = match fault {
+fn code(fault: Fault) -> i32 {
+    match fault {
         Fault::InvalidValue => 1,
         Fault::NotInitialized => 3,
         Fault::InvalidDevice => 101,
@@ -38,22 +37,20 @@ fn code(fault: Fault) -> HipError {
         Fault::CaptureInvalidated => 901,
         Fault::CapturedEvent => 907,
         Fault::Injected(status) => status,
-    };
-    HipError::try_from(status).unwrap_or(999)
+    }
 }
 
 fn call(name: &'static str, body: impl FnOnce() -> Outcome<()>) -> HipError {
-    if let Err(status) = control::enter(name) {
-        return HipError::try_from(status).unwrap_or(999);
-    }
-    body().map_or_else(code, |()| SUCCESS)
+    as_hip(control::call(name, code, body))
 }
 
-/// A release: an injected failure is reported after the handle is released.
 fn release(name: &'static str, body: impl FnOnce() -> Outcome<()>) -> HipError {
-    let injected = control::enter(name).err();
-    let result = body().map_or_else(code, |()| SUCCESS);
-    injected.map_or(result, |status| HipError::try_from(status).unwrap_or(999))
+    as_hip(control::release(name, code, body))
+}
+
+/// `hipError_t` is unsigned; every status in its table fits.
+fn as_hip(status: i32) -> HipError {
+    HipError::try_from(status).unwrap_or(999)
 }
 
 fn current() -> Outcome<usize> {
