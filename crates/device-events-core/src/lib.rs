@@ -7,8 +7,11 @@
 //!
 //! - [`EventFence`]: a point on a stream that another stream or the host can
 //!   wait for; it never panics, and releases its event exactly once.
+//! - [`FencePool`]: fences whose events are reused, for a server that makes
+//!   many.
 //! - [`EventProfiler`]: timing windows on streams whose device-measured
-//!   durations are placed on the host clock through a calibrated anchor.
+//!   durations are placed on the host clock through a calibrated anchor and
+//!   an estimate of the device clock's drift.
 //!
 //! ```
 //! use device_events_core::{EventApi, EventFence, EventProfiler, sim::Sim};
