@@ -34,7 +34,7 @@ pub enum ProfileError {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ProfileToken {
     profiler: u64,
-    slot: u32,
+    slot: usize,
     generation: u32,
 }
 
@@ -130,7 +130,7 @@ pub struct EventProfiler<A: EventApi> {
     id: u64,
     config: ProfilerConfig,
     slots: Vec<Slot<A>>,
-    free: Vec<u32>,
+    free: Vec<usize>,
     open: usize,
     anchor: Option<Arc<Anchor<A>>>,
     anchor_stream: Option<OwnedStream<A>>,
@@ -197,12 +197,10 @@ impl<A: EventApi> EventProfiler<A> {
                     generation: 0,
                     window: None,
                 });
-                // A profiler with four billion windows open has bigger
-                // problems; the slot index saturates rather than panics.
-                u32::try_from(self.slots.len() - 1).unwrap_or(u32::MAX)
+                self.slots.len() - 1
             }
         };
-        let entry = &mut self.slots[slot as usize];
+        let entry = &mut self.slots[slot];
         entry.window = Some(window);
         self.open += 1;
         ProfileToken {
@@ -394,7 +392,7 @@ impl<A: EventApi> EventProfiler<A> {
         }
         let slot = self
             .slots
-            .get_mut(token.slot as usize)
+            .get_mut(token.slot)
             .filter(|slot| slot.generation == token.generation)
             .ok_or(ProfileError::StaleToken)?;
         let window = slot.window.take().ok_or(ProfileError::StaleToken)?;
