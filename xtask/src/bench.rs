@@ -93,7 +93,7 @@ fn ratio(ours: f64, theirs: f64) -> f64 {
 
 pub(crate) fn bench() -> Result<()> {
     ensure_debian_tool("valgrind", "valgrind")?;
-    let soft = soft_driver("release")?;
+    let soft = soft_driver()?;
     run(
         "build bench-probe",
         cargo().args([
