@@ -397,7 +397,7 @@ impl Engine {
     /// 0: not capturing; 1: capturing; 2: capture invalidated.
     pub(crate) fn stream_capture_status(&self, stream: StreamRef) -> Outcome<u32> {
         let mut state = self.lock();
-        let stream = resolve(&mut state, stream)?;
+        let stream = lookup(&mut state, stream);
         let s = state.streams.get(&stream).ok_or(Fault::InvalidHandle)?;
         Ok(match s.capture {
             Capture::None => 0,
@@ -510,38 +510,42 @@ fn next_id(state: &mut State) -> u64 {
     state.next_id
 }
 
+/// The stream an operation is queued on. The null stream is made on first
+/// use and, as the legacy default stream does, first waits for the work
+/// queued so far on the streams it synchronizes with.
 fn resolve(state: &mut State, stream: StreamRef) -> Outcome<u64> {
-    match stream {
-        StreamRef::Created(id) => Ok(id),
-        StreamRef::Null { device, waits_all } => {
-            let id = match state.null_streams.get(&device) {
-                Some(id) => *id,
-                None => {
-                    let id = spawn_stream(state, device, true, true);
-                    state.null_streams.insert(device, id);
-                    id
-                }
-            };
-            // The legacy default stream runs after the work queued before on
-            // the streams it synchronizes with.
-            let targets: Vec<(u64, u64)> = state
-                .streams
+    let id = lookup(state, stream);
+    if let StreamRef::Null { device, waits_all } = stream {
+        let targets: Vec<(u64, u64)> = state
+            .streams
+            .iter()
+            .filter(|(other, s)| **other != id && s.device == device && (waits_all || s.blocking))
+            .map(|(other, s)| (*other, s.enqueued))
+            .collect();
+        if !targets.is_empty() {
+            let due = targets
                 .iter()
-                .filter(|(other, s)| {
-                    **other != id && s.device == device && (waits_all || s.blocking)
-                })
-                .map(|(other, s)| (*other, s.enqueued))
-                .collect();
-            if !targets.is_empty() {
-                let due = targets
-                    .iter()
-                    .filter_map(|(other, _)| state.streams.get(other).map(|s| s.schedule))
-                    .max()
-                    .unwrap_or(0);
-                enqueue(state, id, due, Op::WaitStreams(targets))?;
-            }
-            Ok(id)
+                .filter_map(|(other, _)| state.streams.get(other).map(|s| s.schedule))
+                .max()
+                .unwrap_or(0);
+            enqueue(state, id, due, Op::WaitStreams(targets))?;
         }
+    }
+    Ok(id)
+}
+
+/// The stream a query is about: as [`resolve`], but queues nothing.
+fn lookup(state: &mut State, stream: StreamRef) -> u64 {
+    match stream {
+        StreamRef::Created(id) => id,
+        StreamRef::Null { device, .. } => match state.null_streams.get(&device) {
+            Some(id) => *id,
+            None => {
+                let id = spawn_stream(state, device, true, true);
+                state.null_streams.insert(device, id);
+                id
+            }
+        },
     }
 }
 
