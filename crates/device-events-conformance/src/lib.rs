@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use device_events_core::profile::{ProfileDuration, ProfileTicks};
 use device_events_core::{
-    CaptureStatus, DriverError, ErrorKind, EventApi, EventFence, EventProfiler,
+    CaptureStatus, DriverError, ErrorKind, EventApi, EventFence, EventProfiler, OwnedStream,
 };
 
 /// Device work a backend's tests can queue: a memset of a sized buffer works
@@ -63,25 +63,19 @@ pub struct Harness<A: EventApi> {
 }
 
 /// Streams a check owns, released when it ends.
-struct Streams<A: EventApi>(Vec<A::Stream>);
+struct Streams<A: EventApi>(Vec<OwnedStream<A>>);
 
 impl<A: EventApi> Streams<A> {
     fn new(n: usize) -> Self {
         Self(
             (0..n)
-                .map(|_| A::stream_create_non_blocking().expect("create a stream"))
+                .map(|_| OwnedStream::new().expect("create a stream"))
                 .collect(),
         )
     }
-}
 
-impl<A: EventApi> Drop for Streams<A> {
-    fn drop(&mut self) {
-        for stream in self.0.drain(..) {
-            if let Err(err) = A::stream_destroy(stream) {
-                log::error!("{err}");
-            }
-        }
+    fn get(&self, i: usize) -> A::Stream {
+        self.0[i].get()
     }
 }
 
@@ -115,7 +109,7 @@ impl<A: EventApi> Harness<A> {
     /// shared machine only ever slows a run down.
     fn measure_speed(&self) -> f64 {
         let streams = Streams::<A>::new(1);
-        let s = streams.0[0];
+        let s = streams.get(0);
         let mut profiler = EventProfiler::<A>::new();
         let mut time = |bytes: usize| {
             let token = profiler.start(s);
@@ -208,7 +202,7 @@ fn at(epoch: Instant, ticks: &ProfileTicks) -> (Duration, Duration) {
 /// fenced work ends, as measured by events.
 pub fn fence_orders_two_streams<A: EventApi>(h: &Harness<A>) {
     let streams = Streams::<A>::new(2);
-    let (a, b) = (streams.0[0], streams.0[1]);
+    let (a, b) = (streams.get(0), streams.get(1));
     let mut profiler = EventProfiler::<A>::new();
     let fenced = profiler.start(a);
     h.enqueue(a, Duration::from_millis(10));
@@ -232,7 +226,7 @@ pub fn fence_orders_two_streams<A: EventApi>(h: &Harness<A>) {
 /// `wait_sync` returns only once the fenced work is done.
 pub fn wait_sync_returns_after_the_fenced_work<A: EventApi>(h: &Harness<A>) {
     let streams = Streams::<A>::new(1);
-    let s = streams.0[0];
+    let s = streams.get(0);
     let mut profiler = EventProfiler::<A>::new();
     let work = profiler.start(s);
     h.enqueue(s, Duration::from_millis(10));
@@ -255,7 +249,7 @@ pub fn wait_sync_returns_after_the_fenced_work<A: EventApi>(h: &Harness<A>) {
 /// is safe: the stream finishes and nothing fails.
 pub fn dropping_an_unwaited_fence_in_flight_is_safe<A: EventApi>(h: &Harness<A>) {
     let streams = Streams::<A>::new(1);
-    let s = streams.0[0];
+    let s = streams.get(0);
     let before = h.live_events.map(|live| live());
     h.enqueue(s, Duration::from_millis(20));
     drop(EventFence::<A>::new(s));
@@ -268,7 +262,7 @@ pub fn dropping_an_unwaited_fence_in_flight_is_safe<A: EventApi>(h: &Harness<A>)
 /// A window around work of duration D measures D within the stated tolerance.
 pub fn window_measures_the_work_inside_it<A: EventApi>(h: &Harness<A>) {
     let streams = Streams::<A>::new(1);
-    let s = streams.0[0];
+    let s = streams.get(0);
     let mut profiler = EventProfiler::<A>::new();
     for ms in [2, 10, 30] {
         let work = Duration::from_millis(ms);
@@ -282,7 +276,7 @@ pub fn window_measures_the_work_inside_it<A: EventApi>(h: &Harness<A>) {
 /// Nested windows: each inner window lies inside its outer one.
 pub fn nested_windows_lie_inside_their_outer_window<A: EventApi>(h: &Harness<A>) {
     let streams = Streams::<A>::new(1);
-    let s = streams.0[0];
+    let s = streams.get(0);
     let mut profiler = EventProfiler::<A>::new();
     let outer = profiler.start(s);
     h.enqueue(s, Duration::from_millis(3));
@@ -307,7 +301,7 @@ pub fn nested_windows_lie_inside_their_outer_window<A: EventApi>(h: &Harness<A>)
 /// Overlapping windows on one stream are each measured, in order.
 pub fn overlapping_windows_are_consistent<A: EventApi>(h: &Harness<A>) {
     let streams = Streams::<A>::new(1);
-    let s = streams.0[0];
+    let s = streams.get(0);
     let mut profiler = EventProfiler::<A>::new();
     let first = profiler.start(s);
     h.enqueue(s, Duration::from_millis(4));
@@ -336,7 +330,7 @@ pub fn placement_lies_inside_the_host_interval<A: EventApi>(h: &Harness<A>) {
     let streams = Streams::<A>::new(2);
     let mut profiler = EventProfiler::<A>::new();
     for round in 0..6 {
-        let s = streams.0[round % 2];
+        let s = streams.get(round % 2);
         let before = Instant::now();
         let token = profiler.start(s);
         h.enqueue(s, Duration::from_millis(2));
@@ -366,7 +360,7 @@ pub fn thousands_in_flight_resolve_from_several_threads<A: EventApi>(h: &Harness
     let mut fences = Vec::with_capacity(EACH);
     let mut windows = Vec::with_capacity(EACH);
     for i in 0..EACH {
-        let s = streams.0[i % 2];
+        let s = streams.get(i % 2);
         let token = profiler.start(s);
         if i % 500 == 0 {
             h.enqueue(s, Duration::from_micros(200));
@@ -421,7 +415,7 @@ pub fn thousands_in_flight_resolve_from_several_threads<A: EventApi>(h: &Harness
 /// Elapsed time on an event never recorded is refused, as invalid.
 pub fn elapsed_on_an_unrecorded_event_is_refused<A: EventApi>(_: &Harness<A>) {
     let streams = Streams::<A>::new(1);
-    let s = streams.0[0];
+    let s = streams.get(0);
     let recorded = A::event_create().unwrap();
     let mut never = A::event_create().unwrap();
     A::event_record(&recorded, s).unwrap();
@@ -437,7 +431,7 @@ pub fn elapsed_on_an_unrecorded_event_is_refused<A: EventApi>(_: &Harness<A>) {
 /// Elapsed time on an event not yet reached is "not ready".
 pub fn elapsed_on_an_unreached_event_is_not_ready<A: EventApi>(h: &Harness<A>) {
     let streams = Streams::<A>::new(1);
-    let s = streams.0[0];
+    let s = streams.get(0);
     let mut start = A::event_create().unwrap();
     let mut end = A::event_create().unwrap();
     A::event_record(&start, s).unwrap();
@@ -456,7 +450,7 @@ pub fn elapsed_on_an_unreached_event_is_not_ready<A: EventApi>(h: &Harness<A>) {
 /// synchronized; each error is of the capture class.
 pub fn a_capturing_stream_gives_capture_errors<A: EventApi>(h: &Harness<A>) {
     let streams = Streams::<A>::new(1);
-    let s = streams.0[0];
+    let s = streams.get(0);
     assert_eq!((h.capture.status)(s).unwrap(), CaptureStatus::None);
     (h.capture.begin)(s).unwrap();
     assert_eq!((h.capture.status)(s).unwrap(), CaptureStatus::Active);
@@ -475,7 +469,7 @@ pub fn a_capturing_stream_gives_capture_errors<A: EventApi>(h: &Harness<A>) {
 /// A window is read on a thread other than the one that opened it.
 pub fn windows_resolve_on_other_threads<A: EventApi>(h: &Harness<A>) {
     let streams = Streams::<A>::new(1);
-    let s = streams.0[0];
+    let s = streams.get(0);
     let mut profiler = EventProfiler::<A>::new();
     let token = profiler.start(s);
     h.enqueue(s, Duration::from_millis(2));
@@ -496,7 +490,7 @@ pub fn fences_and_profilers_leak_nothing<A: EventApi>(driver: &soft::SoftDriver)
     let before = driver.counts();
     {
         let streams = Streams::<A>::new(1);
-        let s = streams.0[0];
+        let s = streams.get(0);
         let pool = device_events_core::FencePool::<A>::new();
         let mut profiler = EventProfiler::<A>::new();
         let _abandoned = profiler.start(s);
@@ -524,7 +518,7 @@ pub fn only_documented_functions_are_called<A: EventApi>(
     driver.reset();
     {
         let streams = Streams::<A>::new(1);
-        let s = streams.0[0];
+        let s = streams.get(0);
         let mut profiler = EventProfiler::<A>::new();
         let token = profiler.start(s);
         let fence = EventFence::<A>::new(s);

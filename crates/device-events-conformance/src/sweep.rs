@@ -12,7 +12,7 @@ use std::sync::mpsc;
 use std::sync::{Mutex, Once, PoisonError};
 use std::time::{Duration, Instant};
 
-use device_events_core::{EventApi, EventFence, EventProfiler, ProfilerConfig};
+use device_events_core::{EventApi, EventFence, EventProfiler, OwnedStream, ProfilerConfig};
 
 use crate::Streams;
 use crate::soft::SoftDriver;
@@ -59,7 +59,7 @@ fn note<T, E: std::fmt::Display>(seen: &mut Seen, result: Result<T, E>) -> Optio
 fn streams<A: EventApi>(n: usize, seen: &mut Seen) -> Option<Streams<A>> {
     let mut made = Streams::<A>(Vec::new());
     for _ in 0..n {
-        made.0.push(note(seen, A::stream_create_non_blocking())?);
+        made.0.push(note(seen, OwnedStream::new())?);
     }
     Some(made)
 }
@@ -75,7 +75,7 @@ fn resolve_all(pending: Vec<device_events_core::profile::ProfileDuration>) {
 pub fn fence_lifecycle<A: EventApi>() -> Seen {
     let mut seen = Seen::new();
     if let Some(s) = streams::<A>(1, &mut seen) {
-        let fence = EventFence::<A>::new(s.0[0]);
+        let fence = EventFence::<A>::new(s.get(0));
         note(&mut seen, fence.wait_sync());
     }
     seen
@@ -85,9 +85,9 @@ pub fn fence_lifecycle<A: EventApi>() -> Seen {
 pub fn cross_stream_fence<A: EventApi>() -> Seen {
     let mut seen = Seen::new();
     if let Some(s) = streams::<A>(2, &mut seen) {
-        let fence = EventFence::<A>::new(s.0[0]);
-        note(&mut seen, fence.wait_async(s.0[1]));
-        note(&mut seen, EventFence::<A>::new(s.0[1]).wait_sync());
+        let fence = EventFence::<A>::new(s.get(0));
+        note(&mut seen, fence.wait_async(s.get(1)));
+        note(&mut seen, EventFence::<A>::new(s.get(1)).wait_sync());
     }
     seen
 }
@@ -96,7 +96,7 @@ pub fn cross_stream_fence<A: EventApi>() -> Seen {
 pub fn nested_windows<A: EventApi>() -> Seen {
     let mut seen = Seen::new();
     if let Some(s) = streams::<A>(1, &mut seen) {
-        let s = s.0[0];
+        let s = s.get(0);
         let mut profiler = EventProfiler::<A>::new();
         let outer = profiler.start(s);
         let inner = profiler.start(s);
@@ -113,7 +113,7 @@ pub fn nested_windows<A: EventApi>() -> Seen {
 pub fn anchor_refresh<A: EventApi>() -> Seen {
     let mut seen = Seen::new();
     if let Some(s) = streams::<A>(1, &mut seen) {
-        let s = s.0[0];
+        let s = s.get(0);
         let mut profiler = EventProfiler::<A>::with_config(ProfilerConfig {
             anchor_max_age: Duration::ZERO,
             calibration_samples: 2,
@@ -134,7 +134,7 @@ pub fn anchor_refresh<A: EventApi>() -> Seen {
 pub fn teardown_with_windows_open<A: EventApi>() -> Seen {
     let mut seen = Seen::new();
     if let Some(s) = streams::<A>(1, &mut seen) {
-        let s = s.0[0];
+        let s = s.get(0);
         let mut profiler = EventProfiler::<A>::new();
         let _open = profiler.start(s);
         let _also_open = profiler.start(s);
@@ -289,10 +289,10 @@ pub fn stress<A: EventApi>(
         }));
         workers.push(std::thread::spawn(move || {
             prepare_thread();
-            let Ok(stream) = A::stream_create_non_blocking() else {
+            let Ok(owned) = OwnedStream::<A>::new() else {
                 return;
             };
-            let streams = Streams::<A>(vec![stream]);
+            let stream = owned.get();
             let mut profiler = EventProfiler::<A>::new();
             for _ in 0..each {
                 let token = profiler.start(stream);
@@ -306,7 +306,7 @@ pub fn stress<A: EventApi>(
             }
             drop(hand_off);
             drop(profiler);
-            drop(streams);
+            drop(owned);
         }));
     }
     drop(done);

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use cubecl_common::profile::{Duration, Instant};
 
 use crate::EventApi;
+use crate::drift::Placement;
 use crate::driver::DriverError;
 use crate::pool::{EventPool, PooledEvent};
 
@@ -35,8 +36,12 @@ pub(crate) struct Anchor<A: EventApi> {
     instant: Instant,
     /// Host time per unit of device time (1 / the device clock's rate).
     scale: f64,
+    /// A bound on `scale`'s relative error.
+    rate_uncertainty: f64,
     /// Device time since the start of the anchor chain, in nanoseconds.
     chain_ns: f64,
+    /// How far `chain_ns` can be off: the readings' error summed.
+    chain_error_ns: f64,
     /// Refresh once older than this: shorter while the drift is unknown.
     max_age: Duration,
 }
@@ -89,21 +94,17 @@ impl<A: EventApi> Bracket<A> {
 }
 
 impl<A: EventApi> Anchor<A> {
-    pub(crate) fn new(
-        bracket: Bracket<A>,
-        instant: Instant,
-        scale: f64,
-        chain_ns: f64,
-        max_age: Duration,
-    ) -> Self {
+    pub(crate) fn new(bracket: Bracket<A>, placement: Placement, chain: (f64, f64)) -> Self {
         Self {
             measured: bracket.midpoint(),
             uncertainty: bracket.width / 2,
             event: bracket.event,
-            instant,
-            scale,
-            chain_ns,
-            max_age,
+            instant: placement.instant,
+            scale: placement.scale,
+            rate_uncertainty: placement.rate_uncertainty,
+            chain_ns: chain.0,
+            chain_error_ns: chain.1,
+            max_age: placement.max_age,
         }
     }
 
@@ -123,6 +124,28 @@ impl<A: EventApi> Anchor<A> {
 
     pub(crate) fn chain_ns(&self) -> f64 {
         self.chain_ns
+    }
+
+    pub(crate) fn chain_error_ns(&self) -> f64 {
+        self.chain_error_ns
+    }
+
+    /// How far a point placed `offset` after the anchor can be from the
+    /// truth, before the offset's own reading error: the true anchor lies
+    /// in its bracket, the placement may sit off the bracket's midpoint by
+    /// what the fit moved it, and the rate is known to `rate_uncertainty`.
+    pub(crate) fn placement_bound(&self, offset: Duration) -> Duration {
+        let shift = if self.instant > self.measured {
+            self.instant.saturating_duration_since(self.measured)
+        } else {
+            self.measured.saturating_duration_since(self.instant)
+        };
+        self.uncertainty + shift + self.rate_error(offset)
+    }
+
+    /// How far the host duration of `device` can be off through the rate.
+    pub(crate) fn rate_error(&self, device: Duration) -> Duration {
+        Duration::from_secs_f64(device.as_secs_f64() * self.rate_uncertainty)
     }
 
     /// Whether the anchor is older than its bound at `now`.

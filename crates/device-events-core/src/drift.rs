@@ -38,7 +38,10 @@ const KEEP: usize = 32;
 struct Point {
     host_ns: f64,
     device_ns: f64,
+    /// The bracket's half-width: how far `host_ns` can be from the truth.
     half_width_ns: f64,
+    /// Reading error accumulated along the chain up to `device_ns`.
+    chain_error_ns: f64,
 }
 
 /// The fitted line through recent anchors.
@@ -52,6 +55,8 @@ pub(crate) struct Placement {
     pub(crate) instant: Instant,
     /// Host time per unit of device time.
     pub(crate) scale: f64,
+    /// A bound on `scale`'s error, relative: the prior when unfitted.
+    pub(crate) rate_uncertainty: f64,
     pub(crate) max_age: Duration,
 }
 
@@ -70,12 +75,13 @@ impl DriftFit {
     }
 
     /// Add an anchor measured at `measured` (± `half_width`) at `device_ns`
-    /// along the chain, and place it.
+    /// (± `device_error_ns`) along the chain, and place it.
     pub(crate) fn admit(
         &mut self,
         measured: Instant,
         half_width: Duration,
         device_ns: f64,
+        device_error_ns: f64,
         max_age: Duration,
     ) -> Placement {
         let base = *self.base.get_or_insert(measured);
@@ -86,13 +92,21 @@ impl DriftFit {
             host_ns: measured.saturating_duration_since(base).as_nanos() as f64,
             device_ns,
             half_width_ns: half_width.as_nanos() as f64,
+            chain_error_ns: device_error_ns,
         });
         let fallback = Placement {
             instant: measured,
             scale: 1.0,
+            rate_uncertainty: PRIOR,
             max_age: age_for(PRIOR).min(max_age),
         };
-        let Some((offset, scale, uncertainty)) = self.line() else {
+        let Some(Line {
+            offset,
+            scale,
+            uncertainty,
+            worst_case,
+        }) = self.line()
+        else {
             return fallback;
         };
         if uncertainty >= PRIOR || !(0.5..2.0).contains(&scale) {
@@ -105,13 +119,13 @@ impl DriftFit {
         Placement {
             instant: base + Duration::from_nanos(host_ns as u64),
             scale,
+            rate_uncertainty: worst_case,
             max_age: age_for(uncertainty).min(max_age),
         }
     }
 
-    /// Least squares `host = offset + scale × device`, with the scale's
-    /// uncertainty bounded by the widest bracket over the chain's span.
-    fn line(&self) -> Option<(f64, f64, f64)> {
+    /// Least squares `host = offset + scale × device`.
+    fn line(&self) -> Option<Line> {
         let n = self.points.len();
         if n < 3 {
             return None;
@@ -128,18 +142,46 @@ impl DriftFit {
             return None;
         }
         let scale = cov / var;
-        let offset = mean_h - scale * mean_d;
-        let span = self.points.back()?.device_ns - self.points.front()?.device_ns;
+        let front = self.points.front()?;
+        let span = self.points.back()?.device_ns - front.device_ns;
         let widest = self
             .points
             .iter()
             .map(|p| p.half_width_ns)
             .fold(0.0, f64::max);
-        // Two end points each off by up to their half-width, over the span:
-        // a bound, not the (smaller) statistical error of the fit.
-        let uncertainty = 2.0 * widest.max(1.0) / span.max(1.0);
-        Some((offset, scale, uncertainty))
+        // The slope is linear in each point's values, with weight
+        // (d - mean) / var: its worst case sums each weight times that
+        // point's error, the bracket's half-width and the chain's reading
+        // error since the oldest point kept (an error all points share
+        // moves none of the slope).
+        let worst: f64 = self
+            .points
+            .iter()
+            .map(|p| {
+                let error = p.half_width_ns + (p.chain_error_ns - front.chain_error_ns);
+                (p.device_ns - mean_d).abs() * error.max(1.0)
+            })
+            .sum();
+        Some(Line {
+            offset: mean_h - scale * mean_d,
+            scale,
+            // Two end points each off by up to the widest half-width, over
+            // the span: what decides trust and the refresh period.
+            uncertainty: 2.0 * widest.max(1.0) / span.max(1.0),
+            worst_case: worst / var,
+        })
     }
+}
+
+/// A fitted line and how far its slope can be off.
+struct Line {
+    offset: f64,
+    scale: f64,
+    /// The typical slope error, from the widest bracket over the span.
+    uncertainty: f64,
+    /// The slope error if every point were off by its full error in the
+    /// worst direction: what a window's stated bound uses.
+    worst_case: f64,
 }
 
 /// Refresh period for which a rate uncertain by `uncertainty` hides no more

@@ -7,7 +7,10 @@ use cubecl_common::profile::Duration;
 
 /// What a caller can do about a [`DriverError`]: the only part of it the core
 /// branches on. Backends map their raw status codes onto these.
+///
+/// Non-exhaustive: a newer driver can bring a class worth telling apart.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ErrorKind {
     /// The event or stream has not been reached yet; asking again later may
     /// succeed.
@@ -17,12 +20,21 @@ pub enum ErrorKind {
     DevicePoisoned,
     /// The driver ran out of memory, handles or another resource.
     OutOfResources,
-    /// No driver library could be loaded, or it reports no usable device.
+    /// No driver library could be loaded, or it reports no usable device
+    /// (AMD's runtime on a machine without an AMD GPU says "invalid device").
     NoDevice,
+    /// The driver is not initialised, is shutting down (statuses seen at
+    /// process exit), or the device is taken by another process.
+    Unavailable,
+    /// A handle that is not live: destroyed, never created, of a torn-down
+    /// context, or not this backend's. Refused before the driver is reached
+    /// wherever the backend can tell, since a real driver does not check.
+    InvalidHandle,
     /// A stream capturing a graph is in the way: records and waits there are
     /// graph nodes, not timestamps.
     Capture,
-    /// Anything else, including invalid handles and values.
+    /// Anything else, including invalid values and statuses this crate does
+    /// not know (a newer driver's), which keep their number.
     Other,
 }
 
@@ -37,6 +49,9 @@ impl ErrorKind {
     /// assert_eq!(ErrorKind::of_status(600), ErrorKind::NotReady);
     /// assert_eq!(ErrorKind::of_status(700), ErrorKind::DevicePoisoned); // illegal address
     /// assert_eq!(ErrorKind::of_status(907), ErrorKind::Capture); // captured event
+    /// assert_eq!(ErrorKind::of_status(101), ErrorKind::NoDevice); // hipInit, no AMD GPU
+    /// assert_eq!(ErrorKind::of_status(4), ErrorKind::Unavailable); // deinitialized
+    /// assert_eq!(ErrorKind::of_status(919), ErrorKind::Other); // newer than the table
     /// ```
     pub fn of_status(status: i64) -> Self {
         match status {
@@ -46,11 +61,21 @@ impl ErrorKind {
             // invalid address space, invalid PC, launch failed: the context
             // is lost for good.
             214 | 700 | 702 | 710 | 714..=719 => Self::DevicePoisoned,
+            // Unknown internal error: nothing says the context survived it,
+            // so it is treated as lost.
+            999 => Self::DevicePoisoned,
             // Out of memory, launch out of resources, HIP's runtime memory.
             2 | 701 | 1052 => Self::OutOfResources,
-            // Stub library, insufficient driver, no device, system driver
-            // mismatch, not supported on this device.
-            34 | 35 | 100 | 803 | 804 => Self::NoDevice,
+            // Stub library, insufficient driver, no device, invalid device
+            // (an ordinal that does not exist; what `hipInit` returns on a
+            // machine with no AMD GPU), system driver mismatch, not
+            // supported on this device.
+            34 | 35 | 100 | 101 | 803 | 804 => Self::NoDevice,
+            // Not initialized, deinitialized (process exit), device
+            // unavailable (exclusive-process mode, busy elsewhere).
+            3 | 4 | 46 => Self::Unavailable,
+            // Invalid context, invalid handle, context is destroyed.
+            201 | 400 | 709 => Self::InvalidHandle,
             900..=908 => Self::Capture,
             _ => Self::Other,
         }
@@ -280,9 +305,13 @@ pub enum CaptureStatus {
 /// assert_eq!((seen, bound.get()), (Ok(7), 1));
 /// ```
 ///
+/// A failure to restore is logged, never returned: the call's outcome is
+/// the truth about the handle, and a destructor must not report a released
+/// event as leaked.
+///
 /// # Errors
 ///
-/// `call`'s error; or, when `call` succeeded, the failure to restore.
+/// `call`'s error.
 pub fn with_bound<H: PartialEq + Copy, T>(
     backend: &'static str,
     wanted: H,
@@ -306,12 +335,18 @@ pub fn with_bound<H: PartialEq + Copy, T>(
         return call();
     }
     let outcome = call();
-    match (outcome, restore(previous)) {
-        (outcome, Ok(())) => outcome,
-        (Ok(_), Err(err)) => Err(err),
-        (Err(err), Err(restore)) => {
-            log::error!("{backend}: could not restore the caller's context: {restore}");
-            Err(err)
-        }
+    if let Err(restore) = restore(previous) {
+        // The call's own outcome is what the caller asked for, and a release
+        // that succeeded did release: say exactly that, and hand the outcome
+        // back unchanged.
+        let done = if outcome.is_ok() {
+            "succeeded"
+        } else {
+            "failed"
+        };
+        log::error!(
+            "{backend}: the call {done}, but the caller's binding could not be restored: {restore}"
+        );
     }
+    outcome
 }

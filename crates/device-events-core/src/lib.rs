@@ -42,15 +42,20 @@ mod drift;
 pub mod driver;
 mod event;
 mod fence;
+pub mod handles;
 mod pool;
 mod profiler;
 #[cfg(feature = "sim")]
 pub mod sim;
+mod stream;
 
 pub use api::EventApi;
 pub use driver::{CaptureStatus, DriverError, ErrorKind};
 pub use fence::{EventFence, FencePool};
-pub use profiler::{EventProfiler, ProfileError, ProfileToken, ProfilerConfig};
+pub use profiler::{
+    EventProfiler, PlacedWindow, Placement, ProfileError, ProfileToken, ProfilerConfig,
+};
+pub use stream::OwnedStream;
 
 /// The `cubecl-common` profiling types windows resolve to, re-exported so a
 /// user need not match its version.

@@ -27,15 +27,22 @@ impl<A: EventApi> EventPool<A> {
 
     /// An idle event, or a new one when none is idle.
     pub(crate) fn take(self: &Arc<Self>) -> Result<PooledEvent<A>, DriverError> {
+        self.take_new().map(|(event, _)| event)
+    }
+
+    /// As [`take`](Self::take), and whether the event was created for it.
+    pub(crate) fn take_new(self: &Arc<Self>) -> Result<(PooledEvent<A>, bool), DriverError> {
         let reused = self.lock().pop();
+        let created = reused.is_none();
         let event = match reused {
             Some(event) => event,
             None => OwnedEvent::create()?,
         };
-        Ok(PooledEvent {
+        let event = PooledEvent {
             event: Some(event),
             pool: Arc::clone(self),
-        })
+        };
+        Ok((event, created))
     }
 
     /// How many events are idle now.

@@ -1,5 +1,7 @@
 //! Device-timed windows on streams, placed on the host clock.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -9,8 +11,8 @@ use crate::EventApi;
 use crate::anchor::{Anchor, Bracket};
 use crate::drift::{DriftFit, MAX_GAP};
 use crate::driver::DriverError;
-use crate::event::OwnedStream;
 use crate::pool::{EventPool, PooledEvent};
+use crate::stream::OwnedStream;
 
 /// Why [`EventProfiler::stop`] or [`EventProfiler::abandon`] refused a token.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -53,6 +55,16 @@ pub struct ProfilerConfig {
     pub max_idle_events: usize,
     /// The host clock windows are placed on. Default: [`Instant::now`].
     pub host_clock: fn() -> Instant,
+    /// A window whose end lies further than this from its anchor, on the
+    /// device clock, resolves to `None` (logged): an `f32` reading's step
+    /// there has outgrown a placement worth having. Only a window queued far
+    /// behind its start, or one placed against an anchor whose refresh
+    /// keeps failing, gets there. Default: 60 s, where the step is ~4 µs.
+    pub max_anchor_distance: Duration,
+    /// The driver's timestamp resolution, which [`EventApi`] does not
+    /// report; part of every stated bound ([`Placement::uncertainty`]).
+    /// Default: 1 µs, the coarser of CUDA's (~0.5 µs) and HIP's (~1 µs).
+    pub timer_resolution: Duration,
 }
 
 impl Default for ProfilerConfig {
@@ -62,6 +74,8 @@ impl Default for ProfilerConfig {
             calibration_samples: 5,
             max_idle_events: 1024,
             host_clock: Instant::now,
+            max_anchor_distance: Duration::from_secs(60),
+            timer_resolution: Duration::from_micros(1),
         }
     }
 }
@@ -136,6 +150,10 @@ pub struct EventProfiler<A: EventApi> {
     anchor_stream: Option<OwnedStream<A>>,
     fit: DriftFit,
     pool: Arc<EventPool<A>>,
+    /// After a failed calibration: when to try again, the delay that led
+    /// there (doubling), and the failure, returned meanwhile when there is
+    /// no anchor to fall back on.
+    retry: Option<(Instant, Duration, DriverError)>,
 }
 
 struct Slot<A: EventApi> {
@@ -178,6 +196,7 @@ impl<A: EventApi> EventProfiler<A> {
             anchor_stream: None,
             fit: DriftFit::new(),
             pool: EventPool::new(config.max_idle_events),
+            retry: None,
         }
     }
 
@@ -212,6 +231,12 @@ impl<A: EventApi> EventProfiler<A> {
 
     /// Close the window on `stream`, after everything queued there so far.
     ///
+    /// `stream` may differ from the one the window started on: a window
+    /// that starts on one stream and ends on another across a fence
+    /// hand-off times the whole hand-off. Its end must then come after its
+    /// start on the device; one that does not (the other stream got there
+    /// first) resolves to `None`, logged, never to a zero.
+    ///
     /// The returned duration's future blocks until the device reaches the end
     /// of the window, then resolves to its placement on the host clock, or to
     /// `None` (logged) if the driver could not read it.
@@ -220,30 +245,68 @@ impl<A: EventApi> EventProfiler<A> {
     ///
     /// [`ProfileError::ForeignToken`] and [`ProfileError::StaleToken`] for a
     /// token this profiler cannot close; [`ProfileError::Driver`] when the
-    /// window failed to open, to close, or was marked failed.
+    /// window failed to open, to close, or was marked failed, including a
+    /// stream of a context other than the profiler's.
     pub fn stop(
         &mut self,
         stream: A::Stream,
         token: ProfileToken,
     ) -> Result<ProfileDuration, ProfileError> {
+        self.stop_placed(stream, token)
+            .map(PlacedWindow::into_profile_duration)
+    }
+
+    /// As [`stop`](Self::stop), with a bound on each resolved window's
+    /// placement error.
+    ///
+    /// ```
+    /// use device_events_core::{EventApi, EventProfiler, OwnedStream, sim::Sim};
+    /// use std::time::Duration;
+    ///
+    /// let stream = OwnedStream::<Sim>::new()?;
+    /// let mut profiler = EventProfiler::<Sim>::new();
+    /// let window = profiler.start(stream.get());
+    /// Sim::enqueue_work(stream.get(), Duration::from_micros(100));
+    /// let window = profiler.stop_placed(stream.get(), window)?;
+    /// let placed = pollster::block_on(window.resolve()).expect("measured");
+    /// // Both ends lie within `placed.uncertainty` of where the device was.
+    /// assert!(placed.uncertainty < Duration::from_millis(1));
+    /// # drop(profiler);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As for [`stop`](Self::stop).
+    pub fn stop_placed(
+        &mut self,
+        stream: A::Stream,
+        token: ProfileToken,
+    ) -> Result<PlacedWindow, ProfileError> {
         let Opened { start, anchor } = self.take(token)??;
-        let end = self.pool.take().and_then(|end| {
+        let end = self.event().and_then(|end| {
             A::event_record(end.raw(), stream)?;
             Ok(end)
         });
         let end = end.inspect_err(|err| self.note_fault(err))?;
-        Ok(ProfileDuration::new_device_time_maybe(async move {
-            match read_window(&anchor, &start, &end) {
-                Ok(ticks) => Some(ticks),
-                Err(err) => {
-                    log::warn!(
-                        "{}: profiling window unreadable, reporting no measurement: {err}",
-                        A::BACKEND
-                    );
-                    None
+        let limits = Limits {
+            max_distance: self.config.max_anchor_distance,
+            resolution: self.config.timer_resolution,
+        };
+        Ok(PlacedWindow {
+            future: Box::pin(async move {
+                match read_window(&anchor, &start, &end, limits) {
+                    Ok(placed) => Some(placed),
+                    Err(why) => {
+                        log::warn!(
+                            "{}: profiling window unreadable, reporting no measurement: {why}",
+                            A::BACKEND
+                        );
+                        None
+                    }
                 }
-            }
-        }))
+            }),
+        })
     }
 
     /// Close a window without measuring it; its events go back to the pool.
@@ -280,9 +343,13 @@ impl<A: EventApi> EventProfiler<A> {
         self.open
     }
 
-    /// Half-width of the current anchor's bracket: how far a window's
-    /// placement can be off, beyond the driver's own resolution. `None`
-    /// before the first anchor.
+    /// Half-width of the current anchor's bracket: how far the anchor
+    /// measurement itself can be off. `None` before the first anchor.
+    ///
+    /// It bounds the anchor, not a window: a window's placement also carries
+    /// the drift fit's adjustment of the anchor, the rate's error over the
+    /// window's distance from it and the readings' resolution.
+    /// [`stop_placed`](Self::stop_placed) gives that bound per window.
     pub fn anchor_uncertainty(&self) -> Option<Duration> {
         self.anchor.as_ref().map(|anchor| anchor.uncertainty())
     }
@@ -294,9 +361,29 @@ impl<A: EventApi> EventProfiler<A> {
 
     fn open_window(&mut self, stream: A::Stream) -> Window<A> {
         let anchor = self.fresh_anchor()?;
-        let start = self.pool.take()?;
+        let start = self.event()?;
         A::event_record(start.raw(), stream)?;
         Ok(Opened { start, anchor })
+    }
+
+    /// An event for a window. One the pool has just created is first
+    /// recorded on the anchor stream, which the backend refuses unless both
+    /// are of one context: so every event the profiler holds is of the
+    /// anchor's context, and a window on another context's stream is
+    /// refused at `start` or `stop`, every time, rather than read as `None`
+    /// later, or not, depending on which event the pool hands out.
+    fn event(&self) -> Result<PooledEvent<A>, DriverError> {
+        let (event, created) = self.pool.take_new()?;
+        if created && let Some(stream) = &self.anchor_stream {
+            A::event_record(event.raw(), stream.get()).map_err(|err| {
+                let why = err.detail().unwrap_or("the driver refused it").to_owned();
+                err.with_detail(format!(
+                    "{why}; a profiler belongs to the context current at its first window, \
+                     and this thread's current context is another"
+                ))
+            })?;
+        }
+        Ok(event)
     }
 
     fn fresh_anchor(&mut self) -> Result<Arc<Anchor<A>>, DriverError> {
@@ -306,22 +393,42 @@ impl<A: EventApi> EventProfiler<A> {
         {
             return Ok(Arc::clone(anchor));
         }
+        if let Some((at, _, err)) = &self.retry
+            && now < *at
+        {
+            return match &self.anchor {
+                Some(old) => Ok(Arc::clone(old)),
+                None => Err(err.clone()),
+            };
+        }
         match self.calibrate() {
             Ok(anchor) => {
                 let anchor = Arc::new(anchor);
                 self.anchor = Some(Arc::clone(&anchor));
+                self.retry = None;
                 Ok(anchor)
             }
-            Err(err) => match &self.anchor {
-                Some(old) if !err.is_device_poisoned() => {
-                    log::warn!(
-                        "{}: anchor refresh failed, keeping the previous anchor: {err}",
-                        A::BACKEND
-                    );
-                    Ok(Arc::clone(old))
+            Err(err) => {
+                // Back off, doubling up to the anchor's own refresh period:
+                // a failing driver is not asked again at every `start`.
+                let cap = self.config.anchor_max_age.max(FIRST_RETRY);
+                let delay = self
+                    .retry
+                    .as_ref()
+                    .map_or(FIRST_RETRY, |(_, delay, _)| (*delay * 2).min(cap));
+                self.retry = Some((now + delay, delay, err.clone()));
+                match &self.anchor {
+                    Some(old) if !err.is_device_poisoned() => {
+                        log::warn!(
+                            "{}: anchor refresh failed, keeping the previous anchor, \
+                             next try in {delay:?}: {err}",
+                            A::BACKEND
+                        );
+                        Ok(Arc::clone(old))
+                    }
+                    _ => Err(err),
                 }
-                _ => Err(err),
-            },
+            }
         }
     }
 
@@ -330,8 +437,8 @@ impl<A: EventApi> EventProfiler<A> {
     fn calibrate(&mut self) -> Result<Anchor<A>, DriverError> {
         let made_stream = self.anchor_stream.is_none();
         let stream = match &self.anchor_stream {
-            Some(stream) => stream.raw(),
-            None => self.anchor_stream.insert(OwnedStream::create()?).raw(),
+            Some(stream) => stream.get(),
+            None => self.anchor_stream.insert(OwnedStream::new()?).get(),
         };
         let bracket = Bracket::take(
             &self.pool,
@@ -344,29 +451,24 @@ impl<A: EventApi> EventProfiler<A> {
                 self.anchor_stream = None;
             }
         })?;
-        let chain_ns = self.chain_position(&bracket);
+        let chain = self.chain_position(&bracket);
         let placement = self.fit.admit(
             bracket.midpoint(),
             bracket.width / 2,
-            chain_ns,
+            chain.0,
+            chain.1,
             self.config.anchor_max_age,
         );
-        Ok(Anchor::new(
-            bracket,
-            placement.instant,
-            placement.scale,
-            chain_ns,
-            placement.max_age,
-        ))
+        Ok(Anchor::new(bracket, placement, chain))
     }
 
     /// Device time from the start of the anchor chain to `bracket`'s event,
-    /// read from the previous anchor; a new chain when there is none to read
-    /// from.
-    fn chain_position(&mut self, bracket: &Bracket<A>) -> f64 {
+    /// read from the previous anchor, and how far the sum of readings can
+    /// be off; a new chain when there is none to read from.
+    fn chain_position(&mut self, bracket: &Bracket<A>) -> (f64, f64) {
         let Some(previous) = &self.anchor else {
             self.fit.restart();
-            return 0.0;
+            return (0.0, 0.0);
         };
         if bracket
             .midpoint()
@@ -374,14 +476,18 @@ impl<A: EventApi> EventProfiler<A> {
             > MAX_GAP
         {
             self.fit.restart();
-            return 0.0;
+            return (0.0, 0.0);
         }
         match A::event_elapsed(previous.event(), bracket.event.raw()) {
-            Ok(step) => previous.chain_ns() + step.as_nanos() as f64,
+            Ok(step) => (
+                previous.chain_ns() + step.as_nanos() as f64,
+                previous.chain_error_ns()
+                    + reading_error(step, self.config.timer_resolution).as_nanos() as f64,
+            ),
             Err(err) => {
                 log::warn!("{}: drift estimate restarted: {err}", A::BACKEND);
                 self.fit.restart();
-                0.0
+                (0.0, 0.0)
             }
         }
     }
@@ -431,39 +537,162 @@ impl<A: EventApi> std::fmt::Debug for EventProfiler<A> {
     }
 }
 
+/// The first delay before a failed calibration is tried again.
+const FIRST_RETRY: Duration = Duration::from_millis(1);
+
+/// What a window's reading is checked against.
+#[derive(Clone, Copy)]
+struct Limits {
+    max_distance: Duration,
+    resolution: Duration,
+}
+
+/// A closed window, resolving to its placement and a bound on its error.
+///
+/// From [`EventProfiler::stop_placed`];
+/// [`into_profile_duration`](Self::into_profile_duration) gives the
+/// `cubecl-common` type [`EventProfiler::stop`] returns.
+pub struct PlacedWindow {
+    future: Pin<Box<dyn Future<Output = Option<Placement>> + Send>>,
+}
+
+impl PlacedWindow {
+    /// The window's placement once the device has reached its end, or
+    /// `None` (logged) when it could not be read.
+    pub async fn resolve(self) -> Option<Placement> {
+        self.future.await
+    }
+
+    /// The window as a [`ProfileDuration`], without the bound.
+    pub fn into_profile_duration(self) -> ProfileDuration {
+        ProfileDuration::new_device_time_maybe(async move {
+            self.future.await.map(|placed| placed.ticks)
+        })
+    }
+}
+
+impl std::fmt::Debug for PlacedWindow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PlacedWindow").finish_non_exhaustive()
+    }
+}
+
+/// A window placed on the host clock.
+#[derive(Debug)]
+pub struct Placement {
+    /// Where the window lies on the host clock.
+    pub ticks: ProfileTicks,
+    /// How far either end can be from where the device really was, on the
+    /// host clock: the anchor's bracket half-width, how far the drift fit
+    /// moved the anchor off the bracket's midpoint, the rate's worst-case
+    /// error (the fit's, or a crystal's ±100 ppm before the fit is trusted)
+    /// over the distance from the anchor, and each reading's resolution
+    /// ([`ProfilerConfig::timer_resolution`]) and `f32` rounding. It holds
+    /// when the device stamps the anchor between the host's clock reads
+    /// around its record and wait, as any driver does whose records are not
+    /// stamped before they are queued.
+    pub uncertainty: Duration,
+}
+
+/// Why a window resolved to `None`.
+enum Unread {
+    Driver(DriverError),
+    Reversed { start: Duration, end: Duration },
+    TooFar { distance: Duration, bound: Duration },
+}
+
+impl From<DriverError> for Unread {
+    fn from(err: DriverError) -> Self {
+        Self::Driver(err)
+    }
+}
+
+impl std::fmt::Display for Unread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Driver(err) => err.fmt(f),
+            Self::Reversed { start, end } => write!(
+                f,
+                "its end ({end:?} after the anchor) precedes its start ({start:?} after it): \
+                 it was stopped on a stream that got there first"
+            ),
+            Self::TooFar { distance, bound } => write!(
+                f,
+                "it ends {distance:?} from its anchor, past the {bound:?} bound \
+                 (the anchor could not be refreshed, or the window was queued far behind)"
+            ),
+        }
+    }
+}
+
 fn read_window<A: EventApi>(
     anchor: &Anchor<A>,
     start: &PooledEvent<A>,
     end: &PooledEvent<A>,
-) -> Result<ProfileTicks, DriverError> {
+    limits: Limits,
+) -> Result<Placement, Unread> {
     // The span first: waiting for the end, if it was not reached yet, also
     // covers the start on one stream, and a window read after the device
     // got there costs no wait at all.
-    let span = reading::<A>(start.raw(), end.raw(), end.raw())?;
-    let offset = reading::<A>(anchor.event(), start.raw(), start.raw())?;
+    let span = reading::<A>(start.raw(), end.raw())?;
+    let offset = reading::<A>(anchor.event(), start.raw())?;
+    if span.is_zero() {
+        // A reversed window reads as zero too (the backends clamp negative
+        // readings): its two ends' offsets from the anchor tell it apart.
+        let to_end = reading::<A>(anchor.event(), end.raw())?;
+        if to_end < offset {
+            return Err(Unread::Reversed {
+                start: offset,
+                end: to_end,
+            });
+        }
+    }
+    let distance = offset + span;
+    if distance > limits.max_distance {
+        return Err(Unread::TooFar {
+            distance,
+            bound: limits.max_distance,
+        });
+    }
     let begin = anchor.place(offset);
-    Ok(ProfileTicks::from_start_end(
-        begin,
-        begin + anchor.to_host(span),
-    ))
+    let uncertainty = anchor.placement_bound(offset)
+        + reading_error(offset, limits.resolution)
+        + anchor.rate_error(span)
+        + reading_error(span, limits.resolution);
+    Ok(Placement {
+        ticks: ProfileTicks::from_start_end(begin, begin + anchor.to_host(span)),
+        uncertainty,
+    })
 }
 
-/// Elapsed time from `from` to `to`, waiting for `until` and asking again if
-/// the driver says they were not reached yet.
-fn reading<A: EventApi>(
-    from: &A::Event,
-    to: &A::Event,
-    until: &A::Event,
-) -> Result<Duration, DriverError> {
-    match A::event_elapsed(from, to) {
-        Err(err) if err.is_not_ready() => {
-            log::debug!(
-                "{}: window not reached yet, waiting for it: {err}",
-                A::BACKEND
-            );
-            A::event_wait(until)?;
-            A::event_elapsed(from, to)
+/// How far an elapsed reading of `reading` can be off: the driver's
+/// resolution, half the `f32` millisecond step there, and the nanosecond
+/// rounding of the conversion.
+fn reading_error(reading: Duration, resolution: Duration) -> Duration {
+    #[allow(clippy::cast_possible_truncation)]
+    let ms = (reading.as_secs_f64() * 1e3) as f32;
+    let step_ms = f64::from(ms.next_up() - ms);
+    resolution + Duration::from_secs_f64(step_ms / 2e3) + Duration::from_nanos(1)
+}
+
+/// Elapsed time from `from` to `to`, waiting for them and asking again if
+/// the driver says they were not reached yet: `to` first (on one stream it
+/// covers `from`), then `from` (a window stopped on another stream).
+fn reading<A: EventApi>(from: &A::Event, to: &A::Event) -> Result<Duration, DriverError> {
+    let mut waits = [to, from].into_iter();
+    loop {
+        match A::event_elapsed(from, to) {
+            Err(err) if err.is_not_ready() => {
+                let Some(next) = waits.next() else {
+                    return Err(err);
+                };
+                log::debug!(
+                    "{}: window not reached yet, waiting for it: {err}",
+                    A::BACKEND
+                );
+                A::event_wait(next)?;
+            }
+            reading => return reading,
         }
-        reading => reading,
     }
 }

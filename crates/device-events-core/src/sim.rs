@@ -54,6 +54,10 @@ struct State {
     streams: HashMap<u64, u64>,
     counts: SimCounts,
     fail_at: Option<(u64, ErrorKind)>,
+    /// A function that fails at every call, until reset.
+    failing: Option<(&'static str, ErrorKind)>,
+    /// Calls per function.
+    calls_of: HashMap<&'static str, u64>,
     injected: Option<DriverError>,
     elapsed_readings: VecDeque<f32>,
     last_record: Option<u64>,
@@ -110,7 +114,9 @@ fn status_of(kind: ErrorKind) -> (i64, &'static str) {
         ErrorKind::OutOfResources => (2, "SIM_OUT_OF_MEMORY"),
         ErrorKind::NoDevice => (100, "SIM_NO_DEVICE"),
         ErrorKind::Capture => (900, "SIM_STREAM_CAPTURE_UNSUPPORTED"),
-        ErrorKind::Other => (400, "SIM_INVALID_HANDLE"),
+        ErrorKind::Unavailable => (4, "SIM_DEINITIALIZED"),
+        ErrorKind::InvalidHandle => (400, "SIM_INVALID_HANDLE"),
+        ErrorKind::Other => (1, "SIM_INVALID_VALUE"),
     }
 }
 
@@ -169,6 +175,18 @@ impl Sim {
         state.injected = None;
     }
 
+    /// Make every call of the function named `call` (as in its errors, e.g.
+    /// `simEventSynchronize`) fail with an error of `kind`, until the next
+    /// [`exclusive`](Self::exclusive).
+    pub fn fail_every(call: &'static str, kind: ErrorKind) {
+        state().failing = Some((call, kind));
+    }
+
+    /// Calls of the function named `call` since the last reset.
+    pub fn calls_of(call: &str) -> u64 {
+        state().calls_of.get(call).copied().unwrap_or(0)
+    }
+
     /// The error the last injected failure returned, once it fired.
     pub fn injected() -> Option<DriverError> {
         state().injected.clone()
@@ -196,6 +214,12 @@ impl Sim {
     fn enter(call: &'static str) -> Result<MutexGuard<'static, State>, DriverError> {
         let mut state = state();
         state.counts.calls += 1;
+        *state.calls_of.entry(call).or_insert(0) += 1;
+        if let Some((name, kind)) = state.failing
+            && name == call
+        {
+            return Err(error(call, kind));
+        }
         if let Some((at, kind)) = state.fail_at
             && at == state.counts.calls
         {
@@ -231,7 +255,7 @@ impl EventApi for Sim {
             state.counts.live_events -= 1;
         } else {
             state.counts.bad_releases += 1;
-            return Err(error("simEventDestroy", ErrorKind::Other));
+            return Err(error("simEventDestroy", ErrorKind::InvalidHandle));
         }
         injected.map_or(Ok(()), Err)
     }
@@ -242,13 +266,13 @@ impl EventApi for Sim {
         let cursor = state
             .streams
             .get_mut(&stream.0)
-            .ok_or_else(|| error("simEventRecord", ErrorKind::Other))?;
+            .ok_or_else(|| error("simEventRecord", ErrorKind::InvalidHandle))?;
         *cursor = (*cursor).max(now);
         let stamp = *cursor;
         let slot = state
             .events
             .get_mut(&event.0)
-            .ok_or_else(|| error("simEventRecord", ErrorKind::Other))?;
+            .ok_or_else(|| error("simEventRecord", ErrorKind::InvalidHandle))?;
         *slot = Some(stamp);
         state.last_record = Some(stamp);
         Ok(())
@@ -259,7 +283,7 @@ impl EventApi for Sim {
         let stamp = *state
             .events
             .get(&event.0)
-            .ok_or_else(|| error("simEventSynchronize", ErrorKind::Other))?;
+            .ok_or_else(|| error("simEventSynchronize", ErrorKind::InvalidHandle))?;
         drop(state);
         if let Some(stamp) = stamp {
             wait_until(stamp);
@@ -272,7 +296,7 @@ impl EventApi for Sim {
         let mut state = Self::enter(CALL)?;
         let stamp = |event: &SimEvent| match state.events.get(&event.0) {
             Some(Some(stamp)) => Ok(*stamp),
-            _ => Err(error(CALL, ErrorKind::Other)),
+            _ => Err(error(CALL, ErrorKind::InvalidHandle)),
         };
         let (from, to) = (stamp(start)?, stamp(end)?);
         if from.max(to) > device_now() {
@@ -291,11 +315,11 @@ impl EventApi for Sim {
         let stamp = *state
             .events
             .get(&event.0)
-            .ok_or_else(|| error(CALL, ErrorKind::Other))?;
+            .ok_or_else(|| error(CALL, ErrorKind::InvalidHandle))?;
         let cursor = state
             .streams
             .get_mut(&stream.0)
-            .ok_or_else(|| error(CALL, ErrorKind::Other))?;
+            .ok_or_else(|| error(CALL, ErrorKind::InvalidHandle))?;
         if let Some(stamp) = stamp {
             *cursor = (*cursor).max(stamp);
         }
@@ -308,7 +332,7 @@ impl EventApi for Sim {
         let cursor = *state
             .streams
             .get(&stream.0)
-            .ok_or_else(|| error(CALL, ErrorKind::Other))?;
+            .ok_or_else(|| error(CALL, ErrorKind::InvalidHandle))?;
         drop(state);
         wait_until(cursor);
         Ok(())
@@ -332,7 +356,7 @@ impl EventApi for Sim {
             state.counts.live_streams -= 1;
         } else {
             state.counts.bad_releases += 1;
-            return Err(error("simStreamDestroy", ErrorKind::Other));
+            return Err(error("simStreamDestroy", ErrorKind::InvalidHandle));
         }
         injected.map_or(Ok(()), Err)
     }

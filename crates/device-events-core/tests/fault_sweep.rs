@@ -7,27 +7,15 @@ mod support;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
 
-use device_events_core::sim::{Sim, SimStream};
-use device_events_core::{ErrorKind, EventApi, EventFence, EventProfiler};
+use device_events_core::sim::Sim;
+use device_events_core::{ErrorKind, EventFence, EventProfiler, OwnedStream};
 use support::{logs, setup};
 
 /// A stream the scenario owns, released on every path.
-struct Stream(SimStream);
+type Stream = OwnedStream<Sim>;
 
-impl Stream {
-    fn new() -> Result<Self, String> {
-        Sim::stream_create_non_blocking()
-            .map(Self)
-            .map_err(|e| e.to_string())
-    }
-}
-
-impl Drop for Stream {
-    fn drop(&mut self) {
-        if let Err(err) = Sim::stream_destroy(self.0) {
-            log::error!("{err}");
-        }
-    }
+fn stream() -> Result<Stream, String> {
+    OwnedStream::new().map_err(|e: device_events_core::DriverError| e.to_string())
 }
 
 /// Errors the scenario was handed, as text.
@@ -35,30 +23,30 @@ type Seen = Vec<String>;
 
 fn fence_lifecycle() -> Seen {
     let mut seen = Seen::new();
-    let (a, b) = match (Stream::new(), Stream::new()) {
+    let (a, b) = match (stream(), stream()) {
         (Ok(a), Ok(b)) => (a, b),
         (a, b) => return [a.err(), b.err()].into_iter().flatten().collect(),
     };
-    Sim::enqueue_work(a.0, Duration::from_micros(50));
-    let fence = EventFence::<Sim>::new(a.0);
-    seen.extend(fence.wait_async(b.0).err().map(|e| e.to_string()));
+    Sim::enqueue_work(a.get(), Duration::from_micros(50));
+    let fence = EventFence::<Sim>::new(a.get());
+    seen.extend(fence.wait_async(b.get()).err().map(|e| e.to_string()));
     seen.extend(fence.wait_sync().err().map(|e| e.to_string()));
     seen
 }
 
 fn profiling_session() -> Seen {
     let mut seen = Seen::new();
-    let s = match Stream::new() {
+    let s = match stream() {
         Ok(s) => s,
         Err(e) => return vec![e],
     };
     let mut profiler = EventProfiler::<Sim>::new();
-    let outer = profiler.start(s.0);
-    Sim::enqueue_work(s.0, Duration::from_micros(50));
-    let inner = profiler.start(s.0);
+    let outer = profiler.start(s.get());
+    Sim::enqueue_work(s.get(), Duration::from_micros(50));
+    let inner = profiler.start(s.get());
     let mut pending = Vec::new();
     for token in [inner, outer] {
-        match profiler.stop(s.0, token) {
+        match profiler.stop(s.get(), token) {
             Ok(timing) => pending.push(timing),
             Err(e) => seen.push(e.to_string()),
         }

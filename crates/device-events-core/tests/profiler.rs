@@ -308,16 +308,126 @@ fn window_an_hour_after_the_first_is_placed_within_a_microsecond() {
 }
 
 #[test]
-fn negative_reading_is_clamped_to_zero() {
+fn negative_reading_of_an_empty_window_is_clamped_to_zero() {
     let _sim = setup();
     let s = stream();
     let mut profiler = on_sim_clock();
     let token = profiler.start(s);
     let timing = profiler.stop(s, token).unwrap();
-    // The span is read first, then the offset from the anchor.
-    Sim::queue_elapsed_readings([-0.5, 0.010]);
+    // The span, the start's offset from the anchor, then the end's: both
+    // ends at one point, so the window is empty, not reversed.
+    Sim::queue_elapsed_readings([-0.5, 0.010, 0.010]);
     let ticks = resolve(timing).unwrap();
     assert_eq!(ticks.duration(), Duration::ZERO);
+}
+
+#[test]
+fn window_whose_end_precedes_its_start_is_none_and_logged() {
+    let _sim = setup();
+    let (a, b) = (stream(), stream());
+    let mut profiler = on_sim_clock();
+    Sim::enqueue_work(a, Duration::from_millis(5));
+    let token = profiler.start(a);
+    // `b` is idle: it reaches the end before `a` reaches the start.
+    let timing = profiler.stop(b, token).unwrap();
+    assert!(resolve(timing).is_none(), "a reversed window is not a zero");
+    assert!(
+        logged(&["sim", "unreadable", "precedes its start"]),
+        "{:?}",
+        support::logs()
+    );
+}
+
+#[test]
+fn window_across_a_fence_hand_off_times_the_whole_hand_off() {
+    let _sim = setup();
+    let (a, b) = (stream(), stream());
+    let mut profiler = on_sim_clock();
+    let token = profiler.start(a);
+    Sim::enqueue_work(a, Duration::from_millis(3));
+    let fence = device_events_core::EventFence::<Sim>::new(a);
+    fence.wait_async(b).unwrap();
+    Sim::enqueue_work(b, Duration::from_millis(2));
+    let ticks = resolve(profiler.stop(b, token).unwrap()).unwrap();
+    assert!(
+        ticks.duration() >= Duration::from_millis(5),
+        "{:?}",
+        ticks.duration()
+    );
+}
+
+#[test]
+fn failed_anchor_refresh_backs_off_instead_of_retrying_at_every_start() {
+    let _sim = setup();
+    let s = stream();
+    let mut profiler = on_sim_clock();
+    let first = profiler.start(s);
+    profiler.abandon(first).unwrap();
+    Sim::advance_clock(Duration::from_millis(1001));
+    // Every calibration waits for its anchor event: make those waits fail.
+    Sim::fail_every("simEventSynchronize", ErrorKind::Other);
+    let before = Sim::calls_of("simEventSynchronize");
+    for _ in 0..100 {
+        let token = profiler.start(s);
+        profiler.abandon(token).unwrap();
+    }
+    let tries = Sim::calls_of("simEventSynchronize") - before;
+    assert_eq!(tries, 1, "one failed calibration, then a back-off");
+    assert!(logged(&["sim", "anchor refresh failed", "next try in"]));
+}
+
+#[test]
+fn window_far_from_an_anchor_that_cannot_be_refreshed_is_none() {
+    let _sim = setup();
+    let s = stream();
+    let mut profiler = on_sim_clock();
+    let first = profiler.start(s);
+    resolve(profiler.stop(s, first).unwrap()).unwrap();
+    Sim::fail_every("simEventSynchronize", ErrorKind::Other);
+    Sim::advance_clock(Duration::from_secs(61));
+    let token = profiler.start(s);
+    let timing = profiler.stop(s, token).unwrap();
+    // Reading does not wait: the sim's clock has passed both ends.
+    assert!(resolve(timing).is_none());
+    assert!(logged(&[
+        "sim",
+        "unreadable",
+        "from its anchor, past the 60s bound"
+    ]));
+}
+
+#[test]
+fn each_windows_stated_bound_contains_the_truth() {
+    let _sim = setup();
+    Sim::set_drift_ppm(80.0);
+    let s = stream();
+    let mut profiler = on_sim_clock();
+    let mut worst = Duration::ZERO;
+    for i in 0..200u64 {
+        if i % 20 == 0 {
+            Sim::advance_clock(Duration::from_millis(300));
+        }
+        let token = profiler.start(s);
+        let start_truth = Sim::last_record_instant().unwrap();
+        Sim::enqueue_work(s, Duration::from_micros(50 + i * 7));
+        let window = profiler.stop_placed(s, token).unwrap();
+        let end_truth = Sim::last_record_instant().unwrap();
+        let placed = pollster::block_on(window.resolve()).unwrap();
+        let epoch = start_truth - Duration::from_secs(10);
+        let start = epoch + start_of(&placed.ticks, epoch);
+        let end = epoch + end_of(&placed.ticks, epoch);
+        for (at, truth) in [(start, start_truth), (end, end_truth)] {
+            let off = distance(at, truth);
+            assert!(
+                off <= placed.uncertainty,
+                "window {i}: {off:?} from the truth, bound {:?}",
+                placed.uncertainty
+            );
+            worst = worst.max(off);
+        }
+        assert!(placed.uncertainty < Duration::from_millis(1));
+    }
+    assert!(worst > Duration::ZERO, "the check could fail");
 }
 
 #[test]
@@ -339,7 +449,7 @@ fn unreadable_window_is_none_not_zero() {
     let mut profiler = on_sim_clock();
     let token = profiler.start(s);
     let timing = profiler.stop(s, token).unwrap();
-    Sim::fail_call(1, ErrorKind::Other);
+    Sim::fail_call(1, ErrorKind::InvalidHandle);
     assert!(resolve(timing).is_none());
     assert!(logged(&["sim", "unreadable", "SIM_INVALID_HANDLE"]));
 }
