@@ -102,13 +102,21 @@ pub struct CudaPair {
     pub profiler: EventProfiler<Cuda>,
 }
 
+impl Drop for CudaPair {
+    fn drop(&mut self) {
+        // Forget the admitted stream before cudarc's is destroyed.
+        let _ = Cuda::stream_destroy(self.ours);
+    }
+}
+
 impl CudaPair {
     /// Device 0, bound to this thread.
     pub fn new() -> Self {
         let ctx = CudaContext::new(0).unwrap();
         let stream = ctx.new_stream().unwrap();
-        // SAFETY: cudarc's stream of `ctx`, kept alive by `self.stream`.
-        let ours = unsafe { CudaStream::from_raw(stream.cu_stream(), ctx.cu_ctx()) };
+        // SAFETY: cudarc's stream of `ctx` (a primary context), kept alive
+        // by `self.stream` until `Drop` forgets it first.
+        let ours = unsafe { CudaStream::from_raw(stream.cu_stream(), ctx.cu_ctx()) }.unwrap();
         Self {
             ctx,
             stream,

@@ -135,6 +135,20 @@ impl SoftDriver {
         unsafe { f(name.as_ptr(), nth, status) == 0 }
     }
 
+    /// As [`fail_call`](Self::fail_call) with any nonzero status, including
+    /// codes newer than any ABI table: what a newer driver returns.
+    pub fn fail_call_any(&self, function: &str, nth: u32, status: i32) -> bool {
+        type F = unsafe extern "C" fn(*const c_char, u32, i32) -> i32;
+        let (Some(f), Ok(name)) = (
+            self.symbol::<F>(b"soft_driver_fail_call_any\0"),
+            CString::new(function),
+        ) else {
+            return false;
+        };
+        // SAFETY: `name` is a live NUL-terminated string.
+        unsafe { f(name.as_ptr(), nth, status) == 0 }
+    }
+
     /// How many times `function` was called since the last reset.
     pub fn call_count(&self, function: &str) -> u64 {
         type F = unsafe extern "C" fn(*const c_char) -> u64;

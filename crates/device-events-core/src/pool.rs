@@ -83,6 +83,13 @@ impl<A: EventApi> PooledEvent<A> {
     }
 }
 
+impl<A: EventApi> PooledEvent<A> {
+    /// Release the event instead of returning it: it is unfit for the pool.
+    pub(crate) fn discard(mut self) {
+        drop(self.event.take());
+    }
+}
+
 impl<A: EventApi> Drop for PooledEvent<A> {
     fn drop(&mut self) {
         if let Some(event) = self.event.take() {

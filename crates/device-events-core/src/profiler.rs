@@ -153,7 +153,8 @@ pub struct EventProfiler<A: EventApi> {
     /// After a failed calibration: when to try again, the delay that led
     /// there (doubling), and the failure, returned meanwhile when there is
     /// no anchor to fall back on.
-    retry: Option<(Instant, Duration, DriverError)>,
+    /// Boxed: it is rare, and a profiler is held inline by servers.
+    retry: Option<Box<(Instant, Duration, DriverError)>>,
 }
 
 struct Slot<A: EventApi> {
@@ -374,14 +375,17 @@ impl<A: EventApi> EventProfiler<A> {
     /// later, or not, depending on which event the pool hands out.
     fn event(&self) -> Result<PooledEvent<A>, DriverError> {
         let (event, created) = self.pool.take_new()?;
-        if created && let Some(stream) = &self.anchor_stream {
-            A::event_record(event.raw(), stream.get()).map_err(|err| {
-                let why = err.detail().unwrap_or("the driver refused it").to_owned();
-                err.with_detail(format!(
-                    "{why}; a profiler belongs to the context current at its first window, \
-                     and this thread's current context is another"
-                ))
-            })?;
+        if created
+            && let Some(stream) = &self.anchor_stream
+            && let Err(err) = A::event_record(event.raw(), stream.get())
+        {
+            // Of another context: released, never pooled to fail later.
+            event.discard();
+            let why = err.detail().unwrap_or("the driver refused it").to_owned();
+            return Err(err.with_detail(format!(
+                "{why}; a profiler belongs to the context current at its first window, \
+                 and this thread's current context is another"
+            )));
         }
         Ok(event)
     }
@@ -393,7 +397,7 @@ impl<A: EventApi> EventProfiler<A> {
         {
             return Ok(Arc::clone(anchor));
         }
-        if let Some((at, _, err)) = &self.retry
+        if let Some((at, _, err)) = self.retry.as_deref()
             && now < *at
         {
             return match &self.anchor {
@@ -415,8 +419,8 @@ impl<A: EventApi> EventProfiler<A> {
                 let delay = self
                     .retry
                     .as_ref()
-                    .map_or(FIRST_RETRY, |(_, delay, _)| (*delay * 2).min(cap));
-                self.retry = Some((now + delay, delay, err.clone()));
+                    .map_or(FIRST_RETRY, |retry| (retry.1 * 2).min(cap));
+                self.retry = Some(Box::new((now + delay, delay, err.clone())));
                 match &self.anchor {
                     Some(old) if !err.is_device_poisoned() => {
                         log::warn!(

@@ -4,45 +4,68 @@
 //! Pick it with `device-events-core`: `EventFence<Cuda>` and
 //! `EventProfiler<Cuda>` are the types to use.
 //!
+//! The first steps, in the order that never panics: probe for the driver
+//! (cudarc panics on its first call when there is none), bind a context,
+//! then fence and profile.
+//!
 //! ```
-//! use cudarc::driver::result;
-//! use device_events_core::{EventApi, EventFence, EventProfiler};
+//! use device_events_core::{EventFence, EventProfiler, OwnedStream};
 //! use device_events_cuda::Cuda;
 //!
-//! // Whatever runtime you use binds a context to the thread; here, by hand.
-//! result::init()?;
-//! // SAFETY: device 0 exists once `init` succeeded; the primary context is
-//! // released by the driver at process exit.
-//! unsafe { result::ctx::set_current(result::primary_ctx::retain(result::device::get(0)?)?)? };
+//! if let Err(err) = Cuda::probe() {
+//!     eprintln!("no CUDA here: {err}");
+//!     return Ok(());
+//! }
+//! // Your runtime binds a context to the thread; with cudarc, like this.
+//! let ctx = cudarc::driver::CudaContext::new(0)?;
+//! ctx.bind_to_thread()?;
 //!
-//! let (a, b) = (Cuda::stream_create_non_blocking()?, Cuda::stream_create_non_blocking()?);
+//! let (a, b) = (OwnedStream::<Cuda>::new()?, OwnedStream::<Cuda>::new()?);
 //! let mut profiler = EventProfiler::<Cuda>::new();
 //!
-//! let window = profiler.start(a);
+//! let window = profiler.start(a.get());
 //! // ... enqueue work on `a` ...
-//! let fence = EventFence::<Cuda>::new(a);
-//! fence.wait_async(b)?; // `b` runs after `a`'s work; the host does not block
-//! let timing = profiler.stop(a, window)?;
+//! let fence = EventFence::<Cuda>::new(a.get());
+//! fence.wait_async(b.get())?; // `b` runs after `a`'s work; the host does not block
+//! let timing = profiler.stop(a.get(), window)?;
 //!
-//! let ticks = pollster::block_on(timing.resolve()).expect("the window was read");
-//! println!("{:?} on the device", ticks.duration());
-//! # drop((fence, profiler));
-//! # Cuda::stream_destroy(a)?;
-//! # Cuda::stream_destroy(b)?;
+//! match pollster::block_on(timing.resolve()) {
+//!     Some(ticks) => println!("{:?} on the device", ticks.duration()),
+//!     None => println!("the window could not be read (logged)"),
+//! }
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! Streams, events and the contexts they belong to stay alive for as long
+//! as the handles do: dropping `ctx` above before the fence is safe, since
+//! each event and stream retains its primary context. A `CudaStream` is a
+//! checked handle: used after `stream_destroy`, it is refused before the
+//! driver sees it.
+//!
 //! # Driver
 //!
-//! Minimum driver: CUDA 11.0 (R450). The crate resolves only `cuInit`,
-//! `cuCtxGetCurrent`, `cuCtxPushCurrent_v2`, `cuCtxPopCurrent_v2`,
+//! Minimum driver: CUDA 11.0 (R450), untested on hardware here. The crate
+//! resolves only `cuInit`, `cuGetErrorName`, `cuCtxGetCurrent`,
+//! `cuCtxGetDevice`, `cuCtxPushCurrent_v2`, `cuCtxPopCurrent_v2`,
+//! `cuDevicePrimaryCtxRetain`, `cuDevicePrimaryCtxRelease_v2`,
 //! `cuEventCreate`, `cuEventRecord`, `cuEventSynchronize`,
 //! `cuEventElapsedTime`, `cuEventDestroy_v2`, `cuStreamCreate`,
 //! `cuStreamWaitEvent`, `cuStreamSynchronize`, `cuStreamDestroy_v2` and
-//! `cuStreamIsCapturing`, all present since CUDA 10. It binds cudarc at the
-//! CUDA 12.9 level, the newest that still calls `cuEventElapsedTime` rather
-//! than the `_v2` only drivers from 12.8 on export, and whose status enum
-//! knows the most codes a driver can return.
+//! `cuStreamIsCapturing`, all present since CUDA 11. They are resolved from
+//! the library cudarc loads, bound at the CUDA 12.9 level, but declared
+//! here with their status as a plain integer: cudarc's `CUresult` is an
+//! enum, and a code newer than it (CUDA 13 returns 917–919) would be
+//! undefined behaviour inside it. Such a code becomes a [`DriverError`]
+//! that carries its number.
+//!
+//! # Contexts
+//!
+//! Events and streams are made in the thread's current context, which must
+//! be a primary context (cudarc's `CudaContext` is one), and retain it.
+//! Every call binds the handle's context and restores the caller's. An
+//! event is recorded only on a stream of its own context: a fence, pool or
+//! profiler for a device-1 stream is made with device 1's context current,
+//! and a mismatch is refused with an error naming both.
 //!
 //! No feature flags: cudarc is used with `driver` and `dynamic-loading` only,
 //! so the crate builds with no CUDA toolkit installed.
@@ -53,47 +76,59 @@
 //! trait stays as specified, so screen a stream before profiling it:
 //!
 //! ```
-//! # use cudarc::driver::result;
-//! # use device_events_core::{CaptureStatus, EventApi, EventProfiler};
+//! # use device_events_core::{CaptureStatus, EventProfiler, OwnedStream};
 //! # use device_events_cuda::Cuda;
-//! # result::init()?;
-//! # unsafe { result::ctx::set_current(result::primary_ctx::retain(result::device::get(0)?)?)? };
-//! # let stream = Cuda::stream_create_non_blocking()?;
+//! # if Cuda::probe().is_err() { return Ok(()); }
+//! # let ctx = cudarc::driver::CudaContext::new(0)?;
+//! # ctx.bind_to_thread()?;
+//! # let stream = OwnedStream::<Cuda>::new()?;
+//! # let stream = stream.get();
 //! # let mut profiler = EventProfiler::<Cuda>::new();
 //! if Cuda::capture_status(stream)? == CaptureStatus::None {
 //!     let window = profiler.start(stream);
 //!     // ...
 //!     # profiler.abandon(window)?;
 //! }
-//! # drop(profiler);
-//! # Cuda::stream_destroy(stream)?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use std::sync::OnceLock;
+mod context;
+mod ffi;
+mod stream;
+
+use std::ffi::CStr;
+use std::sync::{Arc, OnceLock};
 
 use cudarc::driver::result;
-use cudarc::driver::sys::{self, CUresult};
+use cudarc::driver::sys;
 use device_events_core::driver::{elapsed_from_ms, with_bound};
 use device_events_core::profile::Duration;
 use device_events_core::{CaptureStatus, DriverError, ErrorKind, EventApi};
+
+use context::{Context, retain_current};
+pub use stream::CudaStream;
+use stream::{Live, STREAMS, dead};
+
+const BACKEND: &str = "cuda";
 
 /// The CUDA backend.
 #[derive(Debug)]
 pub struct Cuda;
 
-/// A CUDA event with timing enabled, and the context it was created in.
+/// A CUDA event with timing enabled, and the context it was made in,
+/// retained until the event is dropped.
 #[derive(Debug)]
 pub struct CudaEvent {
+    /// Null once destroyed.
     raw: sys::CUevent,
-    ctx: sys::CUcontext,
+    ctx: Arc<Context>,
 }
 
-// SAFETY: `CUevent` and `CUcontext` are opaque handles into the driver, not
-// pointers this crate dereferences. The CUDA driver API is thread-safe: an
-// event may be recorded, synchronized, timed and destroyed from any host
-// thread, given its context is current for the call, which every call here
-// arranges by binding `ctx`. The newtype has no interior mutability, and
+// SAFETY: `CUevent` is an opaque handle into the driver, not a pointer this
+// crate dereferences. The CUDA driver API is thread-safe: an event may be
+// recorded, synchronized, timed and destroyed from any host thread, given
+// its context is current for the call, which every call here arranges by
+// binding `ctx` (retained, so alive). No interior mutability, and
 // `event_destroy` takes it by `&mut`, so no call races its release.
 unsafe impl Send for CudaEvent {}
 // SAFETY: as for `Send`: every method takes `&self` to pass the handle to a
@@ -101,121 +136,137 @@ unsafe impl Send for CudaEvent {}
 unsafe impl Sync for CudaEvent {}
 
 impl CudaEvent {
-    /// The raw event, for calls this crate does not wrap.
+    /// The raw event, for calls this crate does not wrap; null once
+    /// destroyed.
     pub fn raw(&self) -> sys::CUevent {
         self.raw
     }
 
     /// The context the event was created in.
     pub fn context(&self) -> sys::CUcontext {
-        self.ctx
-    }
-}
-
-/// A CUDA stream and the context it belongs to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CudaStream {
-    raw: sys::CUstream,
-    ctx: sys::CUcontext,
-}
-
-// SAFETY: a `CUstream` is an opaque driver handle, usable from any host
-// thread through the thread-safe driver API; this `Copy` value only carries
-// it, with its context, to the calls that use it. `Send` lets a profiler
-// holding one live in a server that moves between threads.
-unsafe impl Send for CudaStream {}
-
-impl CudaStream {
-    /// A stream made elsewhere (by cudarc, or your runtime).
-    ///
-    /// # Safety
-    ///
-    /// `raw` is a live stream of context `ctx` (or the null stream) and stays
-    /// live while this value, or an event recorded through it, is in use.
-    pub unsafe fn from_raw(raw: sys::CUstream, ctx: sys::CUcontext) -> Self {
-        Self { raw, ctx }
-    }
-
-    /// The raw stream.
-    pub fn raw(&self) -> sys::CUstream {
-        self.raw
-    }
-
-    /// The context the stream belongs to.
-    pub fn context(&self) -> sys::CUcontext {
-        self.ctx
+        self.ctx.raw
     }
 }
 
 /// A cudarc error as a [`DriverError`] naming `call`, classified; for code
 /// that mixes cudarc calls with this crate's.
 pub fn driver_error(call: &'static str, err: result::DriverError) -> DriverError {
-    let code: CUresult = err.0;
-    DriverError::from_c_status(Cuda::BACKEND, call, code as i64, Some(format!("{code:?}")))
+    let code = err.0 as u32;
+    DriverError::from_c_status(BACKEND, call, i64::from(code), Some(format!("{:?}", err.0)))
 }
 
-/// Load the driver and initialise it, once per process. cudarc panics on the
-/// first call when `libcuda` is absent, so nothing reaches it before this.
-fn driver() -> Result<(), DriverError> {
-    static DRIVER: OnceLock<Result<(), DriverError>> = OnceLock::new();
-    DRIVER
-        .get_or_init(|| {
-            // SAFETY: the probe only tries to open the library by its names.
-            if !unsafe { sys::is_culib_present() } {
-                return Err(DriverError::refused(
-                    Cuda::BACKEND,
-                    "cuInit",
-                    ErrorKind::NoDevice,
-                    "no CUDA driver found (libcuda.so could not be loaded)",
-                ));
-            }
-            result::init().map_err(|e| driver_error("cuInit", e))
+/// A status as `Ok` or a classified [`DriverError`] naming `call`; the
+/// name comes from the driver, and a code it does not know keeps its number.
+pub(crate) fn check(call: &'static str, status: u32) -> Result<(), DriverError> {
+    if status == 0 {
+        return Ok(());
+    }
+    Err(error_of(api().ok(), call, status))
+}
+
+/// The error for a nonzero `status`, named by the driver when it can be.
+fn error_of(api: Option<&ffi::Api>, call: &'static str, status: u32) -> DriverError {
+    let name = api.and_then(|api| {
+        let mut name = std::ptr::null();
+        // SAFETY: `name` is writable; the driver points it at a static
+        // string, or fails (leaving it null) for a code it does not know.
+        let known = unsafe { (api.cuGetErrorName)(status, &mut name) } == 0;
+        (known && !name.is_null()).then(|| {
+            // SAFETY: a non-null name from the driver is a static C string.
+            unsafe { CStr::from_ptr(name) }
+                .to_string_lossy()
+                .into_owned()
         })
-        .clone()
+    });
+    DriverError::from_c_status(BACKEND, call, i64::from(status), name)
+}
+
+/// The driver's functions, loaded and initialised once per process. cudarc
+/// panics when `libcuda` is absent, so nothing reaches it before the probe.
+pub(crate) fn api() -> Result<&'static ffi::Api, DriverError> {
+    static API: OnceLock<Result<ffi::Api, DriverError>> = OnceLock::new();
+    API.get_or_init(|| {
+        // SAFETY: the probe only tries to open the library by its names.
+        if !unsafe { sys::is_culib_present() } {
+            return Err(DriverError::refused(
+                BACKEND,
+                "cuInit",
+                ErrorKind::NoDevice,
+                "no CUDA driver found (libcuda.so could not be loaded)",
+            ));
+        }
+        // SAFETY: the library loads (just probed); cudarc keeps it loaded
+        // for the rest of the process.
+        let api = ffi::Api::load(unsafe { sys::culib() })?;
+        // SAFETY: `cuInit` takes flags 0.
+        match unsafe { (api.cuInit)(0) } {
+            0 => Ok(api),
+            // Named through `api` itself: `api()` is still initialising.
+            status => Err(error_of(Some(&api), "cuInit", status)),
+        }
+    })
+    .as_ref()
+    .map_err(Clone::clone)
 }
 
 /// The calling thread's current context.
 fn current() -> Result<Option<sys::CUcontext>, DriverError> {
-    driver()?;
-    result::ctx::get_current().map_err(|e| driver_error("cuCtxGetCurrent", e))
-}
-
-fn current_or_refuse(call: &'static str) -> Result<sys::CUcontext, DriverError> {
-    current()?.ok_or_else(|| {
-        DriverError::refused(
-            Cuda::BACKEND,
-            call,
-            ErrorKind::Other,
-            "no CUDA context is current on this thread; bind one first",
-        )
-    })
+    let api = api()?;
+    let mut ctx = std::ptr::null_mut();
+    // SAFETY: `ctx` is writable.
+    check("cuCtxGetCurrent", unsafe {
+        (api.cuCtxGetCurrent)(&mut ctx)
+    })?;
+    Ok((!ctx.is_null()).then_some(ctx))
 }
 
 /// Run `call` with `ctx` current, then restore the caller's context.
-fn in_context<T>(
+pub(crate) fn in_context<T>(
     ctx: sys::CUcontext,
     call: impl FnOnce() -> Result<T, DriverError>,
 ) -> Result<T, DriverError> {
-    driver()?;
+    let api = api()?;
     with_bound(
-        Cuda::BACKEND,
+        BACKEND,
         ctx,
         current,
         |ctx| {
-            // SAFETY: `ctx` is the context a live event or stream was made in.
-            unsafe { sys::cuCtxPushCurrent_v2(ctx) }
-                .result()
-                .map_err(|e| driver_error("cuCtxPushCurrent_v2", e))
+            // SAFETY: `ctx` is retained by the handle the call is for (or
+            // live by `from_raw`'s contract).
+            check("cuCtxPushCurrent_v2", unsafe {
+                (api.cuCtxPushCurrent_v2)(ctx)
+            })
         },
         |_| {
             let mut popped = std::ptr::null_mut();
             // SAFETY: pops the context pushed above; `popped` is writable.
-            unsafe { sys::cuCtxPopCurrent_v2(&mut popped) }
-                .result()
-                .map_err(|e| driver_error("cuCtxPopCurrent_v2", e))
+            check("cuCtxPopCurrent_v2", unsafe {
+                (api.cuCtxPopCurrent_v2)(&mut popped)
+            })
         },
         call,
     )
+}
+
+/// Run `call` on `stream`'s raw handle with its context bound.
+fn on_stream<T>(
+    stream: CudaStream,
+    name: &'static str,
+    call: impl FnOnce(&Live) -> Result<T, DriverError>,
+) -> Result<T, DriverError> {
+    stream.live(name, |live| in_context(live.ctx.raw, || call(live)))?
+}
+
+fn live_event(event: &CudaEvent, call: &'static str) -> Result<sys::CUevent, DriverError> {
+    if event.raw.is_null() {
+        return Err(DriverError::refused(
+            BACKEND,
+            call,
+            ErrorKind::InvalidHandle,
+            "the event was destroyed; refused before the driver",
+        ));
+    }
+    Ok(event.raw)
 }
 
 impl Cuda {
@@ -224,126 +275,171 @@ impl Cuda {
     ///
     /// # Errors
     ///
-    /// [`DriverError`] when the driver is missing or refuses the query.
+    /// [`DriverError`] when the driver is missing, the stream is not live or
+    /// the driver refuses the query.
     pub fn capture_status(stream: CudaStream) -> Result<CaptureStatus, DriverError> {
-        driver()?;
-        // SAFETY: `stream` is live, by `CudaStream`'s contract.
-        let status = unsafe { result::stream::is_capturing(stream.raw) }
-            .map_err(|e| driver_error("cuStreamIsCapturing", e))?;
+        const CALL: &str = "cuStreamIsCapturing";
+        let api = api()?;
+        let status = on_stream(stream, CALL, |live| {
+            let mut status = 0u32;
+            // SAFETY: the stream is live (held by the table meanwhile) and
+            // its context bound; `status` is writable.
+            check(CALL, unsafe {
+                (api.cuStreamIsCapturing)(live.raw, &mut status)
+            })?;
+            Ok(status)
+        })?;
         Ok(match status {
-            sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE => CaptureStatus::None,
-            sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE => CaptureStatus::Active,
-            sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_INVALIDATED => {
-                CaptureStatus::Invalidated
-            }
+            ffi::CAPTURE_NONE => CaptureStatus::None,
+            ffi::CAPTURE_ACTIVE => CaptureStatus::Active,
+            _ => CaptureStatus::Invalidated,
         })
     }
 
     /// Whether a CUDA driver can be loaded and initialised here; never panics.
+    /// Call it before anything of cudarc's, which panics without a driver.
     ///
     /// # Errors
     ///
     /// A [`DriverError`] of kind [`ErrorKind::NoDevice`] when no driver library
     /// is found, or the driver's own when `cuInit` fails.
     pub fn probe() -> Result<(), DriverError> {
-        driver()
+        api().map(drop)
     }
 }
 
 impl EventApi for Cuda {
     type Event = CudaEvent;
     type Stream = CudaStream;
-    const BACKEND: &'static str = "cuda";
+    const BACKEND: &'static str = BACKEND;
 
     fn event_create() -> Result<CudaEvent, DriverError> {
-        let ctx = current_or_refuse("cuEventCreate")?;
-        let raw = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)
-            .map_err(|e| driver_error("cuEventCreate", e))?;
+        const CALL: &str = "cuEventCreate";
+        let api = api()?;
+        let ctx = retain_current(CALL)?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: `raw` is writable; `ctx` is current.
+        check(CALL, unsafe {
+            (api.cuEventCreate)(&mut raw, ffi::EVENT_DEFAULT)
+        })?;
         Ok(CudaEvent { raw, ctx })
     }
 
     fn event_destroy(event: &mut CudaEvent) -> Result<(), DriverError> {
-        let raw = std::mem::replace(&mut event.raw, std::ptr::null_mut());
-        in_context(event.ctx, || {
-            // SAFETY: `raw` was created by `event_create` and, swapped out
-            // above, is destroyed exactly once.
-            unsafe { result::event::destroy(raw) }.map_err(|e| driver_error("cuEventDestroy_v2", e))
+        const CALL: &str = "cuEventDestroy_v2";
+        let api = api()?;
+        let raw = live_event(event, CALL)?;
+        event.raw = std::ptr::null_mut();
+        in_context(event.ctx.raw, || {
+            // SAFETY: `raw` was created by `event_create` and, nulled in the
+            // event above, is destroyed exactly once; its context is bound.
+            check(CALL, unsafe { (api.cuEventDestroy_v2)(raw) })
         })
     }
 
     fn event_record(event: &CudaEvent, stream: CudaStream) -> Result<(), DriverError> {
-        if event.ctx != stream.ctx {
-            return Err(DriverError::refused(
-                Self::BACKEND,
-                "cuEventRecord",
-                ErrorKind::Other,
-                "the event and the stream belong to different contexts",
-            ));
-        }
-        // SAFETY: both handles are live and of one context.
-        unsafe { result::event::record(event.raw, stream.raw) }
-            .map_err(|e| driver_error("cuEventRecord", e))
+        const CALL: &str = "cuEventRecord";
+        let api = api()?;
+        let raw = live_event(event, CALL)?;
+        on_stream(stream, CALL, |live| {
+            if live.ctx.raw != event.ctx.raw {
+                return Err(DriverError::refused(
+                    BACKEND,
+                    CALL,
+                    ErrorKind::InvalidHandle,
+                    format!(
+                        "the event and the stream belong to different contexts (event: {:?}, \
+                         stream: {:?}); make the fence, pool or profiler with the stream's \
+                         context current",
+                        event.ctx.raw, live.ctx.raw
+                    ),
+                ));
+            }
+            // SAFETY: both handles are live and of the bound context.
+            check(CALL, unsafe { (api.cuEventRecord)(raw, live.raw) })
+        })
     }
 
     fn event_wait(event: &CudaEvent) -> Result<(), DriverError> {
-        in_context(event.ctx, || {
-            // SAFETY: the event is live until `event_destroy`.
-            unsafe { result::event::synchronize(event.raw) }
-                .map_err(|e| driver_error("cuEventSynchronize", e))
+        const CALL: &str = "cuEventSynchronize";
+        let api = api()?;
+        let raw = live_event(event, CALL)?;
+        in_context(event.ctx.raw, || {
+            // SAFETY: the event is live, its context bound.
+            check(CALL, unsafe { (api.cuEventSynchronize)(raw) })
         })
     }
 
     fn event_elapsed(start: &CudaEvent, end: &CudaEvent) -> Result<Duration, DriverError> {
         const CALL: &str = "cuEventElapsedTime";
-        if start.ctx != end.ctx {
+        let api = api()?;
+        let (from, to) = (live_event(start, CALL)?, live_event(end, CALL)?);
+        if start.ctx.raw != end.ctx.raw {
             return Err(DriverError::refused(
-                Self::BACKEND,
+                BACKEND,
                 CALL,
                 ErrorKind::Other,
                 "elapsed time across contexts is undefined",
             ));
         }
-        let ms = in_context(start.ctx, || {
-            // SAFETY: both events are live and of one context.
-            unsafe { result::event::elapsed(start.raw, end.raw) }.map_err(|e| driver_error(CALL, e))
+        let mut ms = 0.0f32;
+        in_context(start.ctx.raw, || {
+            // SAFETY: both events are live and of the bound context; `ms`
+            // is writable.
+            check(CALL, unsafe { (api.cuEventElapsedTime)(&mut ms, from, to) })
         })?;
-        elapsed_from_ms(Self::BACKEND, CALL, ms)
+        elapsed_from_ms(BACKEND, CALL, ms)
     }
 
     fn stream_wait_event(stream: CudaStream, event: &CudaEvent) -> Result<(), DriverError> {
-        driver()?;
-        // SAFETY: both handles are live; the driver allows the event to be of
-        // another context than the stream.
-        unsafe {
-            result::stream::wait_event(
-                stream.raw,
-                event.raw,
-                sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
-            )
-        }
-        .map_err(|e| driver_error("cuStreamWaitEvent", e))
+        const CALL: &str = "cuStreamWaitEvent";
+        let api = api()?;
+        let raw = live_event(event, CALL)?;
+        on_stream(stream, CALL, |live| {
+            // SAFETY: both handles are live, the stream's context bound; the
+            // driver allows the event to be of another context.
+            check(CALL, unsafe { (api.cuStreamWaitEvent)(live.raw, raw, 0) })
+        })
     }
 
     fn stream_synchronize(stream: CudaStream) -> Result<(), DriverError> {
-        driver()?;
-        // SAFETY: the stream is live, by `CudaStream`'s contract.
-        unsafe { result::stream::synchronize(stream.raw) }
-            .map_err(|e| driver_error("cuStreamSynchronize", e))
+        const CALL: &str = "cuStreamSynchronize";
+        let api = api()?;
+        on_stream(stream, CALL, |live| {
+            // SAFETY: the stream is live, its context bound.
+            check(CALL, unsafe { (api.cuStreamSynchronize)(live.raw) })
+        })
     }
 
     fn stream_create_non_blocking() -> Result<CudaStream, DriverError> {
-        let ctx = current_or_refuse("cuStreamCreate")?;
-        let raw = result::stream::create(result::stream::StreamKind::NonBlocking)
-            .map_err(|e| driver_error("cuStreamCreate", e))?;
-        Ok(CudaStream { raw, ctx })
+        const CALL: &str = "cuStreamCreate";
+        let api = api()?;
+        let ctx = retain_current(CALL)?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: `raw` is writable; `ctx` is current.
+        check(CALL, unsafe {
+            (api.cuStreamCreate)(&mut raw, ffi::STREAM_NON_BLOCKING)
+        })?;
+        Ok(CudaStream::admit(Live {
+            raw,
+            ctx,
+            owned: true,
+        }))
     }
 
     fn stream_destroy(stream: CudaStream) -> Result<(), DriverError> {
-        in_context(stream.ctx, || {
-            // SAFETY: the stream was made by `stream_create_non_blocking` and
-            // its owner destroys it once.
-            unsafe { result::stream::destroy(stream.raw) }
-                .map_err(|e| driver_error("cuStreamDestroy_v2", e))
+        const CALL: &str = "cuStreamDestroy_v2";
+        let api = api()?;
+        // Out of the table first, once calls in flight on it have returned:
+        // no copy of the handle can reach the driver after this.
+        let live = STREAMS.remove(stream.handle).ok_or_else(|| dead(CALL))?;
+        if !live.owned {
+            return Ok(());
+        }
+        in_context(live.ctx.raw, || {
+            // SAFETY: made by `stream_create_non_blocking`, removed from the
+            // table above, so destroyed exactly once; its context is bound.
+            check(CALL, unsafe { (api.cuStreamDestroy_v2)(live.raw) })
         })
     }
 }

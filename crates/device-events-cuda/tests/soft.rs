@@ -153,9 +153,13 @@ fn only_the_documented_functions_are_called() {
         &soft,
         &[
             "cuInit",
+            "cuGetErrorName",
             "cuCtxGetCurrent",
+            "cuCtxGetDevice",
             "cuCtxPushCurrent_v2",
             "cuCtxPopCurrent_v2",
+            "cuDevicePrimaryCtxRetain",
+            "cuDevicePrimaryCtxRelease_v2",
             "cuEventCreate",
             "cuEventRecord",
             "cuEventSynchronize",
@@ -176,4 +180,160 @@ fn fences_and_profilers_leak_nothing() {
     let soft = SoftDriver::exclusive();
     bind(0);
     device_events_conformance::fences_and_profilers_leak_nothing::<Cuda>(&soft);
+}
+
+#[test]
+fn a_destroyed_stream_is_refused_before_the_driver() {
+    let soft = SoftDriver::exclusive();
+    bind(0);
+    let s = stream();
+    Cuda::stream_destroy(s).unwrap();
+    soft.reset();
+    let err = Cuda::stream_synchronize(s).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidHandle, "{err}");
+    let err = Cuda::stream_destroy(s).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidHandle, "{err}");
+    let fence = EventFence::<Cuda>::new(s);
+    assert_eq!(fence.error().unwrap().kind(), ErrorKind::InvalidHandle);
+    drop(fence);
+    let called = soft.called();
+    for call in ["cuStreamSynchronize", "cuStreamDestroy_v2", "cuEventRecord"] {
+        assert!(
+            !called.contains(&call.to_owned()),
+            "{call} reached the driver"
+        );
+    }
+    assert_eq!(soft.counts().bad_releases, 0);
+}
+
+#[test]
+fn a_status_newer_than_the_bindings_keeps_its_number_from_every_call() {
+    let soft = SoftDriver::exclusive();
+    bind(0);
+    let s = stream();
+    let fence = EventFence::<Cuda>::new(s);
+    fence.wait_sync().unwrap();
+    let (start, end) = (Cuda::event_create().unwrap(), Cuda::event_create().unwrap());
+    Cuda::event_record(&start, s).unwrap();
+    Cuda::event_record(&end, s).unwrap();
+    Cuda::event_wait(&end).unwrap();
+    type Call<'a> = Box<dyn Fn() -> Result<(), device_events_core::DriverError> + 'a>;
+    let calls: Vec<(&str, Call<'_>)> = vec![
+        ("cuEventCreate", Box::new(|| Cuda::event_create().map(drop))),
+        ("cuEventRecord", Box::new(|| Cuda::event_record(&start, s))),
+        ("cuEventSynchronize", Box::new(|| Cuda::event_wait(&end))),
+        (
+            "cuEventElapsedTime",
+            Box::new(|| Cuda::event_elapsed(&start, &end).map(drop)),
+        ),
+        ("cuStreamWaitEvent", Box::new(|| fence.wait_async(s))),
+        (
+            "cuStreamSynchronize",
+            Box::new(|| Cuda::stream_synchronize(s)),
+        ),
+        (
+            "cuStreamIsCapturing",
+            Box::new(|| Cuda::capture_status(s).map(drop)),
+        ),
+        (
+            "cuCtxGetCurrent",
+            Box::new(|| Cuda::event_create().map(drop)),
+        ),
+        (
+            "cuStreamCreate",
+            Box::new(|| Cuda::stream_create_non_blocking().map(drop)),
+        ),
+        (
+            "cuEventDestroy_v2",
+            Box::new(|| {
+                let mut event = Cuda::event_create()?;
+                Cuda::event_destroy(&mut event)
+            }),
+        ),
+        (
+            "cuStreamDestroy_v2",
+            Box::new(|| Cuda::stream_destroy(Cuda::stream_create_non_blocking()?)),
+        ),
+    ];
+    for (name, call) in &calls {
+        assert!(soft.fail_call_any(name, 1, 919), "{name}");
+        let err = call().unwrap_err();
+        assert_eq!(
+            (err.status(), err.kind(), err.call()),
+            (Some(919), ErrorKind::Other, *name),
+            "{err}"
+        );
+        assert!(err.to_string().contains("919"), "{err}");
+    }
+    drop(calls);
+    let (mut start, mut end) = (start, end);
+    Cuda::event_destroy(&mut start).unwrap();
+    Cuda::event_destroy(&mut end).unwrap();
+    drop(fence);
+    Cuda::stream_destroy(s).unwrap();
+}
+
+#[test]
+fn the_legacy_stream_of_another_context_is_used_with_that_context_bound() {
+    let _soft = SoftDriver::exclusive();
+    bind(1);
+    let event = Cuda::event_create().unwrap();
+    bind(0);
+    // SAFETY: device 1's primary context is retained for the process; the
+    // legacy stream is always live.
+    let legacy = unsafe {
+        device_events_cuda::CudaStream::from_raw(
+            0x1 as cudarc::driver::sys::CUstream, // CU_STREAM_LEGACY
+            context(1),
+        )
+    }
+    .unwrap();
+    Cuda::event_record(&event, legacy).unwrap();
+    Cuda::stream_synchronize(legacy).unwrap();
+    Cuda::event_wait(&event).unwrap();
+    let mut event = event;
+    Cuda::event_destroy(&mut event).unwrap();
+    Cuda::stream_destroy(legacy).unwrap();
+    assert_eq!(result::ctx::get_current().unwrap(), Some(context(0)));
+}
+
+#[test]
+fn a_profiler_refuses_windows_of_another_context_at_start_every_time() {
+    let _soft = SoftDriver::exclusive();
+    bind(0);
+    let (s0, s1) = (stream(), {
+        bind(1);
+        let s = stream();
+        bind(0);
+        s
+    });
+    let mut profiler = EventProfiler::<Cuda>::new();
+    let first = profiler.start(s0);
+    pollster::block_on(profiler.stop(s0, first).unwrap().resolve()).unwrap();
+    // A stream of the other context, with the profiler's context current:
+    // refused every time, whichever event the pool hands out.
+    for _ in 0..3 {
+        let token = profiler.start(s1);
+        let err = profiler.stop(s1, token).err().unwrap();
+        assert!(err.to_string().contains("different contexts"), "{err}");
+    }
+    // The profiler's own stream with the other context current: an event
+    // the pool makes now is refused at `start`, never kept to fail later.
+    bind(1);
+    let tokens: Vec<_> = (0..8).map(|_| profiler.start(s0)).collect();
+    let mut refused = 0;
+    for token in tokens {
+        match profiler.stop_placed(s0, token) {
+            Ok(window) => assert!(pollster::block_on(window.resolve()).is_some()),
+            Err(err) => {
+                assert!(err.to_string().contains("profiler belongs to"), "{err}");
+                refused += 1;
+            }
+        }
+    }
+    assert!(refused > 0, "the pool had to make events");
+    bind(0);
+    drop(profiler);
+    Cuda::stream_destroy(s0).unwrap();
+    Cuda::stream_destroy(s1).unwrap();
 }

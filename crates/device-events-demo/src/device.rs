@@ -55,9 +55,13 @@ impl Device for Cuda {
     }
 
     fn work(stream: CudaStream, buffer: &CudaBuffer, bytes: usize) -> Result<(), Failure> {
-        // SAFETY: the demo never asks for more than the buffer holds.
-        unsafe { result::memset_d8_async(buffer.0, 0, bytes, stream.raw()) }
-            .map_err(|e| driver_error("cuMemsetD8Async", e).into())
+        stream.with_raw(|raw| {
+            // SAFETY: the demo never asks for more than the buffer holds;
+            // the stream is held live meanwhile.
+            unsafe { result::memset_d8_async(buffer.0, 0, bytes, raw) }
+                .map_err(|e| driver_error("cuMemsetD8Async", e))
+        })??;
+        Ok(())
     }
 }
 

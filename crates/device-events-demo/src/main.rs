@@ -14,7 +14,7 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 use device::Device;
 use device_events_core::profile::{Instant, ProfileDuration};
-use device_events_core::{EventFence, EventProfiler};
+use device_events_core::{EventFence, EventProfiler, OwnedStream};
 use device_events_trace::{Trace, TrackId};
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -70,10 +70,9 @@ fn run<D: Device>(args: &Args) -> Result<(), Box<dyn Error>> {
     } else {
         println!("device: {name} ({})", D::BACKEND);
     }
-    let (a, b) = (
-        D::stream_create_non_blocking()?,
-        D::stream_create_non_blocking()?,
-    );
+    // Owned: destroyed on every path, an early `?` included.
+    let (owned_a, owned_b) = (OwnedStream::<D>::new()?, OwnedStream::<D>::new()?);
+    let (a, b) = (owned_a.get(), owned_b.get());
     let buffer = D::buffer(64 << 20)?;
     let mut trace = Trace::new();
     let host = trace.host_track("host: main thread");
@@ -160,8 +159,7 @@ fn run<D: Device>(args: &Args) -> Result<(), Box<dyn Error>> {
         trace.span(row.track, row.label, &ticks);
     }
     drop(profiler);
-    D::stream_destroy(a)?;
-    D::stream_destroy(b)?;
+    drop((owned_a, owned_b));
     drop(buffer);
 
     std::fs::create_dir_all(&args.out)?;

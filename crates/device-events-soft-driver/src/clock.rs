@@ -55,9 +55,12 @@ fn to_u64(value: f64) -> u64 {
     value.max(1.0) as u64
 }
 
-/// Devices the driver reports.
+/// Devices the driver reports: read once, since tables are sized by it and
+/// a count that grew later would index past them.
 pub(crate) fn devices() -> usize {
-    env(DEVICES_VAR).unwrap_or(2)
+    static DEVICES: std::sync::LazyLock<usize> =
+        std::sync::LazyLock::new(|| env(DEVICES_VAR).unwrap_or(2));
+    *DEVICES
 }
 
 /// Host-clock nanoseconds since the driver loaded.

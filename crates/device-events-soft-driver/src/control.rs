@@ -76,6 +76,33 @@ pub(crate) fn release(
     injected.unwrap_or(result)
 }
 
+/// As [`soft_driver_fail_call`], for any nonzero `status`, including codes
+/// no ABI table holds: what a newer driver than the bindings returns.
+///
+/// # Safety
+///
+/// `name` is null or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn soft_driver_fail_call_any(
+    name: *const c_char,
+    nth: u32,
+    status: i32,
+) -> i32 {
+    if name.is_null() || nth == 0 || status == 0 {
+        return -1;
+    }
+    // SAFETY: non-null, and the caller promises a NUL-terminated string.
+    let Ok(name) = unsafe { CStr::from_ptr(name) }.to_str() else {
+        return -1;
+    };
+    control().injections.push(Injection {
+        name: name.to_owned(),
+        pass: nth - 1,
+        status,
+    });
+    0
+}
+
 /// What the driver holds and has been asked, since the last reset.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -90,7 +117,8 @@ pub struct SoftCounts {
     pub contexts: u64,
     /// Graphs ended and not destroyed.
     pub graphs: u64,
-    /// Releases of handles that were not live.
+    /// Misuses: releases of handles that were not live, and calls on handles
+    /// of a torn-down context.
     pub bad_releases: u64,
     /// Calls of exported driver functions.
     pub calls: u64,

@@ -47,6 +47,7 @@ fn code(fault: Fault) -> CUresult {
         Fault::CaptureUnsupported => 900,
         Fault::CaptureInvalidated => 901,
         Fault::CapturedEvent => 907,
+        Fault::ContextDestroyed => 709,
         Fault::Injected(status) => status,
     }
 }
@@ -85,6 +86,22 @@ fn context_device(ctx: CUcontext) -> Outcome<usize> {
     } else {
         Err(Fault::InvalidContext)
     }
+}
+
+/// Refuse a handle whose device's primary context is not retained: its
+/// context was torn down, and a real driver would act on freed state. The
+/// call is counted as a misuse.
+fn context_alive(handle: *mut c_void) -> Outcome<()> {
+    let Some(device) = ENGINE.device_of(handle as u64) else {
+        return Ok(());
+    };
+    let refs = PRIMARY_REFS.lock().unwrap_or_else(PoisonError::into_inner);
+    if refs.get(device).is_some_and(|r| *r > 0) {
+        return Ok(());
+    }
+    drop(refs);
+    ENGINE.note_misuse();
+    Err(Fault::ContextDestroyed)
 }
 
 /// The calling thread's current context's device.
@@ -296,6 +313,19 @@ unsafe extern "C" fn cuCtxPopCurrent_v2(ctx: *mut CUcontext) -> CUresult {
     })
 }
 
+/// # Safety
+///
+/// `dev` is null or valid for a write.
+#[unsafe(no_mangle)]
+unsafe extern "C" fn cuCtxGetDevice(dev: *mut CUdevice) -> CUresult {
+    call("cuCtxGetDevice", || {
+        let device = current()?;
+        let ordinal = CUdevice::try_from(device).map_err(|_| Fault::InvalidDevice)?;
+        // SAFETY: the caller passes null or a pointer valid for a write.
+        unsafe { out::put(dev, ordinal) }
+    })
+}
+
 #[unsafe(no_mangle)]
 extern "C" fn cuCtxSynchronize() -> CUresult {
     call("cuCtxSynchronize", || ENGINE.device_synchronize(current()?))
@@ -321,6 +351,8 @@ unsafe extern "C" fn cuEventCreate(event: *mut CUevent, flags: c_uint) -> CUresu
 extern "C" fn cuEventRecord(event: CUevent, stream: CUstream) -> CUresult {
     call("cuEventRecord", || {
         initialized()?;
+        context_alive(event)?;
+        context_alive(stream)?;
         ENGINE.event_record(event as u64, stream_ref(stream)?)
     })
 }
@@ -329,6 +361,7 @@ extern "C" fn cuEventRecord(event: CUevent, stream: CUstream) -> CUresult {
 extern "C" fn cuEventQuery(event: CUevent) -> CUresult {
     call("cuEventQuery", || {
         initialized()?;
+        context_alive(event)?;
         ENGINE.event_query(event as u64)
     })
 }
@@ -337,6 +370,7 @@ extern "C" fn cuEventQuery(event: CUevent) -> CUresult {
 extern "C" fn cuEventSynchronize(event: CUevent) -> CUresult {
     call("cuEventSynchronize", || {
         initialized()?;
+        context_alive(event)?;
         ENGINE.event_synchronize(event as u64)
     })
 }
@@ -347,6 +381,8 @@ fn elapsed(name: &'static str, ms: *mut f32, start: CUevent, end: CUevent) -> CU
         if ms.is_null() {
             return Err(Fault::InvalidValue);
         }
+        context_alive(start)?;
+        context_alive(end)?;
         let reading = ENGINE.event_elapsed(start as u64, end as u64, RESOLUTION_NS)?;
         // SAFETY: non-null, and the caller passes a pointer valid for a write.
         unsafe { out::put(ms, reading) }
@@ -367,6 +403,7 @@ extern "C" fn cuEventElapsedTime_v2(ms: *mut f32, start: CUevent, end: CUevent) 
 extern "C" fn cuEventDestroy_v2(event: CUevent) -> CUresult {
     release("cuEventDestroy_v2", || {
         initialized()?;
+        context_alive(event)?;
         ENGINE.event_destroy(event as u64)
     })
 }
@@ -394,6 +431,8 @@ extern "C" fn cuStreamWaitEvent(stream: CUstream, event: CUevent, flags: c_uint)
         if flags != 0 && flags != 1 {
             return Err(Fault::InvalidValue);
         }
+        context_alive(stream)?;
+        context_alive(event)?;
         ENGINE.stream_wait_event(stream_ref(stream)?, event as u64)
     })
 }
@@ -402,6 +441,7 @@ extern "C" fn cuStreamWaitEvent(stream: CUstream, event: CUevent, flags: c_uint)
 extern "C" fn cuStreamSynchronize(stream: CUstream) -> CUresult {
     call("cuStreamSynchronize", || {
         initialized()?;
+        context_alive(stream)?;
         ENGINE.stream_synchronize(stream_ref(stream)?)
     })
 }
@@ -410,6 +450,7 @@ extern "C" fn cuStreamSynchronize(stream: CUstream) -> CUresult {
 extern "C" fn cuStreamDestroy_v2(stream: CUstream) -> CUresult {
     release("cuStreamDestroy_v2", || {
         initialized()?;
+        context_alive(stream)?;
         ENGINE.stream_destroy(stream as u64)
     })
 }
@@ -421,6 +462,7 @@ extern "C" fn cuStreamDestroy_v2(stream: CUstream) -> CUresult {
 unsafe extern "C" fn cuStreamIsCapturing(stream: CUstream, status: *mut c_uint) -> CUresult {
     call("cuStreamIsCapturing", || {
         initialized()?;
+        context_alive(stream)?;
         let capture = ENGINE.stream_capture_status(stream_ref(stream)?)?;
         // SAFETY: the caller passes null or a pointer valid for a write.
         unsafe { out::put(status, capture) }

@@ -29,6 +29,8 @@ pub(crate) enum Fault {
     CapturedEvent,
     CaptureUnsupported,
     CaptureInvalidated,
+    /// A handle of a context that was torn down.
+    ContextDestroyed,
     /// A status chosen by a test through the control API.
     Injected(i32),
 }
@@ -214,16 +216,30 @@ impl Engine {
             Capture::Invalidated => return Err(Fault::CaptureInvalidated),
             Capture::None => {}
         }
-        ev.captured = false;
-        ev.recorded += 1;
-        let generation = ev.recorded;
-        state.last_recorded = event;
+        // The record counts only once it is queued: a failed enqueue must
+        // not leave the event waiting for a record that never comes.
+        let generation = ev.recorded + 1;
         let now = clock::host_now_ns();
         let (idle, at) = match state.streams.get(&stream) {
             Some(s) => (s.completed == s.enqueued, s.schedule.max(now)),
             None => return Err(Fault::InvalidHandle),
         };
+        if !idle {
+            enqueue(
+                &mut state,
+                stream,
+                at,
+                Op::Record {
+                    event,
+                    generation,
+                    at,
+                },
+            )?;
+        }
+        state.last_recorded = event;
         if let Some(ev) = state.events.get_mut(&event) {
+            ev.captured = false;
+            ev.recorded = generation;
             ev.due = at;
             if idle {
                 // An idle stream reaches the event at once, as a device
@@ -231,21 +247,24 @@ impl Engine {
                 stamp(ev, generation, at);
             }
         }
-        if idle {
-            drop(state);
-            self.changed.notify_all();
-            return Ok(());
-        }
-        enqueue(
-            &mut state,
-            stream,
-            at,
-            Op::Record {
-                event,
-                generation,
-                at,
-            },
-        )
+        drop(state);
+        self.changed.notify_all();
+        Ok(())
+    }
+
+    /// The device an event or stream was made on, if it is live.
+    pub(crate) fn device_of(&self, handle: u64) -> Option<usize> {
+        let state = self.lock();
+        state
+            .events
+            .get(&handle)
+            .map(|e| e.device)
+            .or_else(|| state.streams.get(&handle).map(|s| s.device))
+    }
+
+    /// Count a misuse: a call on a handle of a torn-down context.
+    pub(crate) fn note_misuse(&self) {
+        self.lock().bad_releases += 1;
     }
 
     /// The event most recently recorded, by any stream.

@@ -36,6 +36,7 @@ fn code(fault: Fault) -> i32 {
         Fault::CaptureUnsupported => 900,
         Fault::CaptureInvalidated => 901,
         Fault::CapturedEvent => 907,
+        Fault::ContextDestroyed => 709,
         Fault::Injected(status) => status,
     }
 }

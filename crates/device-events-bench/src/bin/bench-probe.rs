@@ -67,6 +67,7 @@ enum What {
 }
 
 /// What a case runs on.
+#[allow(clippy::large_enum_variant)] // one per process run
 enum Subject {
     Null(EventProfiler<Null>, FencePool<Null>),
     Cuda(Box<CudaPair>),

@@ -51,10 +51,12 @@ impl Memset {
 
 impl Workload<Cuda> for Memset {
     fn enqueue_bytes(&self, stream: CudaStream, bytes: usize) -> Result<(), DriverError> {
-        // SAFETY: `bytes` ≤ the buffer's size (the harness honours
-        // `max_bytes`); the stream is live.
-        unsafe { result::memset_d8_async(self.ptr, 0, bytes.min(self.bytes), stream.raw()) }
-            .map_err(|e| driver_error("cuMemsetD8Async", e))
+        stream.with_raw(|raw| {
+            // SAFETY: `bytes` ≤ the buffer's size (the harness honours
+            // `max_bytes`); the stream is held live meanwhile.
+            unsafe { result::memset_d8_async(self.ptr, 0, bytes.min(self.bytes), raw) }
+                .map_err(|e| driver_error("cuMemsetD8Async", e))
+        })?
     }
     fn max_bytes(&self) -> usize {
         self.bytes
@@ -69,21 +71,26 @@ impl Drop for Memset {
 }
 
 fn begin_capture(stream: CudaStream) -> Result<(), DriverError> {
-    // SAFETY: the stream is live.
-    unsafe {
-        result::stream::begin_capture(
-            stream.raw(),
-            sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
-        )
-    }
-    .map_err(|e| driver_error("cuStreamBeginCapture_v2", e))
+    stream.with_raw(|raw| {
+        // SAFETY: the stream is held live meanwhile.
+        unsafe {
+            result::stream::begin_capture(
+                raw,
+                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+            )
+        }
+        .map_err(|e| driver_error("cuStreamBeginCapture_v2", e))
+    })?
 }
 
 fn end_capture(stream: CudaStream) -> Result<(), DriverError> {
-    // SAFETY: the stream is live; a graph it returns is destroyed once here.
+    let graph = stream.with_raw(|raw| {
+        // SAFETY: the stream is held live meanwhile.
+        unsafe { result::stream::end_capture(raw) }
+            .map_err(|e| driver_error("cuStreamEndCapture", e))
+    })??;
+    // SAFETY: a graph the capture returned, destroyed once here.
     unsafe {
-        let graph = result::stream::end_capture(stream.raw())
-            .map_err(|e| driver_error("cuStreamEndCapture", e))?;
         if !graph.is_null() {
             sys::cuGraphDestroy(graph)
                 .result()

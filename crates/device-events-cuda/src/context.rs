@@ -1,0 +1,105 @@
+//! Primary contexts, retained for as long as an event or stream of theirs
+//! lives: the driver tears a primary context down when its last retain is
+//! released, and a handle used after that acts on freed driver state.
+
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+
+use cudarc::driver::sys::{CUcontext, CUdevice};
+use device_events_core::{DriverError, ErrorKind};
+
+use crate::{BACKEND, api, check};
+
+/// One retain of a device's primary context, released when dropped.
+#[derive(Debug)]
+pub(crate) struct Context {
+    pub(crate) raw: CUcontext,
+    device: CUdevice,
+}
+
+// SAFETY: `raw` is an opaque driver handle, never dereferenced here, and
+// the driver API takes it from any thread; the retain it stands for is
+// process-wide, not per thread.
+unsafe impl Send for Context {}
+// SAFETY: as for `Send`; nothing is mutated through `&Context`.
+unsafe impl Sync for Context {}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        let Ok(api) = api() else { return };
+        // SAFETY: this value holds one retain of `device`'s primary context,
+        // taken in `retain_current`, and releases it once.
+        let status = unsafe { (api.cuDevicePrimaryCtxRelease_v2)(self.device) };
+        if let Err(err) = check("cuDevicePrimaryCtxRelease_v2", status) {
+            log::error!("{BACKEND}: could not release a primary context: {err}");
+        }
+    }
+}
+
+/// Contexts retained by live handles; an entry whose handles are all gone
+/// is dead, and its address may since belong to another context.
+static RETAINED: Mutex<Vec<Weak<Context>>> = Mutex::new(Vec::new());
+
+/// The calling thread's current context, retained.
+///
+/// # Errors
+///
+/// When no context is current, or the current one is not a device's
+/// primary context (one made by `cuCtxCreate` cannot be kept alive from
+/// here), or the driver refuses.
+pub(crate) fn retain_current(call: &'static str) -> Result<Arc<Context>, DriverError> {
+    let api = api()?;
+    let mut ctx = std::ptr::null_mut();
+    // SAFETY: `ctx` is writable.
+    check("cuCtxGetCurrent", unsafe {
+        (api.cuCtxGetCurrent)(&mut ctx)
+    })?;
+    if ctx.is_null() {
+        return Err(DriverError::refused(
+            BACKEND,
+            call,
+            ErrorKind::InvalidHandle,
+            "no CUDA context is current on this thread; bind one first \
+             (with cudarc: `CudaContext::new(ordinal)?.bind_to_thread()?`)",
+        ));
+    }
+    let mut retained = RETAINED.lock().unwrap_or_else(PoisonError::into_inner);
+    // A live entry for `ctx` is this very context: its retain keeps it from
+    // being torn down, so its address cannot have been reused.
+    if let Some(found) = retained
+        .iter()
+        .filter_map(Weak::upgrade)
+        .find(|c| c.raw == ctx)
+    {
+        return Ok(found);
+    }
+    let mut device = 0;
+    // SAFETY: `device` is writable; `ctx` is current.
+    check("cuCtxGetDevice", unsafe {
+        (api.cuCtxGetDevice)(&mut device)
+    })?;
+    let mut primary = std::ptr::null_mut();
+    // SAFETY: `primary` is writable; `device` is the current context's.
+    check("cuDevicePrimaryCtxRetain", unsafe {
+        (api.cuDevicePrimaryCtxRetain)(&mut primary, device)
+    })?;
+    let context = Arc::new(Context {
+        raw: primary,
+        device,
+    });
+    if primary != ctx {
+        drop(context);
+        return Err(DriverError::refused(
+            BACKEND,
+            call,
+            ErrorKind::InvalidHandle,
+            format!(
+                "the current context is not device {device}'s primary context; \
+                 device-events can keep only primary contexts alive (cudarc's \
+                 `CudaContext` uses them)"
+            ),
+        ));
+    }
+    retained.retain(|c| c.strong_count() > 0);
+    retained.push(Arc::downgrade(&context));
+    Ok(context)
+}
