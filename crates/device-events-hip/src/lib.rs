@@ -53,6 +53,7 @@ use std::sync::OnceLock;
 
 use cubecl_hip_sys as sys;
 use device_events_core::driver::{elapsed_from_ms, with_bound};
+use device_events_core::handles::{Handle, HandleTable};
 use device_events_core::profile::Duration;
 use device_events_core::{CaptureStatus, DriverError, ErrorKind, EventApi};
 
@@ -89,39 +90,124 @@ impl HipEvent {
     }
 }
 
-/// A HIP stream and its device.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct HipStream {
+/// A live stream: the runtime's handle, its device, and whether this crate
+/// made it and so destroys it.
+struct Live {
     raw: sys::hipStream_t,
     device: c_int,
+    owned: bool,
 }
 
-// SAFETY: a `hipStream_t` is an opaque runtime handle, usable from any host
-// thread through the thread-safe runtime; this `Copy` value only carries it,
-// with its device, to the calls that use it.
-unsafe impl Send for HipStream {}
+// SAFETY: `raw` is an opaque runtime handle, never dereferenced here, usable
+// from any thread through the thread-safe runtime; the table hands it only
+// to calls that bind `device` first.
+unsafe impl Send for Live {}
+// SAFETY: as for `Send`; `&Live` gives only copies of the handle.
+unsafe impl Sync for Live {}
+
+static STREAMS: HandleTable<Live> = HandleTable::new();
+
+/// A HIP stream: a checked handle into this crate's table of live streams.
+///
+/// `Copy`, as [`EventApi`] requires. Once [`Hip::stream_destroy`] has run
+/// on it, every copy is refused with an [`ErrorKind::InvalidHandle`] error
+/// before any runtime call. A HIP handle depends on its device ordinal,
+/// which no runtime call invalidates short of `hipDeviceReset`, and on the
+/// runtime library, which stays loaded for the process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct HipStream {
+    handle: Handle,
+}
 
 impl HipStream {
-    /// A stream made elsewhere. The null stream is allowed: an event
-    /// recorded there waits for every stream of the device.
+    /// Admit a stream made elsewhere, or the null stream of `device`.
+    /// [`Hip::stream_destroy`] on the result forgets it and leaves the
+    /// stream itself to its owner.
     ///
     /// # Safety
     ///
-    /// `raw` is a live stream of `device` (or null) and stays live while this
-    /// value, or an event recorded through it, is in use.
-    pub unsafe fn from_raw(raw: sys::hipStream_t, device: c_int) -> Self {
-        Self { raw, device }
+    /// `raw` is a live stream of `device` (or null) and stays live until
+    /// `Hip::stream_destroy` has run on the returned handle.
+    ///
+    /// # Errors
+    ///
+    /// When the runtime is missing or `device` does not exist.
+    pub unsafe fn from_raw(raw: sys::hipStream_t, device: c_int) -> Result<Self, DriverError> {
+        runtime()?;
+        let mut count = 0;
+        // SAFETY: `count` is writable.
+        check("hipGetDeviceCount", unsafe {
+            sys::hipGetDeviceCount(&mut count)
+        })?;
+        if !(0..count).contains(&device) {
+            return Err(DriverError::refused(
+                Hip::BACKEND,
+                "HipStream::from_raw",
+                ErrorKind::NoDevice,
+                format!("device {device} does not exist (the runtime reports {count})"),
+            ));
+        }
+        Ok(Self::admit(Live {
+            raw,
+            device,
+            owned: false,
+        }))
     }
 
-    /// The raw stream.
-    pub fn raw(&self) -> sys::hipStream_t {
-        self.raw
+    fn admit(live: Live) -> Self {
+        Self {
+            handle: STREAMS.insert(live),
+        }
     }
 
-    /// The device the stream belongs to.
-    pub fn device(&self) -> c_int {
-        self.device
+    /// Run `f` with the raw stream, for calls this crate does not wrap; the
+    /// stream cannot be destroyed meanwhile.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidHandle`] when the stream was destroyed.
+    pub fn with_raw<R>(self, f: impl FnOnce(sys::hipStream_t) -> R) -> Result<R, DriverError> {
+        STREAMS
+            .with(self.handle, |live| f(live.raw))
+            .ok_or_else(|| dead("HipStream::with_raw"))
     }
+
+    /// The device the stream belongs to, while it lives.
+    pub fn device(self) -> Option<c_int> {
+        STREAMS.with(self.handle, |live| live.device)
+    }
+}
+
+fn dead(call: &'static str) -> DriverError {
+    DriverError::refused(
+        Hip::BACKEND,
+        call,
+        ErrorKind::InvalidHandle,
+        "the stream was destroyed (or never admitted); refused before the runtime",
+    )
+}
+
+/// Run `call` on `stream`'s raw handle with its device bound.
+fn on_stream<T>(
+    stream: HipStream,
+    name: &'static str,
+    call: impl FnOnce(&Live) -> Result<T, DriverError>,
+) -> Result<T, DriverError> {
+    STREAMS
+        .with(stream.handle, |live| on_device(live.device, || call(live)))
+        .ok_or_else(|| dead(name))?
+}
+
+fn live_event(event: &HipEvent, call: &'static str) -> Result<sys::hipEvent_t, DriverError> {
+    if event.raw.is_null() {
+        return Err(DriverError::refused(
+            Hip::BACKEND,
+            call,
+            ErrorKind::InvalidHandle,
+            "the event was destroyed; refused before the runtime",
+        ));
+    }
+    Ok(event.raw)
 }
 
 /// A HIP status as a [`DriverError`] naming `call`, classified; `Ok` for
@@ -134,18 +220,29 @@ pub fn check(call: &'static str, status: sys::hipError_t) -> Result<(), DriverEr
     if status == sys::HIP_SUCCESS {
         return Ok(());
     }
-    // SAFETY: the runtime is loaded (every caller got a status from it), and
-    // `hipGetErrorName` returns a static string for any code.
-    let name = unsafe {
-        let name = sys::hipGetErrorName(status);
-        (!name.is_null()).then(|| CStr::from_ptr(name).to_string_lossy().into_owned())
-    };
+    // Named by the runtime only when it is loaded: the binding panics on a
+    // call otherwise, and a status can reach here from a caller's own code.
+    let name = loaded().then(|| {
+        // SAFETY: the runtime is loaded, and `hipGetErrorName` returns a
+        // static string (or null) for any code.
+        unsafe {
+            let name = sys::hipGetErrorName(status);
+            (!name.is_null()).then(|| CStr::from_ptr(name).to_string_lossy().into_owned())
+        }
+    });
+    let name = name.flatten();
     Err(DriverError::from_c_status(
         Hip::BACKEND,
         call,
         i64::from(status),
         name,
     ))
+}
+
+/// Whether the runtime's libraries load, probed once.
+fn loaded() -> bool {
+    static LOADED: OnceLock<bool> = OnceLock::new();
+    *LOADED.get_or_init(sys::is_available)
 }
 
 /// Load the runtime and initialise it, once per process: the binding panics
@@ -155,7 +252,7 @@ fn runtime() -> Result<(), DriverError> {
     static RUNTIME: OnceLock<Result<(), DriverError>> = OnceLock::new();
     RUNTIME
         .get_or_init(|| {
-            if !sys::is_available() {
+            if !loaded() {
                 return Err(DriverError::refused(
                     Hip::BACKEND,
                     "hipInit",
@@ -207,11 +304,16 @@ impl Hip {
     ///
     /// [`DriverError`] when the runtime is missing or refuses the query.
     pub fn capture_status(stream: HipStream) -> Result<CaptureStatus, DriverError> {
+        const CALL: &str = "hipStreamIsCapturing";
         runtime()?;
-        let mut status = 0;
-        // SAFETY: the stream is live; `status` is writable.
-        check("hipStreamIsCapturing", unsafe {
-            sys::hipStreamIsCapturing(stream.raw, &mut status)
+        let status = on_stream(stream, CALL, |live| {
+            let mut status = 0;
+            // SAFETY: the stream is live, its device bound; `status` is
+            // writable.
+            check(CALL, unsafe {
+                sys::hipStreamIsCapturing(live.raw, &mut status)
+            })?;
+            Ok(status)
         })?;
         Ok(match status {
             sys::hipStreamCaptureStatus_hipStreamCaptureStatusNone => CaptureStatus::None,
@@ -247,7 +349,8 @@ impl EventApi for Hip {
     }
 
     fn event_destroy(event: &mut HipEvent) -> Result<(), DriverError> {
-        let raw = std::mem::replace(&mut event.raw, std::ptr::null_mut());
+        let raw = live_event(event, "hipEventDestroy")?;
+        event.raw = std::ptr::null_mut();
         on_device(event.device, || {
             // SAFETY: `raw` was created by `event_create` and, swapped out
             // above, is destroyed exactly once.
@@ -256,32 +359,40 @@ impl EventApi for Hip {
     }
 
     fn event_record(event: &HipEvent, stream: HipStream) -> Result<(), DriverError> {
-        if event.device != stream.device {
-            return Err(DriverError::refused(
-                Self::BACKEND,
-                "hipEventRecord",
-                ErrorKind::Other,
-                "the event and the stream belong to different devices",
-            ));
-        }
-        runtime()?;
-        // SAFETY: both handles are live and of one device.
-        check("hipEventRecord", unsafe {
-            sys::hipEventRecord(event.raw, stream.raw)
+        const CALL: &str = "hipEventRecord";
+        let raw = live_event(event, CALL)?;
+        on_stream(stream, CALL, |live| {
+            if event.device != live.device {
+                return Err(DriverError::refused(
+                    Self::BACKEND,
+                    CALL,
+                    ErrorKind::InvalidHandle,
+                    format!(
+                        "the event and the stream belong to different devices (event: {}, \
+                         stream: {}); make the fence, pool or profiler with the stream's \
+                         device current",
+                        event.device, live.device
+                    ),
+                ));
+            }
+            // SAFETY: both handles are live and of the bound device.
+            check(CALL, unsafe { sys::hipEventRecord(raw, live.raw) })
         })
     }
 
     fn event_wait(event: &HipEvent) -> Result<(), DriverError> {
+        let raw = live_event(event, "hipEventSynchronize")?;
         on_device(event.device, || {
-            // SAFETY: the event is live until `event_destroy`.
+            // SAFETY: the event is live, its device bound.
             check("hipEventSynchronize", unsafe {
-                sys::hipEventSynchronize(event.raw)
+                sys::hipEventSynchronize(raw)
             })
         })
     }
 
     fn event_elapsed(start: &HipEvent, end: &HipEvent) -> Result<Duration, DriverError> {
         const CALL: &str = "hipEventElapsedTime";
+        let (from, to) = (live_event(start, CALL)?, live_event(end, CALL)?);
         if start.device != end.device {
             return Err(DriverError::refused(
                 Self::BACKEND,
@@ -293,26 +404,26 @@ impl EventApi for Hip {
         let mut ms = 0.0f32;
         on_device(start.device, || {
             // SAFETY: both events are live and of one device; `ms` is writable.
-            check(CALL, unsafe {
-                sys::hipEventElapsedTime(&mut ms, start.raw, end.raw)
-            })
+            check(CALL, unsafe { sys::hipEventElapsedTime(&mut ms, from, to) })
         })?;
         elapsed_from_ms(Self::BACKEND, CALL, ms)
     }
 
     fn stream_wait_event(stream: HipStream, event: &HipEvent) -> Result<(), DriverError> {
-        runtime()?;
-        // SAFETY: both handles are live; flags 0 is the default wait.
-        check("hipStreamWaitEvent", unsafe {
-            sys::hipStreamWaitEvent(stream.raw, event.raw, 0)
+        const CALL: &str = "hipStreamWaitEvent";
+        let raw = live_event(event, CALL)?;
+        on_stream(stream, CALL, |live| {
+            // SAFETY: both handles are live, the stream's device bound;
+            // flags 0 is the default wait.
+            check(CALL, unsafe { sys::hipStreamWaitEvent(live.raw, raw, 0) })
         })
     }
 
     fn stream_synchronize(stream: HipStream) -> Result<(), DriverError> {
-        runtime()?;
-        // SAFETY: the stream is live, by `HipStream`'s contract.
-        check("hipStreamSynchronize", unsafe {
-            sys::hipStreamSynchronize(stream.raw)
+        const CALL: &str = "hipStreamSynchronize";
+        on_stream(stream, CALL, |live| {
+            // SAFETY: the stream is live, its device bound.
+            check(CALL, unsafe { sys::hipStreamSynchronize(live.raw) })
         })
     }
 
@@ -323,16 +434,26 @@ impl EventApi for Hip {
         check("hipStreamCreateWithFlags", unsafe {
             sys::hipStreamCreateWithFlags(&mut raw, sys::hipStreamNonBlocking)
         })?;
-        Ok(HipStream { raw, device })
+        Ok(HipStream::admit(Live {
+            raw,
+            device,
+            owned: true,
+        }))
     }
 
     fn stream_destroy(stream: HipStream) -> Result<(), DriverError> {
-        on_device(stream.device, || {
-            // SAFETY: made by `stream_create_non_blocking`; its owner
-            // destroys it once.
-            check("hipStreamDestroy", unsafe {
-                sys::hipStreamDestroy(stream.raw)
-            })
+        const CALL: &str = "hipStreamDestroy";
+        runtime()?;
+        // Out of the table first, once calls in flight on it have returned:
+        // no copy of the handle can reach the runtime after this.
+        let live = STREAMS.remove(stream.handle).ok_or_else(|| dead(CALL))?;
+        if !live.owned {
+            return Ok(());
+        }
+        on_device(live.device, || {
+            // SAFETY: made by `stream_create_non_blocking`, removed from the
+            // table above, so destroyed exactly once; its device is bound.
+            check(CALL, unsafe { sys::hipStreamDestroy(live.raw) })
         })
     }
 }

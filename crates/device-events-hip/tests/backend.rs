@@ -38,12 +38,13 @@ fn a_fence_orders_a_stream_after_the_null_stream() {
     bind(0);
     let s = stream();
     // SAFETY: the null stream of device 0 is always live.
-    let null = unsafe { device_events_hip::HipStream::from_raw(std::ptr::null_mut(), 0) };
+    let null = unsafe { device_events_hip::HipStream::from_raw(std::ptr::null_mut(), 0) }.unwrap();
     let fence = EventFence::<Hip>::new(null);
     fence.wait_async(s).unwrap();
     fence.wait_sync().unwrap();
     Hip::stream_synchronize(s).unwrap();
     Hip::stream_destroy(s).unwrap();
+    Hip::stream_destroy(null).unwrap();
 }
 
 /// Run in a child process with the loaders pointed nowhere.

@@ -50,7 +50,11 @@ fn an_event_is_bound_to_its_device_and_the_callers_restored() {
     })
     .join()
     .unwrap();
-    assert_eq!(after.device(), 1, "the caller's device is current again");
+    assert_eq!(
+        after.device(),
+        Some(1),
+        "the caller's device is current again"
+    );
     Hip::stream_destroy(after).unwrap();
     Hip::stream_destroy(s).unwrap();
 }
@@ -101,4 +105,51 @@ fn fences_and_profilers_leak_nothing() {
     let soft = SoftDriver::exclusive();
     bind(0);
     device_events_conformance::fences_and_profilers_leak_nothing::<Hip>(&soft);
+}
+
+#[test]
+fn a_destroyed_stream_is_refused_before_the_runtime() {
+    let soft = SoftDriver::exclusive();
+    bind(0);
+    let s = stream();
+    Hip::stream_destroy(s).unwrap();
+    soft.reset();
+    let err = Hip::stream_synchronize(s).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidHandle, "{err}");
+    let err = Hip::stream_destroy(s).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidHandle, "{err}");
+    let called = soft.called();
+    for call in ["hipStreamSynchronize", "hipStreamDestroy"] {
+        assert!(
+            !called.contains(&call.to_owned()),
+            "{call} reached the runtime"
+        );
+    }
+    assert_eq!(soft.counts().bad_releases, 0);
+}
+
+#[test]
+fn admitting_a_stream_of_a_device_that_does_not_exist_says_so() {
+    let _soft = SoftDriver::exclusive();
+    bind(0);
+    // SAFETY: refused before anything uses the stream.
+    let err =
+        unsafe { device_events_hip::HipStream::from_raw(std::ptr::null_mut(), 7) }.unwrap_err();
+    assert!(err.to_string().contains("device 7 does not exist"), "{err}");
+    assert_eq!(err.kind(), ErrorKind::NoDevice);
+}
+
+#[test]
+fn the_null_stream_of_another_device_is_used_with_that_device_bound() {
+    let _soft = SoftDriver::exclusive();
+    bind(1);
+    let event = Hip::event_create().unwrap();
+    bind(0);
+    // SAFETY: the null stream of device 1 is always live.
+    let null = unsafe { device_events_hip::HipStream::from_raw(std::ptr::null_mut(), 1) }.unwrap();
+    Hip::event_record(&event, null).unwrap();
+    Hip::stream_synchronize(null).unwrap();
+    let mut event = event;
+    Hip::event_destroy(&mut event).unwrap();
+    Hip::stream_destroy(null).unwrap();
 }

@@ -34,10 +34,13 @@ impl Memset {
 
 impl Workload<Hip> for Memset {
     fn enqueue_bytes(&self, stream: HipStream, bytes: usize) -> Result<(), DriverError> {
-        // SAFETY: `bytes` is clamped to the buffer; the stream is live.
-        check("hipMemsetAsync", unsafe {
-            sys::hipMemsetAsync(self.ptr, 0, bytes.min(self.bytes), stream.raw())
-        })
+        stream.with_raw(|raw| {
+            // SAFETY: `bytes` is clamped to the buffer; the stream is held
+            // live meanwhile.
+            check("hipMemsetAsync", unsafe {
+                sys::hipMemsetAsync(self.ptr, 0, bytes.min(self.bytes), raw)
+            })
+        })?
     }
     fn max_bytes(&self) -> usize {
         self.bytes
@@ -52,23 +55,24 @@ impl Drop for Memset {
 }
 
 fn begin_capture(stream: HipStream) -> Result<(), DriverError> {
-    // SAFETY: the stream is live.
-    check("hipStreamBeginCapture", unsafe {
-        sys::hipStreamBeginCapture(
-            stream.raw(),
-            sys::hipStreamCaptureMode_hipStreamCaptureModeRelaxed,
-        )
-    })
+    stream.with_raw(|raw| {
+        // SAFETY: the stream is held live meanwhile.
+        check("hipStreamBeginCapture", unsafe {
+            sys::hipStreamBeginCapture(raw, sys::hipStreamCaptureMode_hipStreamCaptureModeRelaxed)
+        })
+    })?
 }
 
 fn end_capture(stream: HipStream) -> Result<(), DriverError> {
     let mut graph = std::ptr::null_mut();
-    // SAFETY: the stream is live; a graph it returns is destroyed once here.
+    stream.with_raw(|raw| {
+        // SAFETY: the stream is held live meanwhile; `graph` is writable.
+        check("hipStreamEndCapture", unsafe {
+            sys::hipStreamEndCapture(raw, &mut graph)
+        })
+    })??;
+    // SAFETY: a graph the capture returned, destroyed once here.
     unsafe {
-        check(
-            "hipStreamEndCapture",
-            sys::hipStreamEndCapture(stream.raw(), &mut graph),
-        )?;
         if !graph.is_null() {
             check("hipGraphDestroy", sys::hipGraphDestroy(graph))?;
         }
