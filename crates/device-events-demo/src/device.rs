@@ -103,10 +103,13 @@ impl Device for Hip {
     }
 
     fn work(stream: HipStream, buffer: &HipBuffer, bytes: usize) -> Result<(), Failure> {
-        // SAFETY: the demo never asks for more than the buffer holds.
-        check("hipMemsetAsync", unsafe {
-            hip::hipMemsetAsync(buffer.0, 0, bytes, stream.raw())
-        })
-        .map_err(Into::into)
+        stream.with_raw(|raw| {
+            // SAFETY: the demo never asks for more than the buffer holds;
+            // the stream is held live meanwhile.
+            check("hipMemsetAsync", unsafe {
+                hip::hipMemsetAsync(buffer.0, 0, bytes, raw)
+            })
+        })??;
+        Ok(())
     }
 }
