@@ -124,25 +124,18 @@ impl SoftDriver {
     /// Make the `nth` next call of `function` return `status`.
     /// Returns false if the driver refused (unknown status for that ABI).
     pub fn fail_call(&self, function: &str, nth: u32, status: i32) -> bool {
-        type F = unsafe extern "C" fn(*const c_char, u32, i32) -> i32;
-        let (Some(f), Ok(name)) = (
-            self.symbol::<F>(b"soft_driver_fail_call\0"),
-            CString::new(function),
-        ) else {
-            return false;
-        };
-        // SAFETY: `name` is a live NUL-terminated string.
-        unsafe { f(name.as_ptr(), nth, status) == 0 }
+        self.inject(b"soft_driver_fail_call\0", function, nth, status)
     }
 
     /// As [`fail_call`](Self::fail_call) with any nonzero status, including
     /// codes newer than any ABI table: what a newer driver returns.
     pub fn fail_call_any(&self, function: &str, nth: u32, status: i32) -> bool {
+        self.inject(b"soft_driver_fail_call_any\0", function, nth, status)
+    }
+
+    fn inject(&self, control: &[u8], function: &str, nth: u32, status: i32) -> bool {
         type F = unsafe extern "C" fn(*const c_char, u32, i32) -> i32;
-        let (Some(f), Ok(name)) = (
-            self.symbol::<F>(b"soft_driver_fail_call_any\0"),
-            CString::new(function),
-        ) else {
+        let (Some(f), Ok(name)) = (self.symbol::<F>(control), CString::new(function)) else {
             return false;
         };
         // SAFETY: `name` is a live NUL-terminated string.
