@@ -253,8 +253,12 @@ impl<A: EventApi> EventProfiler<A> {
         stream: A::Stream,
         token: ProfileToken,
     ) -> Result<ProfileDuration, ProfileError> {
-        self.stop_placed(stream, token)
-            .map(PlacedWindow::into_profile_duration)
+        // Built straight from the reading: one allocation per window, the
+        // one `ProfileDuration` makes.
+        let window = self.close(stream, token)?;
+        Ok(ProfileDuration::new_device_time_maybe(async move {
+            window.await.map(|placed| placed.ticks)
+        }))
     }
 
     /// As [`stop`](Self::stop), with a bound on each resolved window's
@@ -284,6 +288,17 @@ impl<A: EventApi> EventProfiler<A> {
         stream: A::Stream,
         token: ProfileToken,
     ) -> Result<PlacedWindow, ProfileError> {
+        Ok(PlacedWindow {
+            future: Box::pin(self.close(stream, token)?),
+        })
+    }
+
+    /// Record the window's end; the future reads it once the device is there.
+    fn close(
+        &mut self,
+        stream: A::Stream,
+        token: ProfileToken,
+    ) -> Result<impl Future<Output = Option<Placement>> + Send + 'static, ProfileError> {
         let Opened { start, anchor } = self.take(token)??;
         let end = self.event().and_then(|end| {
             A::event_record(end.raw(), stream)?;
@@ -294,19 +309,17 @@ impl<A: EventApi> EventProfiler<A> {
             max_distance: self.config.max_anchor_distance,
             resolution: self.config.timer_resolution,
         };
-        Ok(PlacedWindow {
-            future: Box::pin(async move {
-                match read_window(&anchor, &start, &end, limits) {
-                    Ok(placed) => Some(placed),
-                    Err(why) => {
-                        log::warn!(
-                            "{}: profiling window unreadable, reporting no measurement: {why}",
-                            A::BACKEND
-                        );
-                        None
-                    }
+        Ok(async move {
+            match read_window(&anchor, &start, &end, limits) {
+                Ok(placed) => Some(placed),
+                Err(why) => {
+                    log::warn!(
+                        "{}: profiling window unreadable, reporting no measurement: {why}",
+                        A::BACKEND
+                    );
+                    None
                 }
-            }),
+            }
         })
     }
 
