@@ -672,3 +672,35 @@ fn busy_until(until: u64) {
         std::hint::spin_loop();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stream with work queued, whose worker is gone: every enqueue on it
+    /// fails, as it does when the driver could not start the worker.
+    fn busy_stream_without_a_worker(engine: &Engine) -> u64 {
+        let stream = engine.stream_create(0, false);
+        let mut state = engine.lock();
+        let s = state.streams.get_mut(&stream).expect("just created");
+        s.queue = channel().0;
+        s.enqueued += 1;
+        stream
+    }
+
+    #[test]
+    fn a_record_that_could_not_be_queued_leaves_the_event_as_it_was() {
+        let engine = &*ENGINE;
+        let stream = busy_stream_without_a_worker(engine);
+        let event = engine.event_create(0, true);
+
+        let refused = engine.event_record(event, StreamRef::Created(stream));
+
+        assert_eq!(refused, Err(Fault::InvalidHandle));
+        // Never recorded, so complete: not waiting for a record that never comes.
+        assert_eq!(engine.event_query(event), Ok(()));
+        assert_ne!(engine.last_recorded(), event);
+        engine.event_destroy(event).expect("live event");
+        engine.lock().streams.remove(&stream);
+    }
+}

@@ -351,3 +351,42 @@ fn error_names_are_the_drivers_own() {
         .unwrap();
     assert_eq!(name.to_str().unwrap(), "CUDA_ERROR_NOT_READY");
 }
+
+/// Set in the child of `a_device_count_raised_after_loading_is_not_believed`.
+const RAISED_COUNT_CHILD: &str = "SOFT_DRIVER_TEST_RAISED_COUNT_CHILD";
+
+/// The driver sizes its tables by the device count it read at load: a count
+/// raised in the environment afterwards must not admit a device past them,
+/// which inside `extern "C"` would abort the process. Run in a child, since
+/// the count is read once per process.
+#[test]
+fn a_device_count_raised_after_loading_is_not_believed() {
+    if std::env::var_os(RAISED_COUNT_CHILD).is_some() {
+        result::init().unwrap();
+        assert_eq!(result::device::get_count().unwrap(), 1);
+        // SAFETY: this child process runs this one test on one thread.
+        unsafe { std::env::set_var("SOFT_DRIVER_DEVICES", "3") };
+        assert_eq!(result::device::get_count().unwrap(), 1);
+        assert_eq!(
+            result::device::get(2).unwrap_err(),
+            err(CUresult::CUDA_ERROR_INVALID_DEVICE)
+        );
+        return;
+    }
+    let child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_device_count_raised_after_loading_is_not_believed",
+            "--nocapture",
+        ])
+        .env(RAISED_COUNT_CHILD, "1")
+        .env("SOFT_DRIVER_DEVICES", "1")
+        .output()
+        .unwrap();
+    assert!(
+        child.status.success() && String::from_utf8_lossy(&child.stdout).contains("1 passed"),
+        "{}\n{}",
+        String::from_utf8_lossy(&child.stdout),
+        String::from_utf8_lossy(&child.stderr)
+    );
+}
