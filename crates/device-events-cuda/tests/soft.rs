@@ -145,6 +145,64 @@ fn placement_holds_on_a_drifting_offset_device_clock() {
     );
 }
 
+/// Each window's stated bound holds against the driver's ground truth:
+/// both ends, with the clock offset and drifting 100 ppm, windows of work
+/// and empty ones, across the anchor refreshes of a few seconds.
+#[test]
+fn each_windows_stated_bound_contains_the_truth() {
+    use device_events_conformance::Workload;
+    use std::time::{Duration, Instant};
+
+    let soft = SoftDriver::exclusive();
+    bind(0);
+    soft.set_clock(3_700_000_000_123, 100.0);
+    let driver_epoch = soft.host_instant(0);
+    let truth = |event| driver_epoch + Duration::from_nanos(soft.event_truth_ns(event).unwrap());
+    let off_by = |placed: Instant, truth: Instant| {
+        placed
+            .saturating_duration_since(truth)
+            .max(truth.saturating_duration_since(placed))
+    };
+    let s = stream();
+    let work = support::Memset::new(1 << 20);
+    let mut profiler = EventProfiler::<Cuda>::new();
+    let (mut windows, mut widest) = (0, (Duration::ZERO, Duration::ZERO));
+    let session = Instant::now();
+    while session.elapsed() < Duration::from_secs(3) {
+        std::thread::sleep(Duration::from_millis(2));
+        let token = profiler.start(s);
+        let start_event = soft.last_recorded_event();
+        work.enqueue_bytes(s, (windows % 4) << 18).unwrap();
+        let window = profiler.stop_placed(s, token).unwrap();
+        let end_event = soft.last_recorded_event();
+        let placed = pollster::block_on(window.resolve()).unwrap();
+
+        let reference = truth(start_event) - Duration::from_secs(1);
+        let start = reference + placed.ticks.start_duration_since(reference);
+        let end = reference + placed.ticks.end_duration_since(reference);
+        for (at, event) in [(start, start_event), (end, end_event)] {
+            let error = off_by(at, truth(event));
+            assert!(
+                error <= placed.uncertainty,
+                "window {windows}: off by {error:?}, stated bound {:?}",
+                placed.uncertainty
+            );
+            if error > widest.0 {
+                widest = (error, placed.uncertainty);
+            }
+        }
+        windows += 1;
+    }
+    soft.set_clock(1_000_000_000_000, 0.0);
+    drop(profiler);
+    Cuda::stream_destroy(s).unwrap();
+    eprintln!(
+        "{windows} windows: worst error {:?}, against a bound of {:?}",
+        widest.0, widest.1
+    );
+    assert!(windows > 500);
+}
+
 #[test]
 fn only_the_documented_functions_are_called() {
     let soft = SoftDriver::exclusive();
