@@ -66,12 +66,14 @@ const CUDA: Backend = Backend {
     roots: &[],
 };
 
+/// The HIP runtime is found by the crate's own search (its `probe`
+/// example), which also tells a runtime without a GPU from none.
 const HIP: Backend = Backend {
     name: "hip",
     driver: "HIP runtime (ROCm)",
     package: "device-events-hip",
-    libraries: &["libamdhip64.so", "libamdhip64.so.1", "libamdhip64.so.0"],
-    roots: &["ROCM_PATH", "HIP_PATH"],
+    libraries: &[],
+    roots: &[],
 };
 
 fn main() {
@@ -132,6 +134,7 @@ fn test() -> Result<()> {
         ]),
     )?;
     ensure_svg_renderer()?;
+    ensure_debian_package("libamdhip64-5", "AMD's HIP runtime")?;
     let soft = soft_driver()?;
     let mut tests = cargo();
     tests.args(["test", "--workspace"]);
@@ -145,6 +148,7 @@ fn test() -> Result<()> {
     for backend in [CUDA, HIP] {
         run_backend_tests(backend, Some(&soft))?;
     }
+    hip_on_amds_runtime_without_a_gpu()?;
     run(
         "cargo doc",
         cargo()
@@ -169,16 +173,85 @@ fn ensure_debian_tool(tool: &str, package: &str) -> Result<()> {
     if found {
         return Ok(());
     }
+    apt_install(package, tool)
+}
+
+/// Install Debian's `package` (`what`, in words) unless it is installed.
+fn ensure_debian_package(package: &str, what: &str) -> Result<()> {
+    let installed = Command::new("dpkg-query")
+        .args(["-W", "-f=${Status}", package])
+        .output()
+        .is_ok_and(|o| o.stdout.ends_with(b"install ok installed"));
+    if installed {
+        return Ok(());
+    }
+    apt_install(package, what)
+}
+
+fn apt_install(package: &str, what: &str) -> Result<()> {
     run(
         "apt-get update",
         Command::new("apt-get").args(["update", "-qq"]),
     )?;
     run(
-        &format!("install {package} ({tool})"),
+        &format!("install {package} ({what})"),
         Command::new("apt-get")
             .args(["install", "-y", "-qq", package])
             .env("DEBIAN_FRONTEND", "noninteractive"),
     )
+}
+
+/// Variables that point the HIP backend's search somewhere: cleared to
+/// run it against what is installed.
+const HIP_SEARCH_VARS: [&str; 4] = [
+    "ROCM_PATH",
+    "HIP_PATH",
+    "DEVICE_EVENTS_HIP_RUNTIME",
+    "LD_LIBRARY_PATH",
+];
+
+/// What the HIP backend finds here, as its `probe` example says in one
+/// line: `Ok` with a device, else the line.
+fn probe_hip() -> Result<std::result::Result<String, String>> {
+    let mut cmd = cargo();
+    cmd.args([
+        "run",
+        "--quiet",
+        "--package",
+        "device-events-hip",
+        "--example",
+        "probe",
+    ]);
+    let output = cmd.output().context("could not start the HIP probe")?;
+    let line = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+    match output.status.code() {
+        Some(0) => Ok(Ok(line)),
+        Some(1 | 2) => Ok(Err(line)),
+        _ => bail!(
+            "the HIP probe failed ({}):\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        ),
+    }
+}
+
+/// The HIP backend against AMD's real runtime, which CI has and no GPU:
+/// found, versioned, and every way in a clean no-device error.
+fn hip_on_amds_runtime_without_a_gpu() -> Result<()> {
+    let mut cmd = cargo();
+    cmd.args([
+        "test",
+        "--package",
+        "device-events-hip",
+        "--test",
+        "no_device",
+        "--",
+        "--ignored",
+    ]);
+    for var in HIP_SEARCH_VARS {
+        cmd.env_remove(var);
+    }
+    run("hip tests on AMD's runtime, no GPU", &mut cmd)
 }
 
 /// The software driver's file, and the names the bindings look for.
@@ -274,6 +347,21 @@ fn test_backend(backend: Backend, soft: bool) -> Result<()> {
     run_backend_tests(backend, dir.as_deref())
 }
 
+/// The real driver `backend`'s suites would run on, in a line; the line
+/// that says why there is none otherwise.
+fn real_driver(backend: Backend) -> Result<std::result::Result<String, String>> {
+    if backend.name == HIP.name {
+        return probe_hip();
+    }
+    Ok(find_real_driver(backend).ok_or_else(|| {
+        format!(
+            "no {} found on this machine ({} not loadable)",
+            backend.driver,
+            backend.libraries.join(", ")
+        )
+    }))
+}
+
 /// `backend`'s tests, on the software driver laid out in `soft`, or else on
 /// the machine's real driver.
 fn run_backend_tests(backend: Backend, soft: Option<&Path>) -> Result<()> {
@@ -284,13 +372,11 @@ fn run_backend_tests(backend: Backend, soft: Option<&Path>) -> Result<()> {
         soft_env(&mut cmd, dir);
         run(&format!("{name} tests on the software driver"), &mut cmd)
     } else {
-        let Some(found) = find_real_driver(backend) else {
-            bail!(
-                "no {} found on this machine ({} not loadable): \
-                 run `cargo xtask test-{name} --soft` to use the software driver",
-                backend.driver,
-                backend.libraries.join(", ")
-            );
+        let found = match real_driver(backend)? {
+            Ok(found) => found,
+            Err(why) => {
+                bail!("{why}: run `cargo xtask test-{name} --soft` to use the software driver")
+            }
         };
         eprintln!("xtask: {name} driver: {found}");
         cmd.env("DEVICE_EVENTS_REAL_DRIVER", "1");
@@ -437,8 +523,8 @@ fn demo() -> Result<()> {
     if let Some(found) = find_real_driver(CUDA) {
         eprintln!("xtask: CUDA driver: {found}");
         cmd.args(["--backend", "cuda"]);
-    } else if let Some(found) = find_real_driver(HIP) {
-        eprintln!("xtask: HIP runtime: {found}");
+    } else if let Ok(found) = probe_hip()? {
+        eprintln!("xtask: {found}");
         cmd.args(["--backend", "hip"]);
     } else {
         let dir = soft_driver()?;

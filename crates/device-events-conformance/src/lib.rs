@@ -540,15 +540,16 @@ pub fn only_documented_functions_are_called<A: EventApi>(
 }
 
 /// Run the test `child` of the current test binary in a process whose
-/// loaders find no driver (`hide` lists the variables to remove), and
-/// assert that it passed: how a missing driver is tested in a process that
-/// has one loaded.
-pub fn run_without_driver(child: &str, hide: &[&str]) {
+/// loaders find no driver (`hide` lists the variables to remove, `set` the
+/// ones that point a loader elsewhere), and assert that it passed: how a
+/// missing driver is tested in a process that has one loaded.
+pub fn run_without_driver(child: &str, hide: &[&str], set: &[(&str, &str)]) {
     let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
     cmd.args(["--exact", child, "--ignored", "--test-threads=1"]);
     for var in hide {
         cmd.env_remove(var);
     }
+    cmd.envs(set.iter().copied());
     let output = cmd.output().unwrap();
     let text = String::from_utf8_lossy(&output.stdout);
     assert!(

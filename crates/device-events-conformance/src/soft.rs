@@ -271,3 +271,24 @@ impl SoftDriver {
 pub fn live_events() -> u64 {
     SoftDriver::get().map_or(0, |driver| driver.counts().events)
 }
+
+/// A fresh folder holding the software driver under `names` only, as a
+/// real install lays its driver out (`libcuda.so.1` and no `libcuda.so`,
+/// say): how a backend's search is tested against an install's layout.
+///
+/// # Panics
+///
+/// When [`LIB_VAR`] is unset or the folder cannot be made.
+#[allow(clippy::panic, clippy::expect_used)]
+pub fn laid_out_as(names: &[&str]) -> std::path::PathBuf {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let lib = std::env::var_os(LIB_VAR).unwrap_or_else(|| panic!("{LIB_VAR} is not set"));
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("device-events-layout-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a temporary folder");
+    for name in names {
+        std::os::unix::fs::symlink(&lib, dir.join(name)).expect("a symlink");
+    }
+    dir
+}

@@ -92,5 +92,6 @@ fn a_missing_driver_is_an_error_not_a_panic() {
     device_events_conformance::run_without_driver(
         "child_without_a_driver",
         &["LD_LIBRARY_PATH", "SOFT_DRIVER_LIB"],
+        &[],
     );
 }

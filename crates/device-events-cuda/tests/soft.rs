@@ -395,3 +395,27 @@ fn a_profiler_refuses_windows_of_another_context_at_start_every_time() {
     Cuda::stream_destroy(s0).unwrap();
     Cuda::stream_destroy(s1).unwrap();
 }
+
+/// Run by `a_driver_laid_out_as_libcuda_so_1_only_is_found`, with the
+/// loader's path holding only that name.
+#[test]
+#[ignore = "run by a_driver_laid_out_as_libcuda_so_1_only_is_found, in a child process"]
+fn child_with_libcuda_so_1_only() {
+    Cuda::probe().unwrap();
+    context(0);
+    let name = result::device::get_name(result::device::get(0).unwrap()).unwrap();
+    assert!(name.contains("software driver"), "{name}");
+}
+
+/// The driver package of a real install has `libcuda.so.1` and no
+/// `libcuda.so` (that link comes with the toolkit): cudarc tries it last.
+#[test]
+fn a_driver_laid_out_as_libcuda_so_1_only_is_found() {
+    let dir = device_events_conformance::soft::laid_out_as(&["libcuda.so.1"]);
+    device_events_conformance::run_without_driver(
+        "child_with_libcuda_so_1_only",
+        &[],
+        &[("LD_LIBRARY_PATH", dir.to_str().unwrap())],
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -79,8 +79,18 @@ impl Device for Hip {
 
     fn open() -> Result<String, Failure> {
         Hip::probe()?;
+        // The demo's buffers and memsets go through `cubecl-hip-sys`, which
+        // also needs `libhiprtc` (ROCm 6 on), and panics on a call without it.
+        if !hip::is_available() {
+            return Err(format!(
+                "{} has a device, but cubecl-hip-sys, which the demo's memsets use, \
+                 cannot load it with libhiprtc",
+                Hip::runtime()?
+            )
+            .into());
+        }
         let mut name = [0 as std::ffi::c_char; 256];
-        // SAFETY: the runtime is loaded; `name` holds 256 bytes.
+        // SAFETY: `cubecl-hip-sys` loaded the runtime; `name` holds 256 bytes.
         unsafe {
             check("hipSetDevice", hip::hipSetDevice(0))?;
             check(
@@ -107,7 +117,7 @@ impl Device for Hip {
             // SAFETY: the demo never asks for more than the buffer holds;
             // the stream is held live meanwhile.
             check("hipMemsetAsync", unsafe {
-                hip::hipMemsetAsync(buffer.0, 0, bytes, raw)
+                hip::hipMemsetAsync(buffer.0, 0, bytes, raw.cast())
             })
         })??;
         Ok(())

@@ -1,5 +1,5 @@
 //! The HIP backend of device-events: [`EventApi`] over the HIP runtime,
-//! through `cubecl-hip-sys`, with `libamdhip64` loaded at run time.
+//! `libamdhip64`, loaded at run time.
 //!
 //! Pick it with `device-events-core`: `EventFence<Hip>` and
 //! `EventProfiler<Hip>` are the types to use.
@@ -28,18 +28,22 @@
 //! # Runtime
 //!
 //! Minimum ROCm: 5.0. The crate calls only `hipInit`, `hipGetDevice`,
-//! `hipSetDevice`, `hipEventCreateWithFlags`, `hipEventRecord`,
-//! `hipEventSynchronize`, `hipEventElapsedTime`, `hipEventDestroy`,
-//! `hipStreamCreateWithFlags`, `hipStreamWaitEvent`, `hipStreamSynchronize`,
-//! `hipStreamDestroy`, `hipStreamIsCapturing` and `hipGetErrorName`, all in
-//! ROCm 5's runtime. Nothing of ROCm is built or linked at build time:
-//! `cubecl-hip-sys` opens `libamdhip64` and `libhiprtc` when first called
-//! (`$ROCM_PATH/lib`, `$HIP_PATH/lib`, then the loader's search), and this
-//! crate checks they load before any call, because the binding panics when
-//! they do not.
+//! `hipSetDevice`, `hipGetDeviceCount`, `hipEventCreateWithFlags`,
+//! `hipEventRecord`, `hipEventSynchronize`, `hipEventElapsedTime`,
+//! `hipEventDestroy`, `hipStreamCreateWithFlags`, `hipStreamWaitEvent`,
+//! `hipStreamSynchronize`, `hipStreamDestroy`, `hipStreamIsCapturing`,
+//! `hipGetErrorName`, `hipRuntimeGetVersion` and `hipDriverGetVersion`, all
+//! in ROCm 5's runtime, and resolves nothing else. Nothing of ROCm is built
+//! or linked at build time: the runtime is opened on first use from the
+//! places [`runtime::search_path`] lists (`$ROCM_PATH/lib`, `$HIP_PATH/lib`,
+//! `/opt/rocm/lib`, then the loader's search; `libamdhip64.so` or the
+//! sonames of ROCm 7, 6 and 5). `libhiprtc` is never needed. Without a
+//! runtime, every call returns an [`ErrorKind::NoDevice`] error.
 //!
-//! Statuses cross the binding as plain integers, so a code newer than the
-//! bindings (ROCm 6 and 7 return 911–916) is reported, not undefined.
+//! Statuses cross the binding as plain integers, so a code newer than this
+//! crate (ROCm 6 and 7 return 911–916) keeps its number and is never read
+//! as an invalid enum value. With the runtime and no AMD GPU, `hipInit`
+//! returns `hipErrorInvalidDevice` (101), reported as [`ErrorKind::NoDevice`].
 //! `hipEventElapsedTime` has been seen to return negative values; they are
 //! clamped to zero, as [`EventApi::event_elapsed`] promises.
 //!
@@ -48,14 +52,17 @@
 //! Screen a stream with [`Hip::capture_status`] before profiling on it:
 //! inside a capture, records are graph nodes, not timestamps.
 
+pub mod runtime;
+
 use std::ffi::{CStr, c_int};
+use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use cubecl_hip_sys as sys;
 use device_events_core::driver::{elapsed_from_ms, with_bound};
 use device_events_core::handles::{Handle, HandleTable};
 use device_events_core::profile::Duration;
 use device_events_core::{CaptureStatus, DriverError, ErrorKind, EventApi};
+use runtime::{RawEvent, RawStream, Runtime};
 
 /// The HIP backend.
 #[derive(Debug)]
@@ -64,7 +71,7 @@ pub struct Hip;
 /// A HIP event with timing enabled, and the device it was created on.
 #[derive(Debug)]
 pub struct HipEvent {
-    raw: sys::hipEvent_t,
+    raw: RawEvent,
     device: c_int,
 }
 
@@ -80,7 +87,7 @@ unsafe impl Sync for HipEvent {}
 
 impl HipEvent {
     /// The raw event, for calls this crate does not wrap.
-    pub fn raw(&self) -> sys::hipEvent_t {
+    pub fn raw(&self) -> RawEvent {
         self.raw
     }
 
@@ -93,7 +100,7 @@ impl HipEvent {
 /// A live stream: the runtime's handle, its device, and whether this crate
 /// made it and so destroys it.
 struct Live {
-    raw: sys::hipStream_t,
+    raw: RawStream,
     device: c_int,
     owned: bool,
 }
@@ -132,12 +139,12 @@ impl HipStream {
     /// # Errors
     ///
     /// When the runtime is missing or `device` does not exist.
-    pub unsafe fn from_raw(raw: sys::hipStream_t, device: c_int) -> Result<Self, DriverError> {
-        runtime()?;
+    pub unsafe fn from_raw(raw: RawStream, device: c_int) -> Result<Self, DriverError> {
+        let rt = runtime()?;
         let mut count = 0;
         // SAFETY: `count` is writable.
         check("hipGetDeviceCount", unsafe {
-            sys::hipGetDeviceCount(&mut count)
+            (rt.fns.hipGetDeviceCount)(&mut count)
         })?;
         if !(0..count).contains(&device) {
             return Err(DriverError::refused(
@@ -166,7 +173,7 @@ impl HipStream {
     /// # Errors
     ///
     /// [`ErrorKind::InvalidHandle`] when the stream was destroyed.
-    pub fn with_raw<R>(self, f: impl FnOnce(sys::hipStream_t) -> R) -> Result<R, DriverError> {
+    pub fn with_raw<R>(self, f: impl FnOnce(RawStream) -> R) -> Result<R, DriverError> {
         STREAMS
             .with(self.handle, |live| f(live.raw))
             .ok_or_else(|| dead("HipStream::with_raw"))
@@ -191,14 +198,16 @@ fn dead(call: &'static str) -> DriverError {
 fn on_stream<T>(
     stream: HipStream,
     name: &'static str,
-    call: impl FnOnce(&Live) -> Result<T, DriverError>,
+    call: impl FnOnce(&Runtime, &Live) -> Result<T, DriverError>,
 ) -> Result<T, DriverError> {
     STREAMS
-        .with(stream.handle, |live| on_device(live.device, || call(live)))
+        .with(stream.handle, |live| {
+            on_device(live.device, |rt| call(rt, live))
+        })
         .ok_or_else(|| dead(name))?
 }
 
-fn live_event(event: &HipEvent, call: &'static str) -> Result<sys::hipEvent_t, DriverError> {
+fn live_event(event: &HipEvent, call: &'static str) -> Result<RawEvent, DriverError> {
     if event.raw.is_null() {
         return Err(DriverError::refused(
             Hip::BACKEND,
@@ -211,80 +220,87 @@ fn live_event(event: &HipEvent, call: &'static str) -> Result<sys::hipEvent_t, D
 }
 
 /// A HIP status as a [`DriverError`] naming `call`, classified; `Ok` for
-/// success. For code that mixes its own HIP calls with this crate's.
+/// success. For code that mixes its own HIP calls with this crate's: any
+/// binding's `hipError_t`, signed or not, converts.
+///
+/// ```
+/// use device_events_core::ErrorKind;
+///
+/// assert!(device_events_hip::check("hipMalloc", 0u32).is_ok());
+/// let err = device_events_hip::check("hipMalloc", 2u32).unwrap_err();
+/// assert_eq!(err.status(), Some(2));
+/// assert_eq!(err.kind(), ErrorKind::OutOfResources);
+/// ```
 ///
 /// # Errors
 ///
 /// The [`DriverError`] for any status but `hipSuccess`.
-pub fn check(call: &'static str, status: sys::hipError_t) -> Result<(), DriverError> {
-    if status == sys::HIP_SUCCESS {
+pub fn check(call: &'static str, status: impl Into<i64>) -> Result<(), DriverError> {
+    let status = status.into();
+    if status == i64::from(runtime::HIP_SUCCESS) {
         return Ok(());
     }
-    // Named by the runtime only when it is loaded: the binding panics on a
-    // call otherwise, and a status can reach here from a caller's own code.
-    let name = loaded().then(|| {
-        // SAFETY: the runtime is loaded, and `hipGetErrorName` returns a
-        // static string (or null) for any code.
-        unsafe {
-            let name = sys::hipGetErrorName(status);
-            (!name.is_null()).then(|| CStr::from_ptr(name).to_string_lossy().into_owned())
-        }
-    });
-    let name = name.flatten();
-    Err(DriverError::from_c_status(
-        Hip::BACKEND,
-        call,
-        i64::from(status),
-        name,
-    ))
-}
-
-/// Whether the runtime's libraries load, probed once.
-fn loaded() -> bool {
-    static LOADED: OnceLock<bool> = OnceLock::new();
-    *LOADED.get_or_init(sys::is_available)
-}
-
-/// Load the runtime and initialise it, once per process: the binding panics
-/// on the first call when the libraries are absent, so nothing reaches it
-/// before this.
-fn runtime() -> Result<(), DriverError> {
-    static RUNTIME: OnceLock<Result<(), DriverError>> = OnceLock::new();
-    RUNTIME
-        .get_or_init(|| {
-            if !loaded() {
-                return Err(DriverError::refused(
-                    Hip::BACKEND,
-                    "hipInit",
-                    ErrorKind::NoDevice,
-                    "no HIP runtime found (libamdhip64.so and libhiprtc.so could not be loaded)",
-                ));
-            }
-            // SAFETY: the libraries are loaded; `hipInit` takes flags 0.
-            check("hipInit", unsafe { sys::hipInit(0) })
+    // Named by the runtime when one is loaded; a status can reach here from
+    // a caller's own code on a machine without one.
+    let code = runtime::loaded().ok().zip(c_int::try_from(status).ok());
+    let name = code.and_then(|(rt, code)| {
+        // SAFETY: `hipGetErrorName` returns a static string, or null, for
+        // any code.
+        let name = unsafe { (rt.fns.hipGetErrorName)(code) };
+        (!name.is_null()).then(|| {
+            // SAFETY: non-null, it is a NUL-terminated static string.
+            let name = unsafe { CStr::from_ptr(name) };
+            name.to_string_lossy().into_owned()
         })
-        .clone()
+    });
+    Err(DriverError::from_c_status(Hip::BACKEND, call, status, name))
+}
+
+/// The runtime, loaded; the no-device error when there is none.
+fn library() -> Result<&'static Runtime, DriverError> {
+    runtime::loaded().map_err(|why| {
+        DriverError::refused(
+            Hip::BACKEND,
+            "loading the runtime",
+            ErrorKind::NoDevice,
+            why,
+        )
+    })
+}
+
+/// The runtime, loaded and initialised once per process.
+fn runtime() -> Result<&'static Runtime, DriverError> {
+    static INIT: OnceLock<Result<(), DriverError>> = OnceLock::new();
+    let rt = library()?;
+    INIT.get_or_init(|| {
+        // SAFETY: `hipInit` takes flags 0.
+        check("hipInit", unsafe { (rt.fns.hipInit)(0) })
+    })
+    .clone()?;
+    Ok(rt)
 }
 
 /// The calling thread's current device.
 fn current() -> Result<c_int, DriverError> {
-    runtime()?;
+    let rt = runtime()?;
     let mut device = 0;
     // SAFETY: `device` is writable.
-    check("hipGetDevice", unsafe { sys::hipGetDevice(&mut device) })?;
+    check("hipGetDevice", unsafe {
+        (rt.fns.hipGetDevice)(&mut device)
+    })?;
     Ok(device)
 }
 
 /// Run `call` with `device` current, then restore the caller's device.
 fn on_device<T>(
     device: c_int,
-    call: impl FnOnce() -> Result<T, DriverError>,
+    call: impl FnOnce(&Runtime) -> Result<T, DriverError>,
 ) -> Result<T, DriverError> {
-    runtime()?;
+    let rt = runtime()?;
     let set = |device: c_int| {
-        // SAFETY: the runtime is loaded; a device a handle was made on, or
-        // the one current a moment ago.
-        check("hipSetDevice", unsafe { sys::hipSetDevice(device) })
+        // SAFETY: a device a handle was made on, or the one current a
+        // moment ago.
+        check("hipSetDevice", unsafe { (rt.fns.hipSetDevice)(device) })
     };
     with_bound(
         Hip::BACKEND,
@@ -292,8 +308,38 @@ fn on_device<T>(
         || current().map(Some),
         set,
         |previous| previous.map_or(Ok(()), set),
-        call,
+        || call(rt),
     )
+}
+
+/// The HIP runtime found here, described before any device is asked for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuntimeInfo {
+    /// The library loaded.
+    pub path: PathBuf,
+    /// `hipRuntimeGetVersion`: major × 10⁷ + minor × 10⁵ + patch.
+    pub runtime_version: i32,
+    /// `hipDriverGetVersion`, in the same encoding.
+    pub driver_version: i32,
+}
+
+impl RuntimeInfo {
+    /// `runtime_version` as ROCm writes it, such as `5.2.21153`.
+    pub fn version(&self) -> String {
+        let v = self.runtime_version;
+        format!("{}.{}.{}", v / 10_000_000, v / 100_000 % 100, v % 100_000)
+    }
+}
+
+impl std::fmt::Display for RuntimeInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "HIP runtime {} ({})",
+            self.version(),
+            self.path.display()
+        )
+    }
 }
 
 impl Hip {
@@ -305,31 +351,75 @@ impl Hip {
     /// [`DriverError`] when the runtime is missing or refuses the query.
     pub fn capture_status(stream: HipStream) -> Result<CaptureStatus, DriverError> {
         const CALL: &str = "hipStreamIsCapturing";
-        runtime()?;
-        let status = on_stream(stream, CALL, |live| {
+        let status = on_stream(stream, CALL, |rt, live| {
             let mut status = 0;
             // SAFETY: the stream is live, its device bound; `status` is
             // writable.
             check(CALL, unsafe {
-                sys::hipStreamIsCapturing(live.raw, &mut status)
+                (rt.fns.hipStreamIsCapturing)(live.raw, &mut status)
             })?;
             Ok(status)
         })?;
         Ok(match status {
-            sys::hipStreamCaptureStatus_hipStreamCaptureStatusNone => CaptureStatus::None,
-            sys::hipStreamCaptureStatus_hipStreamCaptureStatusActive => CaptureStatus::Active,
+            runtime::HIP_STREAM_CAPTURE_STATUS_NONE => CaptureStatus::None,
+            runtime::HIP_STREAM_CAPTURE_STATUS_ACTIVE => CaptureStatus::Active,
             _ => CaptureStatus::Invalidated,
         })
     }
 
-    /// Whether a HIP runtime can be loaded and initialised here; never panics.
+    /// Whether a HIP runtime can be loaded and initialised here, with a
+    /// device; never panics.
+    ///
+    /// ```
+    /// use device_events_hip::Hip;
+    ///
+    /// match Hip::probe() {
+    ///     Ok(()) => println!("a HIP device is here"),
+    ///     Err(err) => println!("no HIP device: {err}"),
+    /// }
+    /// ```
     ///
     /// # Errors
     ///
-    /// A [`DriverError`] of kind [`ErrorKind::NoDevice`] when the libraries
-    /// are not found, or the runtime's own when `hipInit` fails.
+    /// A [`DriverError`] of kind [`ErrorKind::NoDevice`] when no runtime is
+    /// found, or when it finds no AMD GPU; the runtime's own when `hipInit`
+    /// fails otherwise.
     pub fn probe() -> Result<(), DriverError> {
-        runtime()
+        runtime().map(drop)
+    }
+
+    /// The runtime this crate loads, and its version: found or not, and
+    /// which, whether or not a device is here. Calls no `hipInit`.
+    ///
+    /// ```
+    /// use device_events_hip::Hip;
+    ///
+    /// match Hip::runtime() {
+    ///     Ok(found) => println!("{found}"),
+    ///     Err(err) => println!("{err}"),
+    /// }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::NoDevice`] when no runtime is found; the runtime's own
+    /// when it cannot report its version.
+    pub fn runtime() -> Result<RuntimeInfo, DriverError> {
+        let rt = library()?;
+        let (mut runtime_version, mut driver_version) = (0, 0);
+        // SAFETY: writable outputs; neither needs `hipInit`.
+        check("hipRuntimeGetVersion", unsafe {
+            (rt.fns.hipRuntimeGetVersion)(&mut runtime_version)
+        })?;
+        // SAFETY: as above.
+        check("hipDriverGetVersion", unsafe {
+            (rt.fns.hipDriverGetVersion)(&mut driver_version)
+        })?;
+        Ok(RuntimeInfo {
+            path: rt.path.clone(),
+            runtime_version,
+            driver_version,
+        })
     }
 }
 
@@ -340,10 +430,11 @@ impl EventApi for Hip {
 
     fn event_create() -> Result<HipEvent, DriverError> {
         let device = current()?;
+        let rt = runtime()?;
         let mut raw = std::ptr::null_mut();
-        // SAFETY: `raw` is writable; `hipEventDefault` keeps timing enabled.
+        // SAFETY: `raw` is writable; the default flags keep timing enabled.
         check("hipEventCreateWithFlags", unsafe {
-            sys::hipEventCreateWithFlags(&mut raw, sys::hipEventDefault)
+            (rt.fns.hipEventCreateWithFlags)(&mut raw, runtime::HIP_EVENT_DEFAULT)
         })?;
         Ok(HipEvent { raw, device })
     }
@@ -351,17 +442,17 @@ impl EventApi for Hip {
     fn event_destroy(event: &mut HipEvent) -> Result<(), DriverError> {
         let raw = live_event(event, "hipEventDestroy")?;
         event.raw = std::ptr::null_mut();
-        on_device(event.device, || {
+        on_device(event.device, |rt| {
             // SAFETY: `raw` was created by `event_create` and, swapped out
             // above, is destroyed exactly once.
-            check("hipEventDestroy", unsafe { sys::hipEventDestroy(raw) })
+            check("hipEventDestroy", unsafe { (rt.fns.hipEventDestroy)(raw) })
         })
     }
 
     fn event_record(event: &HipEvent, stream: HipStream) -> Result<(), DriverError> {
         const CALL: &str = "hipEventRecord";
         let raw = live_event(event, CALL)?;
-        on_stream(stream, CALL, |live| {
+        on_stream(stream, CALL, |rt, live| {
             if event.device != live.device {
                 return Err(DriverError::refused(
                     Self::BACKEND,
@@ -376,16 +467,16 @@ impl EventApi for Hip {
                 ));
             }
             // SAFETY: both handles are live and of the bound device.
-            check(CALL, unsafe { sys::hipEventRecord(raw, live.raw) })
+            check(CALL, unsafe { (rt.fns.hipEventRecord)(raw, live.raw) })
         })
     }
 
     fn event_wait(event: &HipEvent) -> Result<(), DriverError> {
         let raw = live_event(event, "hipEventSynchronize")?;
-        on_device(event.device, || {
+        on_device(event.device, |rt| {
             // SAFETY: the event is live, its device bound.
             check("hipEventSynchronize", unsafe {
-                sys::hipEventSynchronize(raw)
+                (rt.fns.hipEventSynchronize)(raw)
             })
         })
     }
@@ -402,9 +493,11 @@ impl EventApi for Hip {
             ));
         }
         let mut ms = 0.0f32;
-        on_device(start.device, || {
+        on_device(start.device, |rt| {
             // SAFETY: both events are live and of one device; `ms` is writable.
-            check(CALL, unsafe { sys::hipEventElapsedTime(&mut ms, from, to) })
+            check(CALL, unsafe {
+                (rt.fns.hipEventElapsedTime)(&mut ms, from, to)
+            })
         })?;
         elapsed_from_ms(Self::BACKEND, CALL, ms)
     }
@@ -412,27 +505,30 @@ impl EventApi for Hip {
     fn stream_wait_event(stream: HipStream, event: &HipEvent) -> Result<(), DriverError> {
         const CALL: &str = "hipStreamWaitEvent";
         let raw = live_event(event, CALL)?;
-        on_stream(stream, CALL, |live| {
+        on_stream(stream, CALL, |rt, live| {
             // SAFETY: both handles are live, the stream's device bound;
             // flags 0 is the default wait.
-            check(CALL, unsafe { sys::hipStreamWaitEvent(live.raw, raw, 0) })
+            check(CALL, unsafe {
+                (rt.fns.hipStreamWaitEvent)(live.raw, raw, 0)
+            })
         })
     }
 
     fn stream_synchronize(stream: HipStream) -> Result<(), DriverError> {
         const CALL: &str = "hipStreamSynchronize";
-        on_stream(stream, CALL, |live| {
+        on_stream(stream, CALL, |rt, live| {
             // SAFETY: the stream is live, its device bound.
-            check(CALL, unsafe { sys::hipStreamSynchronize(live.raw) })
+            check(CALL, unsafe { (rt.fns.hipStreamSynchronize)(live.raw) })
         })
     }
 
     fn stream_create_non_blocking() -> Result<HipStream, DriverError> {
         let device = current()?;
+        let rt = runtime()?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: `raw` is writable.
         check("hipStreamCreateWithFlags", unsafe {
-            sys::hipStreamCreateWithFlags(&mut raw, sys::hipStreamNonBlocking)
+            (rt.fns.hipStreamCreateWithFlags)(&mut raw, runtime::HIP_STREAM_NON_BLOCKING)
         })?;
         Ok(HipStream::admit(Live {
             raw,
@@ -450,10 +546,10 @@ impl EventApi for Hip {
         if !live.owned {
             return Ok(());
         }
-        on_device(live.device, || {
+        on_device(live.device, |rt| {
             // SAFETY: made by `stream_create_non_blocking`, removed from the
             // table above, so destroyed exactly once; its device is bound.
-            check(CALL, unsafe { sys::hipStreamDestroy(live.raw) })
+            check(CALL, unsafe { (rt.fns.hipStreamDestroy)(live.raw) })
         })
     }
 }

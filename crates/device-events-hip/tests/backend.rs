@@ -6,6 +6,7 @@ mod support;
 use device_events_conformance::soft::{REAL_VAR, SoftDriver};
 use device_events_core::{ErrorKind, EventApi, EventFence};
 use device_events_hip::Hip;
+use device_events_hip::runtime::RUNTIME_VAR;
 use support::{bind, stream};
 
 #[test]
@@ -54,6 +55,11 @@ fn child_without_a_runtime() {
     let err = Hip::probe().unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NoDevice);
     assert!(err.to_string().contains("no HIP runtime found"), "{err}");
+    let line = Hip::runtime().unwrap_err().to_string();
+    assert!(
+        line.contains("no HIP runtime found") && !line.contains('\n'),
+        "{line}"
+    );
     assert_eq!(
         Hip::stream_create_non_blocking().unwrap_err().kind(),
         ErrorKind::NoDevice
@@ -75,5 +81,7 @@ fn a_missing_runtime_is_an_error_not_a_panic() {
             "HIP_PATH",
             "SOFT_DRIVER_LIB",
         ],
+        // A runtime installed system-wide (CI installs AMD's) is hidden too.
+        &[(RUNTIME_VAR, "/nonexistent/libamdhip64.so")],
     );
 }

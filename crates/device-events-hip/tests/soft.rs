@@ -153,3 +153,41 @@ fn the_null_stream_of_another_device_is_used_with_that_device_bound() {
     Hip::event_destroy(&mut event).unwrap();
     Hip::stream_destroy(null).unwrap();
 }
+
+/// Run by the layout tests below, with the search pointed at one layout.
+#[test]
+#[ignore = "run by the layout tests, in a child process"]
+fn child_finds_the_runtime_with_a_device() {
+    let found = Hip::runtime().unwrap();
+    Hip::probe().unwrap();
+    eprintln!("{found}");
+}
+
+/// A runtime-only ROCm install has `libamdhip64.so.5` (or `.so.6`, `.so.7`),
+/// no unversioned name and no `libhiprtc`: found on the loader's path.
+#[test]
+fn a_runtime_laid_out_as_a_rocm_5_soname_only_is_found_on_the_loader_path() {
+    let dir = device_events_conformance::soft::laid_out_as(&["libamdhip64.so.5"]);
+    device_events_conformance::run_without_driver(
+        "child_finds_the_runtime_with_a_device",
+        &["ROCM_PATH", "HIP_PATH"],
+        &[("LD_LIBRARY_PATH", dir.to_str().unwrap())],
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The same under `$ROCM_PATH/lib`, with ROCm 7's soname.
+#[test]
+fn a_runtime_laid_out_as_a_rocm_7_soname_only_is_found_under_rocm_path() {
+    let root = device_events_conformance::soft::laid_out_as(&[]);
+    let lib = root.join("lib");
+    std::fs::create_dir(&lib).unwrap();
+    let soft = std::env::var_os(device_events_conformance::soft::LIB_VAR).unwrap();
+    std::os::unix::fs::symlink(soft, lib.join("libamdhip64.so.7")).unwrap();
+    device_events_conformance::run_without_driver(
+        "child_finds_the_runtime_with_a_device",
+        &["LD_LIBRARY_PATH", "HIP_PATH"],
+        &[("ROCM_PATH", root.to_str().unwrap())],
+    );
+    let _ = std::fs::remove_dir_all(root);
+}

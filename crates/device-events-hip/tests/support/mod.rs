@@ -38,7 +38,7 @@ impl Workload<Hip> for Memset {
             // SAFETY: `bytes` is clamped to the buffer; the stream is held
             // live meanwhile.
             check("hipMemsetAsync", unsafe {
-                sys::hipMemsetAsync(self.ptr, 0, bytes.min(self.bytes), raw)
+                sys::hipMemsetAsync(self.ptr, 0, bytes.min(self.bytes), raw.cast())
             })
         })?
     }
@@ -58,7 +58,10 @@ fn begin_capture(stream: HipStream) -> Result<(), DriverError> {
     stream.with_raw(|raw| {
         // SAFETY: the stream is held live meanwhile.
         check("hipStreamBeginCapture", unsafe {
-            sys::hipStreamBeginCapture(raw, sys::hipStreamCaptureMode_hipStreamCaptureModeRelaxed)
+            sys::hipStreamBeginCapture(
+                raw.cast(),
+                sys::hipStreamCaptureMode_hipStreamCaptureModeRelaxed,
+            )
         })
     })?
 }
@@ -68,7 +71,7 @@ fn end_capture(stream: HipStream) -> Result<(), DriverError> {
     stream.with_raw(|raw| {
         // SAFETY: the stream is held live meanwhile; `graph` is writable.
         check("hipStreamEndCapture", unsafe {
-            sys::hipStreamEndCapture(raw, &mut graph)
+            sys::hipStreamEndCapture(raw.cast(), &mut graph)
         })
     })??;
     // SAFETY: a graph the capture returned, destroyed once here.

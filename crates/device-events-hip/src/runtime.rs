@@ -1,0 +1,171 @@
+//! Finding and loading the HIP runtime, as users have it installed, and the
+//! only functions this crate calls in it.
+//!
+//! A runtime-only ROCm install has `libamdhip64.so.5`, `.so.6` or `.so.7` and
+//! no unversioned name; ROCm 5 ships no separate `libhiprtc`, which an event
+//! library never calls anyway. So the search is this crate's own, and only
+//! the functions below are resolved, each with its status as a plain
+//! integer: a status a newer runtime returns is a number, never an invalid
+//! Rust enum value.
+
+use std::ffi::{OsString, c_char, c_float, c_int, c_uint, c_void};
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use libloading::Library;
+
+/// HIP's opaque event handle, `hipEvent_t`.
+pub type RawEvent = *mut c_void;
+/// HIP's opaque stream handle, `hipStream_t` (null: the null stream).
+pub type RawStream = *mut c_void;
+
+/// `hipError_t`, a C enum: an `int` across the ABI.
+pub(crate) type Status = c_int;
+
+pub(crate) const HIP_SUCCESS: Status = 0;
+pub(crate) const HIP_EVENT_DEFAULT: c_uint = 0;
+pub(crate) const HIP_STREAM_NON_BLOCKING: c_uint = 1;
+pub(crate) const HIP_STREAM_CAPTURE_STATUS_NONE: c_int = 0;
+pub(crate) const HIP_STREAM_CAPTURE_STATUS_ACTIVE: c_int = 1;
+
+/// Names the runtime is installed under: the development link, then the
+/// sonames of ROCm 7, 6 and 5.
+pub const LIBRARY_NAMES: [&str; 4] = [
+    "libamdhip64.so",
+    "libamdhip64.so.7",
+    "libamdhip64.so.6",
+    "libamdhip64.so.5",
+];
+
+/// Set to a library's path, the only one tried: for a runtime outside the
+/// usual places, or to check how a program behaves with none.
+pub const RUNTIME_VAR: &str = "DEVICE_EVENTS_HIP_RUNTIME";
+
+/// Where the runtime is looked for, in order: [`RUNTIME_VAR`] alone when it
+/// is set; else `$ROCM_PATH/lib`, `$HIP_PATH/lib`, `/opt/rocm/lib`, then the
+/// loader's own search, each for every name in [`LIBRARY_NAMES`].
+pub fn search_path() -> Vec<PathBuf> {
+    if let Some(only) = std::env::var_os(RUNTIME_VAR) {
+        return vec![PathBuf::from(only)];
+    }
+    let roots = ["ROCM_PATH", "HIP_PATH"]
+        .into_iter()
+        .filter_map(std::env::var_os)
+        .chain([OsString::from("/opt/rocm")]);
+    let mut paths: Vec<PathBuf> = roots
+        .flat_map(|root| {
+            LIBRARY_NAMES
+                .iter()
+                .map(move |name| PathBuf::from(&root).join("lib").join(name))
+        })
+        .collect();
+    paths.extend(LIBRARY_NAMES.iter().map(PathBuf::from));
+    paths
+}
+
+macro_rules! functions {
+    ($($name:ident($($arg:ty),*);)*) => {
+        /// The runtime's functions this crate calls, resolved when it loads.
+        #[allow(non_snake_case)]
+        pub(crate) struct Functions {
+            $(pub(crate) $name: unsafe extern "C" fn($($arg),*) -> Status,)*
+            pub(crate) hipGetErrorName: unsafe extern "C" fn(Status) -> *const c_char,
+        }
+
+        impl Functions {
+            /// # Safety
+            ///
+            /// `lib` is a HIP runtime, whose functions of these names have
+            /// these C signatures (HIP's `hip_runtime_api.h`).
+            unsafe fn resolve(lib: &Library) -> Result<Self, String> {
+                Ok(Self {
+                    // SAFETY: as the caller promises, for each symbol.
+                    $($name: *unsafe {
+                        lib.get::<unsafe extern "C" fn($($arg),*) -> Status>(
+                            concat!(stringify!($name), "\0").as_bytes(),
+                        )
+                    }
+                    .map_err(|_| stringify!($name).to_owned())?,)*
+                    // SAFETY: as above.
+                    hipGetErrorName: *unsafe {
+                        lib.get::<unsafe extern "C" fn(Status) -> *const c_char>(b"hipGetErrorName\0")
+                    }
+                    .map_err(|_| "hipGetErrorName".to_owned())?,
+                })
+            }
+        }
+    };
+}
+
+functions! {
+    hipInit(c_uint);
+    hipRuntimeGetVersion(*mut c_int);
+    hipDriverGetVersion(*mut c_int);
+    hipGetDeviceCount(*mut c_int);
+    hipGetDevice(*mut c_int);
+    hipSetDevice(c_int);
+    hipEventCreateWithFlags(*mut RawEvent, c_uint);
+    hipEventRecord(RawEvent, RawStream);
+    hipEventSynchronize(RawEvent);
+    hipEventElapsedTime(*mut c_float, RawEvent, RawEvent);
+    hipEventDestroy(RawEvent);
+    hipStreamCreateWithFlags(*mut RawStream, c_uint);
+    hipStreamWaitEvent(RawStream, RawEvent, c_uint);
+    hipStreamSynchronize(RawStream);
+    hipStreamDestroy(RawStream);
+    hipStreamIsCapturing(RawStream, *mut c_int);
+}
+
+/// A loaded runtime: its functions, and where it was found.
+pub(crate) struct Runtime {
+    pub(crate) fns: Functions,
+    pub(crate) path: PathBuf,
+    /// Kept open for the process: the functions point into it.
+    _lib: Library,
+}
+
+/// The runtime, loaded on first use; why none could be, otherwise.
+pub(crate) fn loaded() -> Result<&'static Runtime, &'static str> {
+    static RUNTIME: OnceLock<Result<Runtime, String>> = OnceLock::new();
+    RUNTIME.get_or_init(load).as_ref().map_err(String::as_str)
+}
+
+fn load() -> Result<Runtime, String> {
+    let mut lacking = None;
+    for path in search_path() {
+        // SAFETY: loading a HIP runtime runs its initialisers, as linking it
+        // would; nothing else is run.
+        let Ok(lib) = (unsafe { Library::new(&path) }) else {
+            continue;
+        };
+        // SAFETY: a library found under a HIP runtime's name is one; a
+        // symbol it lacks is reported, and the next candidate tried.
+        match unsafe { Functions::resolve(&lib) } {
+            Ok(fns) => {
+                return Ok(Runtime {
+                    fns,
+                    path,
+                    _lib: lib,
+                });
+            }
+            Err(symbol) => lacking = Some((path, symbol)),
+        }
+    }
+    Err(match lacking {
+        Some((path, symbol)) => format!(
+            "the HIP runtime at {} lacks {symbol}: older than ROCm 5.0",
+            path.display()
+        ),
+        None => match std::env::var_os(RUNTIME_VAR) {
+            Some(only) => format!(
+                "no HIP runtime found at {} ({RUNTIME_VAR})",
+                PathBuf::from(only).display()
+            ),
+            None => format!(
+                "no HIP runtime found ({} in $ROCM_PATH/lib, $HIP_PATH/lib, /opt/rocm/lib \
+                 or the loader's path)",
+                LIBRARY_NAMES.join(", ")
+            ),
+        },
+    })
+}
