@@ -4,9 +4,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 mod bench;
+mod ci;
 
 #[derive(Parser)]
 #[command(about = "device-events project tasks")]
@@ -17,8 +18,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Task {
-    /// Everything CI checks: formatting, clippy, every test (both backends on
-    /// the software driver), and the docs.
+    /// Everything CI checks: formatting, clippy, the workflows and packages,
+    /// every test (both backends on the software driver, HIP on AMD's
+    /// runtime without a GPU), and the docs.
     Test,
     /// The CUDA backend's tests and conformance suite on the real driver.
     TestCuda {
@@ -133,6 +135,11 @@ fn test() -> Result<()> {
             "warnings",
         ]),
     )?;
+    let subcommands: Vec<String> = Cli::command()
+        .get_subcommands()
+        .map(|sub| sub.get_name().to_owned())
+        .collect();
+    ci::check(&subcommands)?;
     ensure_svg_renderer()?;
     ensure_debian_package("libamdhip64-5", "AMD's HIP runtime")?;
     let soft = soft_driver()?;
@@ -481,6 +488,8 @@ else
   echo "driver: the machine's {name} driver"
 fi
 passed=0; failed=0
+# An artifact download loses the executable bits.
+chmod +x "$here"/bin/* 2>/dev/null
 for bin in "$here"/bin/*; do
   name="$(basename "$bin")"
   # These drive the software driver's control API.
