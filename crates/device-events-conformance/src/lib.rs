@@ -503,8 +503,8 @@ pub fn fences_and_profilers_leak_nothing<A: EventApi>(driver: &soft::SoftDriver)
     }
     let after = driver.counts();
     assert_eq!(
-        (after.events, after.streams, after.bad_releases),
-        (before.events, before.streams, before.bad_releases)
+        (after.events, after.streams, after.misuses),
+        (before.events, before.streams, before.misuses)
     );
 }
 

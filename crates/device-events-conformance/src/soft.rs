@@ -28,8 +28,9 @@ pub struct Counts {
     pub contexts: u64,
     /// Graphs ended and not destroyed.
     pub graphs: u64,
-    /// Releases of handles that were not live.
-    pub bad_releases: u64,
+    /// Misuses: any use of a handle that was not live (destroyed, unknown,
+    /// released twice), and calls on handles of a torn-down context.
+    pub misuses: u64,
     /// Calls of exported driver functions since the last reset.
     pub calls: u64,
 }
@@ -43,11 +44,38 @@ pub struct SoftDriver {
 static EXCLUSIVE: Mutex<()> = Mutex::new(());
 
 /// Exclusive use of the driver's process-wide counters and injections.
+///
+/// Dropped at the end of a test, it asserts that the driver saw no misuse
+/// meanwhile (a handle used that was not live) beyond what the test said
+/// it expects with [`allow_misuses`](Self::allow_misuses).
 #[derive(Debug)]
 pub struct Exclusive<'a> {
     /// The driver.
     pub driver: &'a SoftDriver,
+    misuses_before: u64,
+    misuses_allowed: std::cell::Cell<u64>,
     _lock: MutexGuard<'static, ()>,
+}
+
+impl Exclusive<'_> {
+    /// The test misuses the driver `n` times on purpose.
+    pub fn allow_misuses(&self, n: u64) {
+        self.misuses_allowed.set(n);
+    }
+}
+
+impl Drop for Exclusive<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            return;
+        }
+        let misuses = self.driver.counts().misuses - self.misuses_before;
+        assert_eq!(
+            misuses,
+            self.misuses_allowed.get(),
+            "the driver was handed handles that were not live"
+        );
+    }
 }
 
 impl std::ops::Deref for Exclusive<'_> {
@@ -99,6 +127,8 @@ impl SoftDriver {
         driver.reset();
         Exclusive {
             driver,
+            misuses_before: driver.counts().misuses,
+            misuses_allowed: std::cell::Cell::new(0),
             _lock: lock,
         }
     }
@@ -115,10 +145,20 @@ impl SoftDriver {
         (std::env::var_os(REAL_VAR).is_none()).then(Self::exclusive)
     }
 
-    fn symbol<T: Copy>(&self, name: &[u8]) -> Option<T> {
+    /// A control function. A driver without it fails the test: a count or
+    /// an injection that silently does nothing would let a check pass
+    /// vacuously.
+    #[allow(clippy::panic)]
+    fn symbol<T: Copy>(&self, name: &[u8]) -> T {
         // SAFETY: each caller names a control function and gives the type of
         // its C signature, as the driver's `control` module declares it.
-        unsafe { self.lib.get::<T>(name) }.ok().map(|s| *s)
+        match unsafe { self.lib.get::<T>(name) } {
+            Ok(symbol) => *symbol,
+            Err(err) => panic!(
+                "the software driver lacks its control function {}: {err}",
+                String::from_utf8_lossy(name).trim_end_matches('\0')
+            ),
+        }
     }
 
     /// Make the `nth` next call of `function` return `status`.
@@ -135,7 +175,8 @@ impl SoftDriver {
 
     fn inject(&self, control: &[u8], function: &str, nth: u32, status: i32) -> bool {
         type F = unsafe extern "C" fn(*const c_char, u32, i32) -> i32;
-        let (Some(f), Ok(name)) = (self.symbol::<F>(control), CString::new(function)) else {
+        let f = self.symbol::<F>(control);
+        let Ok(name) = CString::new(function) else {
             return false;
         };
         // SAFETY: `name` is a live NUL-terminated string.
@@ -145,10 +186,8 @@ impl SoftDriver {
     /// How many times `function` was called since the last reset.
     pub fn call_count(&self, function: &str) -> u64 {
         type F = unsafe extern "C" fn(*const c_char) -> u64;
-        let (Some(f), Ok(name)) = (
-            self.symbol::<F>(b"soft_driver_call_count\0"),
-            CString::new(function),
-        ) else {
+        let f = self.symbol::<F>(b"soft_driver_call_count\0");
+        let Ok(name) = CString::new(function) else {
             return 0;
         };
         // SAFETY: `name` is a live NUL-terminated string.
@@ -158,29 +197,25 @@ impl SoftDriver {
     /// Forget injections and call counts.
     pub fn reset(&self) {
         type F = unsafe extern "C" fn();
-        if let Some(f) = self.symbol::<F>(b"soft_driver_reset\0") {
-            // SAFETY: takes nothing, touches only the driver's own state.
-            unsafe { f() }
-        }
+        let f = self.symbol::<F>(b"soft_driver_reset\0");
+        // SAFETY: takes nothing, touches only the driver's own state.
+        unsafe { f() }
     }
 
     /// Live handles and calls, now.
     pub fn counts(&self) -> Counts {
         type F = unsafe extern "C" fn(*mut Counts) -> i32;
         let mut counts = Counts::default();
-        if let Some(f) = self.symbol::<F>(b"soft_driver_counts\0") {
-            // SAFETY: `counts` is a live, writable value of the mirrored layout.
-            unsafe { f(&mut counts) };
-        }
+        let f = self.symbol::<F>(b"soft_driver_counts\0");
+        // SAFETY: `counts` is a live, writable value of the mirrored layout.
+        unsafe { f(&mut counts) };
         counts
     }
 
     /// The driver functions called since the last reset, in order of first call.
     pub fn called(&self) -> Vec<String> {
         type F = unsafe extern "C" fn(*mut c_char, usize) -> usize;
-        let Some(f) = self.symbol::<F>(b"soft_driver_called\0") else {
-            return Vec::new();
-        };
+        let f = self.symbol::<F>(b"soft_driver_called\0");
         // SAFETY: a null buffer only asks for the length.
         let len = unsafe { f(std::ptr::null_mut(), 0) };
         let mut buffer = vec![0u8; len + 1];
@@ -198,8 +233,7 @@ impl SoftDriver {
     pub fn host_now_ns(&self) -> u64 {
         type F = unsafe extern "C" fn() -> u64;
         // SAFETY: takes nothing, reads a clock.
-        self.symbol::<F>(b"soft_driver_host_now_ns\0")
-            .map_or(0, |f| unsafe { f() })
+        unsafe { self.symbol::<F>(b"soft_driver_host_now_ns\0")() }
     }
 
     /// When, on the driver's host clock, the device reached `event`: the
@@ -207,7 +241,7 @@ impl SoftDriver {
     /// looks up.
     pub fn event_truth_ns(&self, event: usize) -> Option<u64> {
         type F = unsafe extern "C" fn(*mut c_void, *mut u64) -> i32;
-        let f = self.symbol::<F>(b"soft_driver_event_truth_ns\0")?;
+        let f = self.symbol::<F>(b"soft_driver_event_truth_ns\0");
         let mut ns = 0;
         // SAFETY: `ns` is writable; the driver only looks the handle up.
         (unsafe { f(event as *mut c_void, &mut ns) } == 0).then_some(ns)
@@ -217,8 +251,7 @@ impl SoftDriver {
     pub fn last_recorded_event(&self) -> usize {
         type F = unsafe extern "C" fn() -> *mut c_void;
         // SAFETY: takes nothing, reads the driver's own state.
-        self.symbol::<F>(b"soft_driver_last_recorded_event\0")
-            .map_or(0, |f| unsafe { f() } as usize)
+        unsafe { self.symbol::<F>(b"soft_driver_last_recorded_event\0")() as usize }
     }
 
     /// The driver's host clock as an [`std::time::Instant`]: the offset
@@ -227,9 +260,7 @@ impl SoftDriver {
     pub fn host_instant(&self, ns: u64) -> std::time::Instant {
         type F = unsafe extern "C" fn() -> u64;
         let now = std::time::Instant::now();
-        let Some(read) = self.symbol::<F>(b"soft_driver_host_now_ns\0") else {
-            return now;
-        };
+        let read = self.symbol::<F>(b"soft_driver_host_now_ns\0");
         let mut best = (std::time::Duration::MAX, now, 0);
         for _ in 0..64 {
             let before = std::time::Instant::now();
@@ -251,25 +282,50 @@ impl SoftDriver {
     /// Set the device clock's offset from the host clock and its drift.
     pub fn set_clock(&self, offset_ns: i64, drift_ppm: f64) {
         type F = unsafe extern "C" fn(i64, f64);
-        if let Some(f) = self.symbol::<F>(b"soft_driver_set_clock\0") {
-            // SAFETY: plain values; the driver stores them.
-            unsafe { f(offset_ns, drift_ppm) }
-        }
+        let f = self.symbol::<F>(b"soft_driver_set_clock\0");
+        // SAFETY: plain values; the driver stores them.
+        unsafe { f(offset_ns, drift_ppm) }
+    }
+
+    /// Set the launch latency: at least `least_ns`, a uniform jitter of up
+    /// to `jitter_ns` more, and for `tail_percent` of operations up to
+    /// `tail_ns` more still.
+    pub fn set_launch_latency(
+        &self,
+        least_ns: u64,
+        jitter_ns: u64,
+        tail_percent: u64,
+        tail_ns: u64,
+    ) {
+        type F = unsafe extern "C" fn(u64, u64, u64, u64);
+        let f = self.symbol::<F>(b"soft_driver_set_launch_latency\0");
+        // SAFETY: plain values; the driver stores them.
+        unsafe { f(least_ns, jitter_ns, tail_percent, tail_ns) }
     }
 
     /// Set the memset speed, in bytes per second.
     pub fn set_bandwidth(&self, bytes_per_second: f64) {
         type F = unsafe extern "C" fn(f64);
-        if let Some(f) = self.symbol::<F>(b"soft_driver_set_bandwidth\0") {
-            // SAFETY: a plain value; the driver stores it.
-            unsafe { f(bytes_per_second) }
-        }
+        let f = self.symbol::<F>(b"soft_driver_set_bandwidth\0");
+        // SAFETY: a plain value; the driver stores it.
+        unsafe { f(bytes_per_second) }
     }
 }
 
 /// Live events on the software driver; 0 when it is not loaded.
 pub fn live_events() -> u64 {
     SoftDriver::get().map_or(0, |driver| driver.counts().events)
+}
+
+/// Live events and misuses so far on the software driver.
+///
+/// # Panics
+///
+/// When the software driver is not loaded.
+#[allow(clippy::panic)]
+pub fn events_and_misuses() -> (u64, u64) {
+    let counts = SoftDriver::get().unwrap_or_else(|e| panic!("{e}")).counts();
+    (counts.events, counts.misuses)
 }
 
 /// A fresh folder holding the software driver under `names` only, as a

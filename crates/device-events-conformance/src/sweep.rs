@@ -167,8 +167,10 @@ pub struct Tally {
     pub points: usize,
     /// Runs that panicked.
     pub panics: usize,
-    /// Runs after which a handle was left live or released twice.
+    /// Runs after which an event or stream was left live.
     pub leaks: usize,
+    /// Runs in which the driver was handed a handle that was not live.
+    pub misuses: usize,
     /// Injected statuses that reached neither the caller nor the log.
     pub lost: usize,
 }
@@ -178,6 +180,7 @@ impl std::ops::AddAssign for Tally {
         self.points += other.points;
         self.panics += other.panics;
         self.leaks += other.leaks;
+        self.misuses += other.misuses;
         self.lost += other.lost;
     }
 }
@@ -186,8 +189,8 @@ impl std::fmt::Display for Tally {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} injection points, {} panics, {} leaks, {} lost errors",
-            self.points, self.panics, self.leaks, self.lost
+            "{} injection points, {} panics, {} leaks, {} misuses, {} lost errors",
+            self.points, self.panics, self.leaks, self.misuses, self.lost
         )
     }
 }
@@ -232,11 +235,13 @@ pub fn sweep(
                     continue;
                 };
                 let after = driver.counts();
-                if (after.events, after.streams, after.bad_releases)
-                    != (baseline.events, baseline.streams, baseline.bad_releases)
-                {
+                if (after.events, after.streams) != (baseline.events, baseline.streams) {
                     eprintln!("leak after {function} #{nth} failed with {status}: {after:?}");
                     tally.leaks += 1;
+                }
+                if after.misuses != baseline.misuses {
+                    eprintln!("misuse after {function} #{nth} failed with {status}: {after:?}");
+                    tally.misuses += 1;
                 }
                 // The injection fired only if the call was made that often.
                 if driver.call_count(&function) < nth {
@@ -269,10 +274,10 @@ pub fn stress<A: EventApi>(
     threads: usize,
     each: usize,
     prepare_thread: fn(),
-    live_events: fn() -> u64,
+    counts: fn() -> (u64, u64),
 ) -> Result<Duration, String> {
     let started = Instant::now();
-    let before = live_events();
+    let before = counts();
     let (done, results) = mpsc::channel();
     let mut workers = Vec::new();
     for _ in 0..threads {
@@ -329,9 +334,15 @@ pub fn stress<A: EventApi>(
             "{waited} of {total} fences waited, {read} of {total} windows read"
         ));
     }
-    let after = live_events();
-    if after != before {
-        return Err(format!("{} events leaked", after.saturating_sub(before)));
+    let after = counts();
+    if after.0 != before.0 {
+        return Err(format!(
+            "{} events leaked",
+            after.0.saturating_sub(before.0)
+        ));
+    }
+    if after.1 != before.1 {
+        return Err(format!("{} misuses", after.1.saturating_sub(before.1)));
     }
     Ok(started.elapsed())
 }
@@ -353,7 +364,7 @@ pub fn main<A: EventApi>(statuses: fn(&str) -> &'static [i32], prepare_thread: f
         total += tally;
     }
     println!("{} fault sweep: {total}", A::BACKEND);
-    let stressed = stress::<A>(8, 10_000, prepare_thread, crate::soft::live_events);
+    let stressed = stress::<A>(8, 10_000, prepare_thread, crate::soft::events_and_misuses);
     match &stressed {
         Ok(took) => println!(
             "{} stress: 8 threads x 10000 fences and windows, read on other threads, in {:.1} s",
@@ -362,7 +373,7 @@ pub fn main<A: EventApi>(statuses: fn(&str) -> &'static [i32], prepare_thread: f
         ),
         Err(why) => println!("{} stress failed: {why}", A::BACKEND),
     }
-    let clean = total.points > 0 && total.panics + total.leaks + total.lost == 0;
+    let clean = total.points > 0 && total.panics + total.leaks + total.misuses + total.lost == 0;
     if !clean || stressed.is_err() {
         std::process::exit(1);
     }

@@ -98,8 +98,12 @@ fn elapsed_time_across_contexts_is_refused() {
 
 /// The demo's drift bound, end to end on a shortened session: with the
 /// software driver's clock offset and drifting 100 ppm, each window's start
-/// is placed within 2 µs of the driver's ground truth at the median and
-/// 10 µs at worst.
+/// is placed within 5 µs of the driver's ground truth at the median and
+/// 50 µs at worst (uncorrected, the drift alone would be 800 µs by the end).
+/// What limits it: the driver stamps an event a launch latency (2–5 µs, one
+/// in a hundred up to 40 µs more) after its record, and the host sees it a
+/// wake-up later; the anchor sits at the middle of that bracket, and an
+/// anchor whose five brackets all met a slow launch is off by half of one.
 #[test]
 fn placement_holds_on_a_drifting_offset_device_clock() {
     let soft = SoftDriver::exclusive();
@@ -136,11 +140,11 @@ fn placement_holds_on_a_drifting_offset_device_clock() {
     );
     assert!(errors.len() > 500);
     assert!(
-        median <= std::time::Duration::from_micros(2),
+        median <= std::time::Duration::from_micros(5),
         "median {median:?}"
     );
     assert!(
-        worst <= std::time::Duration::from_micros(10),
+        worst <= std::time::Duration::from_micros(50),
         "worst {worst:?}"
     );
 }
@@ -261,7 +265,7 @@ fn a_destroyed_stream_is_refused_before_the_driver() {
             "{call} reached the driver"
         );
     }
-    assert_eq!(soft.counts().bad_releases, 0);
+    assert_eq!(soft.counts().misuses, 0);
 }
 
 #[test]
@@ -418,4 +422,65 @@ fn a_driver_laid_out_as_libcuda_so_1_only_is_found() {
         &[("LD_LIBRARY_PATH", dir.to_str().unwrap())],
     );
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The CUDA backend with one deliberate bug: it never releases an event.
+struct SkipsReleases;
+
+impl EventApi for SkipsReleases {
+    type Event = <Cuda as EventApi>::Event;
+    type Stream = <Cuda as EventApi>::Stream;
+    const BACKEND: &'static str = "cuda";
+
+    fn event_create() -> Result<Self::Event, device_events_core::DriverError> {
+        Cuda::event_create()
+    }
+    fn event_destroy(_: &mut Self::Event) -> Result<(), device_events_core::DriverError> {
+        Ok(())
+    }
+    fn event_record(
+        event: &Self::Event,
+        stream: Self::Stream,
+    ) -> Result<(), device_events_core::DriverError> {
+        Cuda::event_record(event, stream)
+    }
+    fn event_wait(event: &Self::Event) -> Result<(), device_events_core::DriverError> {
+        Cuda::event_wait(event)
+    }
+    fn event_elapsed(
+        start: &Self::Event,
+        end: &Self::Event,
+    ) -> Result<std::time::Duration, device_events_core::DriverError> {
+        Cuda::event_elapsed(start, end)
+    }
+    fn stream_wait_event(
+        stream: Self::Stream,
+        event: &Self::Event,
+    ) -> Result<(), device_events_core::DriverError> {
+        Cuda::stream_wait_event(stream, event)
+    }
+    fn stream_synchronize(stream: Self::Stream) -> Result<(), device_events_core::DriverError> {
+        Cuda::stream_synchronize(stream)
+    }
+    fn stream_create_non_blocking() -> Result<Self::Stream, device_events_core::DriverError> {
+        Cuda::stream_create_non_blocking()
+    }
+    fn stream_destroy(stream: Self::Stream) -> Result<(), device_events_core::DriverError> {
+        Cuda::stream_destroy(stream)
+    }
+}
+
+/// The sweep's leak count can fail: on a backend that skips a release,
+/// every injection point of the fence scenario is a leak.
+#[test]
+fn the_sweep_counts_the_leaks_of_a_backend_that_skips_releases() {
+    let soft = SoftDriver::exclusive();
+    bind(0);
+    let tally = device_events_conformance::sweep::sweep(
+        &soft,
+        device_events_conformance::sweep::fence_lifecycle::<SkipsReleases>,
+        |_| &[999],
+    );
+    assert!(tally.points > 0);
+    assert_eq!(tally.leaks, tally.points, "{tally}");
 }

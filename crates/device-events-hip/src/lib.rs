@@ -128,6 +128,11 @@ pub struct HipStream {
 
 impl HipStream {
     /// Admit a stream made elsewhere, or the null stream of `device`.
+    ///
+    /// The null stream synchronizes implicitly with blocking streams only.
+    /// Streams this crate creates are non-blocking (`hipStreamNonBlocking`),
+    /// so, as HIP documents, they neither wait for the null stream's work
+    /// nor it for theirs: order them with a fence.
     /// [`Hip::stream_destroy`] on the result forgets it and leaves the
     /// stream itself to its owner.
     ///

@@ -16,7 +16,11 @@ fn statuses(function: &str) -> &'static [i32] {
         "hipStreamWaitEvent" => &[400, 700, 905],
         "hipGetDevice" => &[101, 100],
         "hipSetDevice" => &[101, 700],
-        "hipEventDestroy" | "hipStreamDestroy" => &[400, 700],
+        // An earlier asynchronous error, reported by the release that still
+        // frees the handle. Invalid-handle is left out: a driver says it
+        // only of a handle that is not live, which the misuse count shows
+        // the backend never passes, and then frees nothing.
+        "hipEventDestroy" | "hipStreamDestroy" => &[700, 999],
         // Returns a string: it cannot fail.
         "hipGetErrorName" => &[],
         _ => &[999],

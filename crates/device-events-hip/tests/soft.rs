@@ -125,7 +125,7 @@ fn a_destroyed_stream_is_refused_before_the_runtime() {
             "{call} reached the runtime"
         );
     }
-    assert_eq!(soft.counts().bad_releases, 0);
+    assert_eq!(soft.counts().misuses, 0);
 }
 
 #[test]

@@ -63,15 +63,22 @@ pub(crate) fn call(
     body().map_or_else(code, |()| 0)
 }
 
-/// A release: an injected failure is reported after the handle is released,
-/// as a driver reporting an earlier asynchronous fault on it does, so that a
-/// caller's single release attempt never leaks.
+/// A release, failed as the drivers document the two ways it can fail:
+/// - an invalid handle: nothing is freed (a handle that really is not live
+///   is also a counted misuse, in the body);
+/// - any other status reports an earlier asynchronous error: the handle is
+///   freed all the same, and the status returned.
 pub(crate) fn release(
     name: &'static str,
     code: fn(Fault) -> i32,
     body: impl FnOnce() -> Outcome<()>,
 ) -> i32 {
     let injected = enter(name).err();
+    if let Some(status) = injected
+        && status == code(Fault::InvalidHandle)
+    {
+        return status;
+    }
     let result = body().map_or_else(code, |()| 0);
     injected.unwrap_or(result)
 }
@@ -117,9 +124,9 @@ pub struct SoftCounts {
     pub contexts: u64,
     /// Graphs ended and not destroyed.
     pub graphs: u64,
-    /// Misuses: releases of handles that were not live, and calls on handles
-    /// of a torn-down context.
-    pub bad_releases: u64,
+    /// Misuses: any use of a handle that was not live (destroyed, unknown,
+    /// released twice), and calls on handles of a torn-down context.
+    pub misuses: u64,
     /// Calls of exported driver functions.
     pub calls: u64,
 }
@@ -198,7 +205,7 @@ pub unsafe extern "C" fn soft_driver_counts(out: *mut SoftCounts) -> i32 {
         allocations: live.allocations,
         contexts: cuda::retained_contexts(),
         graphs: live.graphs,
-        bad_releases: live.bad_releases,
+        misuses: live.misuses,
         calls: control().total,
     };
     // SAFETY: non-null, and the caller promises it is valid for the write.
@@ -263,6 +270,20 @@ pub extern "C" fn soft_driver_host_now_ns() -> u64 {
 #[unsafe(no_mangle)]
 pub extern "C" fn soft_driver_set_clock(offset_ns: i64, drift_ppm: f64) {
     clock::set_clock(offset_ns, drift_ppm);
+}
+
+/// Set the launch latency: at least `least_ns`, plus a uniform jitter of up
+/// to `jitter_ns`, plus, for `tail_percent` of operations, up to `tail_ns`
+/// more (see `SOFT_DRIVER_LAUNCH_LATENCY`). All zeros: operations reach
+/// the device as soon as their stream is free, though never inside the call.
+#[unsafe(no_mangle)]
+pub extern "C" fn soft_driver_set_launch_latency(
+    least_ns: u64,
+    jitter_ns: u64,
+    tail_percent: u64,
+    tail_ns: u64,
+) {
+    clock::set_launch_latency(least_ns, jitter_ns, tail_percent, tail_ns);
 }
 
 /// Set the memset speed, in bytes per second.

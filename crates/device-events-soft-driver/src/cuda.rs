@@ -88,20 +88,10 @@ fn context_device(ctx: CUcontext) -> Outcome<usize> {
     }
 }
 
-/// Refuse a handle whose device's primary context is not retained: its
-/// context was torn down, and a real driver would act on freed state. The
-/// call is counted as a misuse.
+/// Refuse a handle whose primary context was torn down: a real driver would
+/// act on freed state. The call is counted as a misuse.
 fn context_alive(handle: *mut c_void) -> Outcome<()> {
-    let Some(device) = ENGINE.device_of(handle as u64) else {
-        return Ok(());
-    };
-    let refs = PRIMARY_REFS.lock().unwrap_or_else(PoisonError::into_inner);
-    if refs.get(device).is_some_and(|r| *r > 0) {
-        return Ok(());
-    }
-    drop(refs);
-    ENGINE.note_misuse();
-    Err(Fault::ContextDestroyed)
+    ENGINE.context_alive(handle as u64)
 }
 
 /// The calling thread's current context's device.
@@ -112,12 +102,13 @@ fn current() -> Outcome<usize> {
         .ok_or(Fault::InvalidContext)
 }
 
+/// `CU_STREAM_LEGACY` and null are the context's legacy default stream;
+/// `CU_STREAM_PER_THREAD` is the calling thread's own default stream, which
+/// synchronizes with the legacy one as a blocking stream does.
 fn stream_ref(stream: CUstream) -> Outcome<StreamRef> {
     match stream as usize {
-        0 | CU_STREAM_LEGACY | CU_STREAM_PER_THREAD => Ok(StreamRef::Null {
-            device: current()?,
-            waits_all: false,
-        }),
+        0 | CU_STREAM_LEGACY => Ok(StreamRef::Null { device: current()? }),
+        CU_STREAM_PER_THREAD => Ok(StreamRef::PerThread { device: current()? }),
         id => Ok(StreamRef::Created(id as u64)),
     }
 }
@@ -247,6 +238,11 @@ extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult {
             0 => Err(Fault::InvalidContext),
             _ => {
                 refs[device] -= 1;
+                if refs[device] == 0 {
+                    // The last reference: the context is destroyed, with
+                    // everything it held.
+                    ENGINE.tear_down(device);
+                }
                 Ok(())
             }
         }

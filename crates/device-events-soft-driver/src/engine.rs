@@ -9,10 +9,26 @@
 //! and its worker carries it out at that instant. A worker the host's
 //! scheduler runs late delays only when the host *sees* completion, as a
 //! GPU's interrupt latency does, never the device's timestamps.
+//!
+//! Nothing reaches the device inside the call that queues it: every
+//! operation, on an idle stream too, starts after a launch latency drawn
+//! from [`clock::launch_latency`], and a query says not-ready until then.
+//!
+//! Streams synchronize as the CUDA programming guide's "implicit
+//! synchronization" says, and HIP's documentation repeats: work on the null
+//! (legacy default) stream waits for prior work on every blocking stream of
+//! its device, and work on a blocking stream waits for prior work on the
+//! null stream. Non-blocking streams do neither.
+//!
+//! Any use of a handle that is not live (destroyed, never made, released
+//! twice) is a misuse: refused as a real driver cannot be relied on to, and
+//! counted, so that tests can assert there were none.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Sender, channel};
 use std::sync::{Condvar, LazyLock, Mutex, MutexGuard, PoisonError};
+use std::thread::ThreadId;
 use std::time::Duration;
 
 use crate::clock;
@@ -67,8 +83,12 @@ struct Stream {
     device: usize,
     /// Synchronizes with the legacy default stream (CUDA's blocking streams).
     blocking: bool,
-    /// A per-device null stream, made on first use; not counted as live.
+    /// A per-device null stream or per-thread stream, made on first use;
+    /// not counted as live.
     internal: bool,
+    /// Destroyed with work pending: that work still runs, and still counts
+    /// for synchronization, but the handle is no longer usable.
+    destroyed: bool,
     queue: Sender<Op>,
     /// Host-clock nanoseconds at which the work queued so far is done.
     schedule: u64,
@@ -100,10 +120,12 @@ struct State {
     events: HashMap<u64, Event>,
     streams: HashMap<u64, Stream>,
     null_streams: HashMap<usize, u64>,
+    per_thread: HashMap<(ThreadId, usize), u64>,
     /// Allocation base address to its size.
     allocations: HashMap<u64, (usize, u64)>,
     graphs: HashSet<u64>,
-    bad_releases: u64,
+    /// Events and streams freed with their context's teardown.
+    orphans: HashSet<u64>,
     last_recorded: u64,
 }
 
@@ -114,12 +136,13 @@ pub(crate) struct Live {
     pub(crate) streams: u64,
     pub(crate) allocations: u64,
     pub(crate) graphs: u64,
-    pub(crate) bad_releases: u64,
+    pub(crate) misuses: u64,
 }
 
 pub(crate) struct Engine {
     state: Mutex<State>,
     changed: Condvar,
+    misuses: AtomicU64,
 }
 
 pub(crate) static ENGINE: LazyLock<Engine> = LazyLock::new(|| Engine {
@@ -130,19 +153,22 @@ pub(crate) static ENGINE: LazyLock<Engine> = LazyLock::new(|| Engine {
         ..State::default()
     }),
     changed: Condvar::new(),
+    misuses: AtomicU64::new(0),
 });
 
-/// A stream argument: one the caller created, or the device's null stream.
+/// A handle that is not live was used: counted, and refused.
+fn misuse() -> Fault {
+    ENGINE.misuses.fetch_add(1, Ordering::Relaxed);
+    Fault::InvalidHandle
+}
+
+/// A stream argument: one the caller created, the device's null (legacy
+/// default) stream, or the calling thread's per-thread default stream.
 #[derive(Clone, Copy)]
 pub(crate) enum StreamRef {
     Created(u64),
-    /// The null (legacy default) stream of a device; `waits_all` says whether
-    /// a record there waits for every stream (HIP) or for blocking ones only
-    /// (CUDA).
-    Null {
-        device: usize,
-        waits_all: bool,
-    },
+    Null { device: usize },
+    PerThread { device: usize },
 }
 
 impl Engine {
@@ -164,10 +190,14 @@ impl Engine {
         let state = self.lock();
         Live {
             events: state.events.len() as u64,
-            streams: state.streams.values().filter(|s| !s.internal).count() as u64,
+            streams: state
+                .streams
+                .values()
+                .filter(|s| !s.internal && !s.destroyed)
+                .count() as u64,
             allocations: state.allocations.len() as u64,
             graphs: state.graphs.len() as u64,
-            bad_releases: state.bad_releases,
+            misuses: self.misuses.load(Ordering::Relaxed),
         }
     }
 
@@ -189,8 +219,7 @@ impl Engine {
     pub(crate) fn event_destroy(&self, event: u64) -> Outcome<()> {
         let mut state = self.lock();
         if state.events.remove(&event).is_none() {
-            state.bad_releases += 1;
-            return Err(Fault::InvalidHandle);
+            return Err(misuse());
         }
         drop(state);
         self.changed.notify_all();
@@ -199,6 +228,7 @@ impl Engine {
 
     pub(crate) fn event_record(&self, event: u64, stream: StreamRef) -> Outcome<()> {
         let mut state = self.lock();
+        live_event(&state, event)?;
         let stream = resolve(&mut state, stream)?;
         let (device, capture) = {
             let s = state.streams.get(&stream).ok_or(Fault::InvalidHandle)?;
@@ -219,52 +249,69 @@ impl Engine {
         // The record counts only once it is queued: a failed enqueue must
         // not leave the event waiting for a record that never comes.
         let generation = ev.recorded + 1;
-        let now = clock::host_now_ns();
-        let (idle, at) = match state.streams.get(&stream) {
-            Some(s) => (s.completed == s.enqueued, s.schedule.max(now)),
-            None => return Err(Fault::InvalidHandle),
-        };
-        if !idle {
-            enqueue(
-                &mut state,
-                stream,
+        let at = start_time(&state, stream);
+        enqueue(
+            &mut state,
+            stream,
+            at,
+            Op::Record {
+                event,
+                generation,
                 at,
-                Op::Record {
-                    event,
-                    generation,
-                    at,
-                },
-            )?;
-        }
+            },
+        )?;
         state.last_recorded = event;
         if let Some(ev) = state.events.get_mut(&event) {
             ev.captured = false;
             ev.recorded = generation;
             ev.due = at;
-            if idle {
-                // An idle stream reaches the event at once, as a device
-                // front-end does within microseconds: no worker hand-off.
-                stamp(ev, generation, at);
-            }
         }
         drop(state);
         self.changed.notify_all();
         Ok(())
     }
 
-    /// The device an event or stream was made on, if it is live.
-    pub(crate) fn device_of(&self, handle: u64) -> Option<usize> {
-        let state = self.lock();
-        state
+    /// Tear down `device`'s context: free its events and streams, as a
+    /// driver frees what a destroyed context held. Work still queued runs
+    /// out; later calls on the handles find a destroyed context.
+    pub(crate) fn tear_down(&self, device: usize) {
+        let mut state = self.lock();
+        let events: Vec<u64> = state
             .events
-            .get(&handle)
-            .map(|e| e.device)
-            .or_else(|| state.streams.get(&handle).map(|s| s.device))
+            .iter()
+            .filter(|(_, e)| e.device == device)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in events {
+            state.events.remove(&id);
+            state.orphans.insert(id);
+        }
+        let streams: Vec<u64> = state
+            .streams
+            .iter()
+            .filter(|(_, s)| s.device == device && !s.internal && !s.destroyed)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in streams {
+            state.orphans.insert(id);
+            if let Some(s) = state.streams.get_mut(&id) {
+                s.destroyed = true;
+                if s.completed == s.enqueued {
+                    state.streams.remove(&id);
+                }
+            }
+        }
+        drop(state);
+        self.changed.notify_all();
     }
 
-    /// Count a misuse: a call on a handle of a torn-down context.
-    pub(crate) fn note_misuse(&self) {
-        self.lock().bad_releases += 1;
+    /// Refuse, as a misuse, a handle its context's teardown freed.
+    pub(crate) fn context_alive(&self, handle: u64) -> Outcome<()> {
+        if self.lock().orphans.contains(&handle) {
+            self.misuses.fetch_add(1, Ordering::Relaxed);
+            return Err(Fault::ContextDestroyed);
+        }
+        Ok(())
     }
 
     /// The event most recently recorded, by any stream.
@@ -274,7 +321,7 @@ impl Engine {
 
     pub(crate) fn event_query(&self, event: u64) -> Outcome<()> {
         let state = self.lock();
-        let ev = state.events.get(&event).ok_or(Fault::InvalidHandle)?;
+        let ev = live_event(&state, event)?;
         if ev.captured {
             Err(Fault::CapturedEvent)
         } else if ev.reached >= ev.recorded {
@@ -286,7 +333,7 @@ impl Engine {
 
     pub(crate) fn event_synchronize(&self, event: u64) -> Outcome<()> {
         let state = self.lock();
-        let ev = state.events.get(&event).ok_or(Fault::InvalidHandle)?;
+        let ev = live_event(&state, event)?;
         if ev.captured {
             return Err(Fault::CapturedEvent);
         }
@@ -300,8 +347,8 @@ impl Engine {
     /// Milliseconds from `start` to `end`, quantised to `resolution_ns`.
     pub(crate) fn event_elapsed(&self, start: u64, end: u64, resolution_ns: u64) -> Outcome<f32> {
         let state = self.lock();
-        let a = state.events.get(&start).ok_or(Fault::InvalidHandle)?;
-        let b = state.events.get(&end).ok_or(Fault::InvalidHandle)?;
+        let a = live_event(&state, start)?;
+        let b = live_event(&state, end)?;
         if !a.timing || !b.timing || a.device != b.device {
             return Err(Fault::InvalidHandle);
         }
@@ -340,14 +387,15 @@ impl Engine {
     /// document, and its worker exits once the queue is empty.
     pub(crate) fn stream_destroy(&self, stream: u64) -> Outcome<()> {
         let mut state = self.lock();
-        match state.streams.get(&stream) {
-            Some(s) if !s.internal => {
-                state.streams.remove(&stream);
-            }
-            _ => {
-                state.bad_releases += 1;
-                return Err(Fault::InvalidHandle);
-            }
+        let s = live_stream(&mut state, stream)?;
+        if s.internal {
+            return Err(misuse());
+        }
+        if s.completed == s.enqueued {
+            state.streams.remove(&stream);
+        } else {
+            // Its worker removes it once drained.
+            s.destroyed = true;
         }
         drop(state);
         self.changed.notify_all();
@@ -356,13 +404,14 @@ impl Engine {
 
     pub(crate) fn stream_wait_event(&self, stream: StreamRef, event: u64) -> Outcome<()> {
         let mut state = self.lock();
+        live_event(&state, event)?;
         let stream = resolve(&mut state, stream)?;
         let capture = state
             .streams
             .get(&stream)
             .ok_or(Fault::InvalidHandle)?
             .capture;
-        let ev = state.events.get(&event).ok_or(Fault::InvalidHandle)?;
+        let ev = live_event(&state, event)?;
         match capture {
             // A graph node, not a wait.
             Capture::Active => return Ok(()),
@@ -377,12 +426,13 @@ impl Engine {
             return Ok(());
         }
         let (generation, due) = (ev.recorded, ev.due);
-        enqueue(&mut state, stream, due, Op::WaitEvent { event, generation })
+        let at = start_time(&state, stream).max(due);
+        enqueue(&mut state, stream, at, Op::WaitEvent { event, generation })
     }
 
     pub(crate) fn stream_synchronize(&self, stream: StreamRef) -> Outcome<()> {
         let mut state = self.lock();
-        let stream = resolve(&mut state, stream)?;
+        let stream = lookup(&mut state, stream)?;
         let s = state.streams.get_mut(&stream).ok_or(Fault::InvalidHandle)?;
         match s.capture {
             Capture::Active => {
@@ -416,7 +466,7 @@ impl Engine {
     /// 0: not capturing; 1: capturing; 2: capture invalidated.
     pub(crate) fn stream_capture_status(&self, stream: StreamRef) -> Outcome<u32> {
         let mut state = self.lock();
-        let stream = lookup(&mut state, stream);
+        let stream = lookup(&mut state, stream)?;
         let s = state.streams.get(&stream).ok_or(Fault::InvalidHandle)?;
         Ok(match s.capture {
             Capture::None => 0,
@@ -427,7 +477,7 @@ impl Engine {
 
     pub(crate) fn stream_begin_capture(&self, stream: u64) -> Outcome<()> {
         let mut state = self.lock();
-        let s = state.streams.get_mut(&stream).ok_or(Fault::InvalidHandle)?;
+        let s = live_stream(&mut state, stream)?;
         if s.internal {
             return Err(Fault::CaptureUnsupported);
         }
@@ -441,7 +491,7 @@ impl Engine {
     /// Ends the capture; returns the graph it made.
     pub(crate) fn stream_end_capture(&self, stream: u64) -> Outcome<u64> {
         let mut state = self.lock();
-        let s = state.streams.get_mut(&stream).ok_or(Fault::InvalidHandle)?;
+        let s = live_stream(&mut state, stream)?;
         let capture = std::mem::replace(&mut s.capture, Capture::None);
         match capture {
             Capture::None => Err(Fault::InvalidValue),
@@ -459,7 +509,7 @@ impl Engine {
         if state.graphs.remove(&graph) {
             Ok(())
         } else {
-            state.bad_releases += 1;
+            misuse();
             Err(Fault::InvalidValue)
         }
     }
@@ -481,7 +531,7 @@ impl Engine {
         if state.allocations.remove(&base).is_some() {
             Ok(())
         } else {
-            state.bad_releases += 1;
+            misuse();
             Err(Fault::InvalidValue)
         }
     }
@@ -512,11 +562,7 @@ impl Engine {
             Capture::Active => Ok(()),
             Capture::Invalidated => Err(Fault::CaptureInvalidated),
             Capture::None => {
-                let now = clock::host_now_ns();
-                let start = state
-                    .streams
-                    .get(&stream)
-                    .map_or(now, |s| s.schedule.max(now));
+                let start = start_time(&state, stream);
                 let until = start.saturating_add(clock::transfer_time(bytes));
                 enqueue(&mut state, stream, until, Op::Busy { until })
             }
@@ -529,42 +575,96 @@ fn next_id(state: &mut State) -> u64 {
     state.next_id
 }
 
-/// The stream an operation is queued on. The null stream is made on first
-/// use and, as the legacy default stream does, first waits for the work
-/// queued so far on the streams it synchronizes with.
+/// A live event, or a counted misuse.
+fn live_event(state: &State, event: u64) -> Outcome<&Event> {
+    state.events.get(&event).ok_or_else(misuse)
+}
+
+/// A live stream the caller made, or a counted misuse.
+fn live_stream(state: &mut State, stream: u64) -> Outcome<&mut Stream> {
+    state
+        .streams
+        .get_mut(&stream)
+        .filter(|s| !s.destroyed)
+        .ok_or_else(misuse)
+}
+
+/// When an operation queued now on `stream` starts on the device: once the
+/// stream's earlier work is done, and not before the launch latency.
+fn start_time(state: &State, stream: u64) -> u64 {
+    let reached = clock::host_now_ns().saturating_add(clock::launch_latency());
+    state
+        .streams
+        .get(&stream)
+        .map_or(reached, |s| s.schedule.max(reached))
+}
+
+/// The stream an operation is queued on, after the implicit synchronization
+/// the legacy default stream imposes: work on the null stream first waits
+/// for the work queued so far on the device's blocking streams, and work on
+/// a blocking stream for the work queued so far on the null stream.
 fn resolve(state: &mut State, stream: StreamRef) -> Outcome<u64> {
-    let id = lookup(state, stream);
-    if let StreamRef::Null { device, waits_all } = stream {
-        let targets: Vec<(u64, u64)> = state
-            .streams
+    let id = lookup(state, stream)?;
+    let Some(s) = state.streams.get(&id) else {
+        return Err(misuse());
+    };
+    let (device, blocking) = (s.device, s.blocking);
+    let null = state.null_streams.get(&device).copied();
+    let is_null = null == Some(id);
+    if !is_null && !blocking {
+        return Ok(id);
+    }
+    let targets: Vec<(u64, u64)> = state
+        .streams
+        .iter()
+        .filter(|(other, o)| {
+            **other != id
+                && o.device == device
+                && o.completed < o.enqueued
+                && if is_null {
+                    o.blocking
+                } else {
+                    null == Some(**other)
+                }
+        })
+        .map(|(other, o)| (*other, o.enqueued))
+        .collect();
+    if !targets.is_empty() {
+        let due = targets
             .iter()
-            .filter(|(other, s)| **other != id && s.device == device && (waits_all || s.blocking))
-            .map(|(other, s)| (*other, s.enqueued))
-            .collect();
-        if !targets.is_empty() {
-            let due = targets
-                .iter()
-                .filter_map(|(other, _)| state.streams.get(other).map(|s| s.schedule))
-                .max()
-                .unwrap_or(0);
-            enqueue(state, id, due, Op::WaitStreams(targets))?;
-        }
+            .filter_map(|(other, _)| state.streams.get(other).map(|o| o.schedule))
+            .max()
+            .unwrap_or(0);
+        enqueue(state, id, due, Op::WaitStreams(targets))?;
     }
     Ok(id)
 }
 
-/// The stream a query is about: as [`resolve`], but queues nothing.
-fn lookup(state: &mut State, stream: StreamRef) -> u64 {
+/// The stream a call is about, made on first use for the default streams;
+/// a misuse for a stream that is not live.
+fn lookup(state: &mut State, stream: StreamRef) -> Outcome<u64> {
     match stream {
-        StreamRef::Created(id) => id,
-        StreamRef::Null { device, .. } => match state.null_streams.get(&device) {
+        StreamRef::Created(id) => live_stream(state, id).map(|_| id),
+        StreamRef::Null { device } => Ok(match state.null_streams.get(&device) {
             Some(id) => *id,
             None => {
                 let id = spawn_stream(state, device, true, true);
                 state.null_streams.insert(device, id);
                 id
             }
-        },
+        }),
+        StreamRef::PerThread { device } => {
+            let key = (std::thread::current().id(), device);
+            Ok(match state.per_thread.get(&key) {
+                Some(id) => *id,
+                None => {
+                    // Blocking: it synchronizes with the legacy stream.
+                    let id = spawn_stream(state, device, true, true);
+                    state.per_thread.insert(key, id);
+                    id
+                }
+            })
+        }
     }
 }
 
@@ -597,6 +697,7 @@ fn spawn_stream(state: &mut State, device: usize, blocking: bool, internal: bool
             enqueued: 0,
             completed: 0,
             capture: Capture::None,
+            destroyed: false,
         },
     );
     let worker = move || {
@@ -655,9 +756,14 @@ fn run(stream: u64, op: Op) {
             drop(engine.wait_while(state, |s| !streams_reached(s, &targets)));
         }
     }
-    if let Some(s) = engine.lock().streams.get_mut(&stream) {
+    let mut state = engine.lock();
+    if let Some(s) = state.streams.get_mut(&stream) {
         s.completed += 1;
+        if s.destroyed && s.completed == s.enqueued {
+            state.streams.remove(&stream);
+        }
     }
+    drop(state);
     engine.changed.notify_all();
 }
 

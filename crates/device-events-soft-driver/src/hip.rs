@@ -1,8 +1,8 @@
 //! The HIP runtime API's C ABI, as `cubecl-hip-sys` calls it.
 //!
 //! As in HIP, each thread has a current device (0 until `hipSetDevice`), the
-//! runtime initializes itself on first use, and an event recorded on the null
-//! stream waits for all streams of its device.
+//! runtime initializes itself on first use, and the null stream synchronizes
+//! with blocking streams only, as HIP documents for `hipStreamNonBlocking`.
 
 use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_uint, c_void};
@@ -17,6 +17,7 @@ type HipGraph = *mut c_void;
 
 const HIP_EVENT_DISABLE_TIMING: c_uint = 0x2;
 const HIP_STREAM_NON_BLOCKING: c_uint = 0x1;
+const HIP_STREAM_PER_THREAD: usize = 0x2;
 /// Event timing resolution HIP documents: about 1 µs.
 const RESOLUTION_NS: u64 = 1000;
 const VERSION: c_int = 60_850_000;
@@ -62,14 +63,15 @@ fn current() -> Outcome<usize> {
     Ok(DEVICE.with(Cell::get))
 }
 
+/// Null is the device's null stream, which, as HIP documents, synchronizes
+/// with blocking streams only: one created with `hipStreamNonBlocking` does
+/// not wait for it, nor it for them. `hipStreamPerThread` is the calling
+/// thread's own default stream.
 fn stream_ref(stream: HipStream) -> Outcome<StreamRef> {
-    if stream.is_null() {
-        Ok(StreamRef::Null {
-            device: current()?,
-            waits_all: true,
-        })
-    } else {
-        Ok(StreamRef::Created(stream as u64))
+    match stream as usize {
+        0 => Ok(StreamRef::Null { device: current()? }),
+        HIP_STREAM_PER_THREAD => Ok(StreamRef::PerThread { device: current()? }),
+        id => Ok(StreamRef::Created(id as u64)),
     }
 }
 

@@ -105,11 +105,19 @@ fn elapsed_time_on_a_never_recorded_event_is_an_invalid_handle() {
     }
 }
 
-#[test]
-fn an_event_on_the_null_stream_waits_for_all_streams() {
+fn stream_with(flags: u32) -> hip::hipStream_t {
+    let mut stream = ptr::null_mut();
+    // SAFETY: `stream` is writable.
+    check(unsafe { hip::hipStreamCreateWithFlags(&mut stream, flags) });
+    stream
+}
+
+/// How long a record on the null stream takes to complete behind 15 ms of
+/// work on a stream created with `flags`.
+fn null_stream_record_behind(flags: u32) -> Duration {
     let soft = SoftDriver::exclusive();
     soft.set_bandwidth(1e9);
-    let (busy, on_null) = (stream(), event());
+    let (busy, on_null) = (stream_with(flags), event());
     let started = Instant::now();
     // SAFETY: event and stream are live; the null stream is the device's.
     unsafe {
@@ -117,8 +125,32 @@ fn an_event_on_the_null_stream_waits_for_all_streams() {
         check(hip::hipEventRecord(on_null, ptr::null_mut()));
         check(hip::hipEventSynchronize(on_null));
     }
+    let took = started.elapsed();
     soft.set_bandwidth(10e9);
-    assert!(started.elapsed() >= Duration::from_millis(15));
+    // SAFETY: made here, destroyed once.
+    unsafe {
+        check(hip::hipStreamSynchronize(busy));
+        check(hip::hipStreamDestroy(busy));
+        check(hip::hipEventDestroy(on_null));
+    }
+    took
+}
+
+/// HIP's stream flags: "hipStreamNonBlocking: stream does not implicitly
+/// synchronize with null stream". A record on the null stream does not wait
+/// for such a stream's work.
+#[test]
+fn the_null_stream_does_not_wait_for_a_non_blocking_stream() {
+    let took = null_stream_record_behind(hip::hipStreamNonBlocking);
+    assert!(took < Duration::from_millis(10), "{took:?}");
+}
+
+/// HIP's `hipStreamDefault` streams do synchronize with the null stream: a
+/// record there waits for their work.
+#[test]
+fn the_null_stream_waits_for_a_blocking_stream() {
+    let took = null_stream_record_behind(hip::hipStreamDefault);
+    assert!(took >= Duration::from_millis(15), "{took:?}");
 }
 
 #[test]

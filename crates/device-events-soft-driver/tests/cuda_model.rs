@@ -1,0 +1,214 @@
+//! The software driver holds a backend to what the CUDA documentation says
+//! a real driver does, through cudarc's `result` API: asynchronous records,
+//! misuse refused and counted, implicit stream synchronization, contexts
+//! that really go away. Each test names the documented behaviour it follows.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::{Duration, Instant};
+
+use cudarc::driver::result::{self, DriverError, stream::StreamKind};
+use cudarc::driver::sys::{self, CUresult};
+use device_events_conformance::soft::SoftDriver;
+
+const LEGACY: sys::CUstream = 0x1 as sys::CUstream;
+const PER_THREAD: sys::CUstream = 0x2 as sys::CUstream;
+
+/// Initialise, and make device 0's primary context current here.
+fn context() -> sys::CUcontext {
+    result::init().unwrap();
+    let device = result::device::get(0).unwrap();
+    // SAFETY: `device` exists; the context lives until the process ends.
+    unsafe {
+        let ctx = result::primary_ctx::retain(device).unwrap();
+        result::ctx::set_current(ctx).unwrap();
+        ctx
+    }
+}
+
+fn event() -> sys::CUevent {
+    result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).unwrap()
+}
+
+/// 15 ms of work on `stream`, at 1 GB/s.
+fn fifteen_ms(soft: &SoftDriver, stream: sys::CUstream) {
+    soft.set_bandwidth(1e9);
+    // SAFETY: the allocation is only used for this memset.
+    unsafe {
+        let ptr = result::malloc_sync(15_000_000).unwrap();
+        result::memset_d8_async(ptr, 0, 15_000_000, stream).unwrap();
+    }
+    soft.set_bandwidth(10e9);
+}
+
+/// How long until an event recorded on `stream` now completes.
+fn record_completes_after(stream: sys::CUstream) -> Duration {
+    let e = event();
+    let started = Instant::now();
+    // SAFETY: a live event; `stream` is live or a default stream.
+    unsafe {
+        result::event::record(e, stream).unwrap();
+        result::event::synchronize(e).unwrap();
+        result::event::destroy(e).unwrap();
+    }
+    started.elapsed()
+}
+
+/// `cuEventRecord`: "the event is recorded after all preceding operations
+/// in the stream have been completed": the call only queues it. Until the
+/// device gets there, after its launch latency, `cuEventQuery` says
+/// `CUDA_ERROR_NOT_READY`, on an idle stream too.
+#[test]
+fn a_record_on_an_idle_stream_is_not_complete_when_the_call_returns() {
+    let soft = SoftDriver::exclusive();
+    context();
+    soft.set_launch_latency(2_000_000, 0, 0, 0); // 2 ms, to see it
+    let s = result::stream::create(StreamKind::NonBlocking).unwrap();
+    let e = event();
+    // SAFETY: live handles, released once here.
+    unsafe {
+        result::event::record(e, s).unwrap();
+        let queried = result::event::query(e);
+        soft.set_launch_latency(2000, 3000, 1, 40_000);
+        assert_eq!(queried, Err(DriverError(CUresult::CUDA_ERROR_NOT_READY)));
+        result::event::synchronize(e).unwrap();
+        assert_eq!(result::event::query(e), Ok(()));
+        result::event::destroy(e).unwrap();
+        result::stream::destroy(s).unwrap();
+    }
+}
+
+/// A real driver does not validate handles: using a destroyed one is
+/// undefined behaviour there. Here it is refused with
+/// `CUDA_ERROR_INVALID_HANDLE` and counted as a misuse, on every call, not
+/// only on releases.
+#[test]
+fn using_a_destroyed_handle_is_a_counted_misuse() {
+    let soft = SoftDriver::exclusive();
+    context();
+    let (s, e) = (
+        result::stream::create(StreamKind::NonBlocking).unwrap(),
+        event(),
+    );
+    let before = soft.counts().misuses;
+    // SAFETY: each is destroyed once, then used on purpose.
+    unsafe {
+        result::stream::destroy(s).unwrap();
+        assert_eq!(
+            result::event::record(e, s),
+            Err(DriverError(CUresult::CUDA_ERROR_INVALID_HANDLE))
+        );
+        result::event::destroy(e).unwrap();
+        assert_eq!(
+            result::event::query(e),
+            Err(DriverError(CUresult::CUDA_ERROR_INVALID_HANDLE))
+        );
+    }
+    assert_eq!(soft.counts().misuses, before + 2);
+    soft.allow_misuses(2);
+}
+
+/// CUDA programming guide, "Implicit Synchronization" and the legacy
+/// default stream: work on the legacy stream waits for prior work on every
+/// blocking stream of the context.
+#[test]
+fn the_legacy_stream_waits_for_blocking_streams_not_non_blocking_ones() {
+    let soft = SoftDriver::exclusive();
+    context();
+    let blocking = result::stream::create(StreamKind::Default).unwrap();
+    fifteen_ms(&soft, blocking);
+    assert!(record_completes_after(LEGACY) >= Duration::from_millis(15));
+
+    let non_blocking = result::stream::create(StreamKind::NonBlocking).unwrap();
+    fifteen_ms(&soft, non_blocking);
+    assert!(record_completes_after(LEGACY) < Duration::from_millis(10));
+    // SAFETY: made here, destroyed once.
+    unsafe {
+        result::stream::synchronize(non_blocking).unwrap();
+        result::stream::destroy(blocking).unwrap();
+        result::stream::destroy(non_blocking).unwrap();
+    }
+}
+
+/// The other direction, from the same section: work on a blocking stream
+/// waits for prior work on the legacy stream.
+#[test]
+fn a_blocking_stream_waits_for_the_legacy_stream() {
+    let soft = SoftDriver::exclusive();
+    context();
+    let blocking = result::stream::create(StreamKind::Default).unwrap();
+    let non_blocking = result::stream::create(StreamKind::NonBlocking).unwrap();
+    fifteen_ms(&soft, LEGACY);
+    assert!(record_completes_after(non_blocking) < Duration::from_millis(10));
+    assert!(record_completes_after(blocking) >= Duration::from_millis(10));
+    // SAFETY: made here, destroyed once.
+    unsafe {
+        result::stream::destroy(blocking).unwrap();
+        result::stream::destroy(non_blocking).unwrap();
+    }
+}
+
+/// `CU_STREAM_PER_THREAD` is each thread's own default stream, not the
+/// legacy one: one thread's work there does not hold up another thread's
+/// per-thread stream. It is a blocking stream, so the legacy stream waits
+/// for it ("per-thread default stream ... synchronizes with the legacy
+/// default stream").
+#[test]
+fn each_thread_has_its_own_per_thread_stream() {
+    let soft = SoftDriver::exclusive();
+    let ctx = context();
+    fifteen_ms(&soft, PER_THREAD);
+    let ctx = ctx as usize;
+    let other = std::thread::spawn(move || {
+        // SAFETY: the primary context retained above.
+        unsafe { result::ctx::set_current(ctx as sys::CUcontext).unwrap() };
+        record_completes_after(PER_THREAD)
+    })
+    .join()
+    .unwrap();
+    assert!(other < Duration::from_millis(10), "{other:?}");
+    assert!(record_completes_after(LEGACY) >= Duration::from_millis(10));
+}
+
+/// `cuStreamDestroy`: "in case the device is still doing work in the stream
+/// when cuStreamDestroy() is called, the function will return immediately
+/// and the resources associated with the stream will be released
+/// automatically once the device has completed all work": that work still
+/// runs, and the legacy stream still waits for it.
+#[test]
+fn a_destroyed_blocking_stream_with_work_pending_still_holds_the_legacy_stream() {
+    let soft = SoftDriver::exclusive();
+    context();
+    let blocking = result::stream::create(StreamKind::Default).unwrap();
+    fifteen_ms(&soft, blocking);
+    // SAFETY: made here, destroyed once.
+    unsafe { result::stream::destroy(blocking).unwrap() };
+    assert!(record_completes_after(LEGACY) >= Duration::from_millis(12));
+    assert_eq!(soft.counts().streams, 0);
+}
+
+/// `cuDevicePrimaryCtxRelease`: once the last reference is released the
+/// primary context is destroyed, and with it everything it held; calls on
+/// its old handles then fail with `CUDA_ERROR_CONTEXT_IS_DESTROYED`.
+#[test]
+fn releasing_the_last_reference_tears_the_context_down() {
+    let soft = SoftDriver::exclusive();
+    result::init().unwrap();
+    let device = result::device::get(1).unwrap();
+    // SAFETY: retained here, released once below; its handles are used after
+    // on purpose.
+    unsafe {
+        let ctx = result::primary_ctx::retain(device).unwrap();
+        result::ctx::set_current(ctx).unwrap();
+        let events = soft.counts().events;
+        let e = event();
+        assert_eq!(soft.counts().events, events + 1);
+        result::primary_ctx::release(device).unwrap();
+        assert_eq!(soft.counts().events, events, "freed with its context");
+        assert_eq!(
+            result::event::query(e),
+            Err(DriverError(CUresult::CUDA_ERROR_CONTEXT_IS_DESTROYED))
+        );
+        result::ctx::set_current(std::ptr::null_mut()).unwrap();
+    }
+    soft.allow_misuses(1);
+}
