@@ -466,6 +466,35 @@ pub fn a_capturing_stream_gives_capture_errors<A: EventApi>(h: &Harness<A>) {
     EventFence::<A>::new(s).wait_sync().unwrap();
 }
 
+/// Around a capture: a fence recorded in it forks the stream that waits on
+/// it into the capture (as the CUDA and HIP documentation describe
+/// fork/join), so ending the capture without joining back fails with a
+/// capture error; a window opened and closed inside it resolves to `None`,
+/// never to a duration read from a graph node; nothing panics.
+pub fn a_fence_out_of_a_capture_forks_and_its_windows_read_none<A: EventApi>(h: &Harness<A>) {
+    let streams = Streams::<A>::new(2);
+    let (a, b) = (streams.get(0), streams.get(1));
+    let mut profiler = EventProfiler::<A>::new();
+    let outside = profiler.start(a);
+    (h.capture.begin)(a).unwrap();
+    let inside = profiler.start(a);
+    h.enqueue(a, Duration::from_millis(1));
+    let inside = profiler.stop(a, inside).unwrap();
+    let across = profiler.stop(a, outside).unwrap();
+    let fence = EventFence::<A>::new(a);
+    fence.wait_async(b).unwrap();
+    assert_eq!((h.capture.status)(b).unwrap(), CaptureStatus::Active);
+
+    let ended = (h.capture.end)(a).unwrap_err();
+    assert_eq!(ended.kind(), ErrorKind::Capture, "{ended}");
+    assert_eq!((h.capture.status)(a).unwrap(), CaptureStatus::None);
+    assert_eq!((h.capture.status)(b).unwrap(), CaptureStatus::None);
+    assert!(pollster::block_on(inside.resolve()).is_none(), "inside");
+    assert!(pollster::block_on(across.resolve()).is_none(), "across");
+    let waited = fence.wait_sync().unwrap_err();
+    assert_eq!(waited.kind(), ErrorKind::Capture, "{waited}");
+}
+
 /// A window is read on a thread other than the one that opened it.
 pub fn windows_resolve_on_other_threads<A: EventApi>(h: &Harness<A>) {
     let streams = Streams::<A>::new(1);
@@ -578,6 +607,7 @@ macro_rules! conformance_suite {
             elapsed_on_an_unrecorded_event_is_refused,
             elapsed_on_an_unreached_event_is_not_ready,
             a_capturing_stream_gives_capture_errors,
+            a_fence_out_of_a_capture_forks_and_its_windows_read_none,
             windows_resolve_on_other_threads
         );
     };

@@ -45,6 +45,12 @@ pub(crate) enum Fault {
     CapturedEvent,
     CaptureUnsupported,
     CaptureInvalidated,
+    /// Ending a capture on a stream that did not begin it.
+    CaptureUnmatched,
+    /// Ending a capture while a forked stream has not joined back.
+    CaptureUnjoined,
+    /// A dependency between two different captures.
+    CaptureIsolation,
     /// A handle of a context that was torn down.
     ContextDestroyed,
     /// A status chosen by a test through the control API.
@@ -68,15 +74,25 @@ struct Event {
     stamp: i128,
     /// Host-clock nanoseconds at that stamp: the ground truth tests read.
     host_stamp: u64,
-    /// Last recorded into a capturing stream: a graph node, not a timestamp.
-    captured: bool,
+    /// Last recorded into a capturing stream: a graph node, not a timestamp;
+    /// the capture, and the stream that recorded it.
+    captured: Option<(u64, u64)>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Capture {
     None,
-    Active,
-    Invalidated,
+    /// Part of the capture of this id: its origin, or a stream forked into
+    /// it by waiting on an event recorded there.
+    Active(u64),
+    Invalidated(u64),
+}
+
+/// A capture in progress: the stream that began it, and the streams forked
+/// into it that have not joined back.
+struct Capturing {
+    origin: u64,
+    unjoined: HashSet<u64>,
 }
 
 struct Stream {
@@ -126,6 +142,7 @@ struct State {
     graphs: HashSet<u64>,
     /// Events and streams freed with their context's teardown.
     orphans: HashSet<u64>,
+    captures: HashMap<u64, Capturing>,
     last_recorded: u64,
 }
 
@@ -239,11 +256,11 @@ impl Engine {
             return Err(Fault::InvalidHandle);
         }
         match capture {
-            Capture::Active => {
-                ev.captured = true;
+            Capture::Active(id) => {
+                ev.captured = Some((id, stream));
                 return Ok(());
             }
-            Capture::Invalidated => return Err(Fault::CaptureInvalidated),
+            Capture::Invalidated(_) => return Err(Fault::CaptureInvalidated),
             Capture::None => {}
         }
         // The record counts only once it is queued: a failed enqueue must
@@ -262,7 +279,7 @@ impl Engine {
         )?;
         state.last_recorded = event;
         if let Some(ev) = state.events.get_mut(&event) {
-            ev.captured = false;
+            ev.captured = None;
             ev.recorded = generation;
             ev.due = at;
         }
@@ -322,7 +339,7 @@ impl Engine {
     pub(crate) fn event_query(&self, event: u64) -> Outcome<()> {
         let state = self.lock();
         let ev = live_event(&state, event)?;
-        if ev.captured {
+        if ev.captured.is_some() {
             Err(Fault::CapturedEvent)
         } else if ev.reached >= ev.recorded {
             Ok(())
@@ -334,7 +351,7 @@ impl Engine {
     pub(crate) fn event_synchronize(&self, event: u64) -> Outcome<()> {
         let state = self.lock();
         let ev = live_event(&state, event)?;
-        if ev.captured {
+        if ev.captured.is_some() {
             return Err(Fault::CapturedEvent);
         }
         let target = ev.recorded;
@@ -352,7 +369,7 @@ impl Engine {
         if !a.timing || !b.timing || a.device != b.device {
             return Err(Fault::InvalidHandle);
         }
-        if a.captured || b.captured {
+        if a.captured.is_some() || b.captured.is_some() {
             return Err(Fault::CapturedEvent);
         }
         if a.recorded == 0 || b.recorded == 0 {
@@ -412,14 +429,14 @@ impl Engine {
             .ok_or(Fault::InvalidHandle)?
             .capture;
         let ev = live_event(&state, event)?;
+        if let Some((id, recorder)) = ev.captured {
+            return fork_or_join(&mut state, stream, capture, id, recorder);
+        }
         match capture {
             // A graph node, not a wait.
-            Capture::Active => return Ok(()),
-            Capture::Invalidated => return Err(Fault::CaptureInvalidated),
+            Capture::Active(_) => return Ok(()),
+            Capture::Invalidated(_) => return Err(Fault::CaptureInvalidated),
             Capture::None => {}
-        }
-        if ev.captured {
-            return Err(Fault::CapturedEvent);
         }
         // Waiting on a never-recorded event completes at once.
         if ev.recorded == 0 {
@@ -435,12 +452,17 @@ impl Engine {
         let stream = lookup(&mut state, stream)?;
         let s = state.streams.get_mut(&stream).ok_or(Fault::InvalidHandle)?;
         match s.capture {
-            Capture::Active => {
-                // As the drivers do: the illegal call also breaks the capture.
-                s.capture = Capture::Invalidated;
+            Capture::Active(id) => {
+                // As the drivers do: the illegal call also breaks the
+                // capture, on every stream in it.
+                for s in state.streams.values_mut() {
+                    if s.capture == Capture::Active(id) {
+                        s.capture = Capture::Invalidated(id);
+                    }
+                }
                 return Err(Fault::CaptureUnsupported);
             }
-            Capture::Invalidated => return Err(Fault::CaptureInvalidated),
+            Capture::Invalidated(_) => return Err(Fault::CaptureInvalidated),
             Capture::None => {}
         }
         let target = s.enqueued;
@@ -470,8 +492,8 @@ impl Engine {
         let s = state.streams.get(&stream).ok_or(Fault::InvalidHandle)?;
         Ok(match s.capture {
             Capture::None => 0,
-            Capture::Active => 1,
-            Capture::Invalidated => 2,
+            Capture::Active(_) => 1,
+            Capture::Invalidated(_) => 2,
         })
     }
 
@@ -484,24 +506,52 @@ impl Engine {
         if s.capture != Capture::None {
             return Err(Fault::InvalidValue);
         }
-        s.capture = Capture::Active;
+        let id = next_id(&mut state);
+        if let Some(s) = state.streams.get_mut(&stream) {
+            s.capture = Capture::Active(id);
+        }
+        state.captures.insert(
+            id,
+            Capturing {
+                origin: stream,
+                unjoined: HashSet::new(),
+            },
+        );
         Ok(())
     }
 
-    /// Ends the capture; returns the graph it made.
+    /// Ends the capture `stream` began, on every stream forked into it;
+    /// returns the graph it made. Fails, ending it all the same, while a
+    /// forked stream has not joined back.
     pub(crate) fn stream_end_capture(&self, stream: u64) -> Outcome<u64> {
         let mut state = self.lock();
-        let s = live_stream(&mut state, stream)?;
-        let capture = std::mem::replace(&mut s.capture, Capture::None);
-        match capture {
-            Capture::None => Err(Fault::InvalidValue),
-            Capture::Invalidated => Err(Fault::CaptureInvalidated),
-            Capture::Active => {
-                let graph = next_id(&mut state);
-                state.graphs.insert(graph);
-                Ok(graph)
+        let (Capture::Active(id) | Capture::Invalidated(id)) =
+            live_stream(&mut state, stream)?.capture
+        else {
+            return Err(Fault::InvalidValue);
+        };
+        if state.captures.get(&id).is_some_and(|c| c.origin != stream) {
+            return Err(Fault::CaptureUnmatched);
+        }
+        let invalidated = matches!(
+            state.streams.get(&stream).map(|s| s.capture),
+            Some(Capture::Invalidated(_))
+        );
+        for s in state.streams.values_mut() {
+            if matches!(s.capture, Capture::Active(c) | Capture::Invalidated(c) if c == id) {
+                s.capture = Capture::None;
             }
         }
+        let capture = state.captures.remove(&id);
+        if invalidated {
+            return Err(Fault::CaptureInvalidated);
+        }
+        if capture.is_some_and(|c| !c.unjoined.is_empty()) {
+            return Err(Fault::CaptureUnjoined);
+        }
+        let graph = next_id(&mut state);
+        state.graphs.insert(graph);
+        Ok(graph)
     }
 
     pub(crate) fn graph_destroy(&self, graph: u64) -> Outcome<()> {
@@ -559,8 +609,8 @@ impl Engine {
             .ok_or(Fault::InvalidHandle)?
             .capture;
         match capture {
-            Capture::Active => Ok(()),
-            Capture::Invalidated => Err(Fault::CaptureInvalidated),
+            Capture::Active(_) => Ok(()),
+            Capture::Invalidated(_) => Err(Fault::CaptureInvalidated),
             Capture::None => {
                 let start = start_time(&state, stream);
                 let until = start.saturating_add(clock::transfer_time(bytes));
@@ -573,6 +623,40 @@ impl Engine {
 fn next_id(state: &mut State) -> u64 {
     state.next_id += 1;
     state.next_id
+}
+
+/// `stream` waits on an event recorded in capture `id` by `recorder`: as the
+/// CUDA and HIP documentation describe fork and join, a stream outside any
+/// capture joins it (forked), and a stream in it joins the recorder's
+/// branch back. A wait across two captures is refused.
+fn fork_or_join(
+    state: &mut State,
+    stream: u64,
+    capture: Capture,
+    id: u64,
+    recorder: u64,
+) -> Outcome<()> {
+    let Some(capturing) = state.captures.get_mut(&id) else {
+        // The capture ended: the event is a node of a finished graph.
+        return Err(Fault::CapturedEvent);
+    };
+    match capture {
+        Capture::None => {
+            capturing.unjoined.insert(stream);
+            if let Some(s) = state.streams.get_mut(&stream) {
+                s.capture = Capture::Active(id);
+            }
+            Ok(())
+        }
+        Capture::Active(own) if own == id => {
+            if recorder != stream {
+                capturing.unjoined.remove(&recorder);
+            }
+            Ok(())
+        }
+        Capture::Invalidated(own) if own == id => Err(Fault::CaptureInvalidated),
+        Capture::Active(_) | Capture::Invalidated(_) => Err(Fault::CaptureIsolation),
+    }
 }
 
 /// A live event, or a counted misuse.

@@ -212,3 +212,56 @@ fn releasing_the_last_reference_tears_the_context_down() {
     }
     soft.allow_misuses(1);
 }
+
+/// Graph capture, as the CUDA programming guide's "Cross-stream
+/// Dependencies and Events" describes it: a stream that waits on an event
+/// recorded in a capturing stream is forked into the capture, and ending
+/// the capture before it joins back (the origin waiting on an event
+/// recorded in it) fails with `CUDA_ERROR_STREAM_CAPTURE_UNJOINED`.
+#[test]
+fn a_forked_stream_must_join_before_the_capture_ends() {
+    let _soft = SoftDriver::exclusive();
+    context();
+    let (origin, forked) = (
+        result::stream::create(StreamKind::NonBlocking).unwrap(),
+        result::stream::create(StreamKind::NonBlocking).unwrap(),
+    );
+    let (fork, join) = (event(), event());
+    let capturing = |s| {
+        // SAFETY: a live stream.
+        unsafe { result::stream::is_capturing(s) }.unwrap()
+    };
+    let active = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    let none = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: live handles, released once at the end.
+    unsafe {
+        let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+        result::stream::begin_capture(origin, mode).unwrap();
+        result::event::record(fork, origin).unwrap();
+        result::stream::wait_event(forked, fork, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)
+            .unwrap();
+        assert_eq!(capturing(forked), active, "forked into the capture");
+        assert_eq!(
+            result::stream::end_capture(origin).unwrap_err(),
+            DriverError(CUresult::CUDA_ERROR_STREAM_CAPTURE_UNJOINED)
+        );
+        assert_eq!((capturing(origin), capturing(forked)), (none, none));
+
+        result::stream::begin_capture(origin, mode).unwrap();
+        result::event::record(fork, origin).unwrap();
+        result::stream::wait_event(forked, fork, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)
+            .unwrap();
+        result::event::record(join, forked).unwrap();
+        result::stream::wait_event(origin, join, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)
+            .unwrap();
+        let graph = result::stream::end_capture(origin).unwrap();
+        assert!(!graph.is_null(), "joined: the capture makes its graph");
+        assert_eq!(capturing(forked), none);
+        sys::cuGraphDestroy(graph).result().unwrap();
+        for e in [fork, join] {
+            result::event::destroy(e).unwrap();
+        }
+        result::stream::destroy(origin).unwrap();
+        result::stream::destroy(forked).unwrap();
+    }
+}
