@@ -5,10 +5,23 @@
 //! makes each check here a named test of that suite. The same suite runs on
 //! the real driver and on the software driver.
 //!
-//! Tolerances are stated, not tuned: a window around work of duration `D`
-//! must measure within `D × (1 ± rate_tolerance)` plus the driver's
-//! resolution, with [`Harness::slack`] more allowed above, since a shared
-//! machine can only make work slower.
+//! No check trusts the profiler it is checking. Durations are compared with
+//! truth obtained without it:
+//! - on the software driver, the driver's own ground-truth stamps of the
+//!   window's two events: the profiler's reading must match their distance
+//!   within the driver's resolution plus 1 µs (the `f32` millisecond
+//!   reading and the rate correction), and the work is known exactly from
+//!   the bandwidth the harness sets;
+//! - on a real driver, work of a duration calibrated with raw event pairs
+//!   timed through the backend's own calls (never a profiler window), and
+//!   the host's wall clock around a synchronize as an upper bound.
+//!
+//! Tolerances come from the driver's stated resolution and the jitter
+//! measured at start-up: a window around work of duration `D` must measure
+//! within `D × (1 ± rate_tolerance)` ± the resolution, with
+//! [`Harness::slack`] more allowed above, where `slack` is the widest of 20
+//! empty event pairs (record, record, elapsed) on an idle stream: the
+//! launch jitter a window's two ends can see.
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod soft;
@@ -51,10 +64,15 @@ pub struct Harness<A: EventApi> {
     bytes_per_second: f64,
     /// The driver's elapsed-time resolution.
     pub resolution: Duration,
-    /// Relative error allowed on a duration (calibration and clock noise).
+    /// Relative error allowed on a duration against work calibrated on a
+    /// real driver (calibration and clock noise); on the software driver
+    /// the work is exact and the check is against its ground truth.
     pub rate_tolerance: f64,
-    /// Extra time allowed above a duration: scheduling noise only adds.
+    /// Extra time allowed above a duration: the launch jitter measured with
+    /// raw empty event pairs, plus the resolution.
     pub slack: Duration,
+    /// The software driver, whose ground truth the checks compare with.
+    soft: Option<&'static soft::SoftDriver>,
     /// The backend's capture calls.
     pub capture: Capture<A>,
     /// Live events as the driver counts them, where it can (the software
@@ -91,37 +109,105 @@ impl<A: EventApi> Harness<A> {
         capture: Capture<A>,
         live_events: Option<fn() -> u64>,
     ) -> Self {
+        // The software driver's presence is what `live_events` says.
+        let soft = live_events.and_then(|_| soft::SoftDriver::get().ok());
         let mut harness = Self {
             workload,
             bytes_per_second: 1.0,
             resolution,
-            rate_tolerance: 0.1,
-            slack: Duration::from_millis(3),
+            rate_tolerance: 0.05,
+            slack: Duration::ZERO,
             capture,
             live_events,
+            soft,
         };
-        harness.bytes_per_second = harness.measure_speed();
+        harness.slack = harness.measure_jitter() + resolution;
+        harness.bytes_per_second = match soft {
+            Some(driver) => {
+                // Exact by construction: the driver runs memsets at this rate.
+                driver.set_bandwidth(SOFT_BANDWIDTH);
+                SOFT_BANDWIDTH
+            }
+            None => harness.measure_speed(),
+        };
         harness
     }
 
-    /// Bytes per second the workload runs at: the size is grown until it
-    /// takes 20 ms, then the fastest of three runs is kept, since noise on a
-    /// shared machine only ever slows a run down.
+    /// Device time between two events recorded back to back around `work`
+    /// on `stream`, through the backend's raw calls: no profiler involved.
+    fn raw_pair(&self, stream: A::Stream, work: impl FnOnce()) -> Duration {
+        let mut start = A::event_create().expect("an event");
+        let mut end = A::event_create().expect("an event");
+        A::event_record(&start, stream).expect("record");
+        work();
+        A::event_record(&end, stream).expect("record");
+        A::event_wait(&end).expect("wait");
+        let elapsed = A::event_elapsed(&start, &end).expect("elapsed");
+        A::event_destroy(&mut start).expect("release");
+        A::event_destroy(&mut end).expect("release");
+        elapsed
+    }
+
+    /// The widest of 20 empty event pairs on an idle stream.
+    fn measure_jitter(&self) -> Duration {
+        let streams = Streams::<A>::new(1);
+        let s = streams.get(0);
+        (0..20)
+            .map(|_| self.raw_pair(s, || {}))
+            .max()
+            .unwrap_or_default()
+    }
+
+    /// Bytes per second the workload runs at, timed with raw event pairs:
+    /// the size is grown until it takes 20 ms, then the fastest of three
+    /// runs is kept, since noise on a shared machine only ever slows a run.
     fn measure_speed(&self) -> f64 {
         let streams = Streams::<A>::new(1);
         let s = streams.get(0);
-        let mut profiler = EventProfiler::<A>::new();
-        let mut time = |bytes: usize| {
-            let token = profiler.start(s);
-            self.enqueue_raw(s, bytes);
-            resolve(profiler.stop(s, token).expect("calibration window")).duration()
-        };
+        let time = |bytes: usize| self.raw_pair(s, || self.enqueue_raw(s, bytes));
         let mut bytes = self.workload.max_bytes().min(1 << 20);
         while time(bytes) < Duration::from_millis(20) && bytes < 1 << 40 {
             bytes *= 2;
         }
         let fastest = (0..3).map(|_| time(bytes)).min().unwrap_or(Duration::MAX);
         bytes as f64 / fastest.as_secs_f64().max(1e-9)
+    }
+
+    /// The event the driver recorded last, on the software driver: taken
+    /// right after a `start` or `stop`, the window's end it just recorded.
+    fn last_event(&self) -> Option<usize> {
+        self.soft.map(soft::SoftDriver::last_recorded_event)
+    }
+
+    /// `measured`, a window around `work` whose two ends were `events`,
+    /// against the truth: the driver's stamps of the two events on the
+    /// software driver, the calibrated work on a real one.
+    fn assert_window(
+        &self,
+        measured: Duration,
+        work: Duration,
+        events: (Option<usize>, Option<usize>),
+    ) {
+        let (Some(driver), (Some(start), Some(end))) = (self.soft, events) else {
+            return self.assert_measures(measured, work);
+        };
+        let truth = |event| {
+            driver
+                .event_truth_ns(event)
+                .expect("a reached event's truth")
+        };
+        let span = Duration::from_nanos(truth(end).saturating_sub(truth(start)));
+        let off = measured.abs_diff(span);
+        assert!(
+            off <= self.resolution + Duration::from_micros(1),
+            "measured {measured:?}; the driver's stamps are {span:?} apart ({off:?} off)"
+        );
+        // The work itself ran at least as long as the rate the harness
+        // set makes it: truth against truth, no profiler.
+        assert!(
+            span + self.resolution >= work,
+            "the driver ran {work:?} of work in {span:?}"
+        );
     }
 
     fn enqueue_raw(&self, stream: A::Stream, mut bytes: usize) {
@@ -152,6 +238,10 @@ impl<A: EventApi> Harness<A> {
         );
     }
 }
+
+/// The rate the harness sets on the software driver: memsets run at exactly
+/// this many bytes per second.
+const SOFT_BANDWIDTH: f64 = 10e9;
 
 /// A [`Harness`] on the driver under test, holding the software driver (when
 /// it is the one) for the test alone.
@@ -266,10 +356,21 @@ pub fn window_measures_the_work_inside_it<A: EventApi>(h: &Harness<A>) {
     let mut profiler = EventProfiler::<A>::new();
     for ms in [2, 10, 30] {
         let work = Duration::from_millis(ms);
+        let before = Instant::now();
         let token = profiler.start(s);
+        let start = h.last_event();
         h.enqueue(s, work);
-        let ticks = resolve(profiler.stop(s, token).unwrap());
-        h.assert_measures(ticks.duration(), work);
+        let timing = profiler.stop(s, token).unwrap();
+        let end = h.last_event();
+        A::stream_synchronize(s).unwrap();
+        let host = before.elapsed();
+        let ticks = resolve(timing);
+        h.assert_window(ticks.duration(), work, (start, end));
+        // Device time fits in the host time around it.
+        assert!(
+            ticks.duration() <= host + h.resolution,
+            "{ticks:?} in {host:?}"
+        );
     }
 }
 
@@ -279,12 +380,16 @@ pub fn nested_windows_lie_inside_their_outer_window<A: EventApi>(h: &Harness<A>)
     let s = streams.get(0);
     let mut profiler = EventProfiler::<A>::new();
     let outer = profiler.start(s);
+    let outer_start = h.last_event();
     h.enqueue(s, Duration::from_millis(3));
     let inner = profiler.start(s);
+    let inner_start = h.last_event();
     h.enqueue(s, Duration::from_millis(5));
     let inner = profiler.stop(s, inner).unwrap();
+    let inner_end = h.last_event();
     h.enqueue(s, Duration::from_millis(3));
     let outer = profiler.stop(s, outer).unwrap();
+    let outer_end = h.last_event();
 
     let epoch = Instant::now() - Duration::from_secs(3600);
     let (outer, inner) = (resolve(outer), resolve(inner));
@@ -294,8 +399,16 @@ pub fn nested_windows_lie_inside_their_outer_window<A: EventApi>(h: &Harness<A>)
         os <= is + r && ie <= oe + r,
         "inner {is:?}..{ie:?} outside outer {os:?}..{oe:?}"
     );
-    h.assert_measures(inner.duration(), Duration::from_millis(5));
-    h.assert_measures(outer.duration(), Duration::from_millis(11));
+    h.assert_window(
+        inner.duration(),
+        Duration::from_millis(5),
+        (inner_start, inner_end),
+    );
+    h.assert_window(
+        outer.duration(),
+        Duration::from_millis(11),
+        (outer_start, outer_end),
+    );
 }
 
 /// Overlapping windows on one stream are each measured, in order.
@@ -304,12 +417,16 @@ pub fn overlapping_windows_are_consistent<A: EventApi>(h: &Harness<A>) {
     let s = streams.get(0);
     let mut profiler = EventProfiler::<A>::new();
     let first = profiler.start(s);
+    let first_start = h.last_event();
     h.enqueue(s, Duration::from_millis(4));
     let second = profiler.start(s);
+    let second_start = h.last_event();
     h.enqueue(s, Duration::from_millis(4));
     let first = profiler.stop(s, first).unwrap();
+    let first_end = h.last_event();
     h.enqueue(s, Duration::from_millis(4));
     let second = profiler.stop(s, second).unwrap();
+    let second_end = h.last_event();
 
     let epoch = Instant::now() - Duration::from_secs(3600);
     let (first, second) = (resolve(first), resolve(second));
@@ -319,8 +436,16 @@ pub fn overlapping_windows_are_consistent<A: EventApi>(h: &Harness<A>) {
         fs <= ss + r && ss <= fe + r && fe <= se + r,
         "{fs:?}..{fe:?} vs {ss:?}..{se:?}"
     );
-    h.assert_measures(first.duration(), Duration::from_millis(8));
-    h.assert_measures(second.duration(), Duration::from_millis(8));
+    h.assert_window(
+        first.duration(),
+        Duration::from_millis(8),
+        (first_start, first_end),
+    );
+    h.assert_window(
+        second.duration(),
+        Duration::from_millis(8),
+        (second_start, second_end),
+    );
 }
 
 /// Each window's host-clock placement lies inside the host interval in which
@@ -501,14 +626,17 @@ pub fn windows_resolve_on_other_threads<A: EventApi>(h: &Harness<A>) {
     let s = streams.get(0);
     let mut profiler = EventProfiler::<A>::new();
     let token = profiler.start(s);
+    let start = h.last_event();
     h.enqueue(s, Duration::from_millis(2));
     let timing = profiler.stop(s, token).unwrap();
+    let end = h.last_event();
     let ticks = std::thread::spawn(move || pollster::block_on(timing.resolve()))
         .join()
         .unwrap();
-    h.assert_measures(
+    h.assert_window(
         ticks.expect("read on another thread").duration(),
         Duration::from_millis(2),
+        (start, end),
     );
 }
 

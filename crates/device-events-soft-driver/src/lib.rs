@@ -9,14 +9,27 @@
 //! does for graphics stacks. Never put it on the loader path of a machine
 //! with a real driver: it would shadow it.
 //!
+//! It is a test instrument, kinder than no real driver: where it and the
+//! vendors' documentation disagree, the documentation wins.
+//!
 //! - Each stream runs its operations in order, in real host time, on a worker
 //!   thread of its own; a memset takes its size over a configured bandwidth.
+//! - Nothing reaches the device inside the call that queues it: every
+//!   operation starts after a launch latency drawn from a configured
+//!   distribution, and queries say not-ready until then.
 //! - Events are stamped by the device clock when their stream reaches them:
 //!   the host's monotonic clock plus an offset, at a configured drift.
-//! - Graph capture, per-thread CUDA contexts and per-thread HIP devices follow
-//!   the drivers' documentation.
-//! - A control API (`soft_driver_*`) injects failures, counts live handles
-//!   and calls, and reports the ground-truth time of each event.
+//! - Streams synchronize implicitly with the legacy default stream, both
+//!   ways, unless non-blocking; `CU_STREAM_PER_THREAD` is each thread's own.
+//! - Graph capture (with fork and join), per-thread CUDA contexts, primary
+//!   contexts torn down at their last release, and per-thread HIP devices
+//!   follow the drivers' documentation.
+//! - Any use of a handle that is not live is refused and counted as a
+//!   misuse, where a real driver would act on freed state.
+//! - A control API ([`control`], `soft_driver_*`, C ABI) injects failures,
+//!   counts live handles, misuses and calls, sets the clock, bandwidth and
+//!   launch latency, and reports the ground-truth time of each event. The
+//!   README says how to lay the driver out and load it.
 //!
 //! Configuration: the `SOFT_DRIVER_*` variables in [`clock`].
 
