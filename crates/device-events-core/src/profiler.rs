@@ -111,8 +111,10 @@ impl Default for ProfilerConfig {
 /// the rate is known, anchors are refreshed every few milliseconds; as the
 /// fit firms up the period grows to [`anchor_max_age`](ProfilerConfig::anchor_max_age).
 /// On the software driver, its clock offset and drifting 100 ppm, windows
-/// over a 60-second session land within 0.3 µs of the truth at the median
-/// and 2 µs at worst (`cargo xtask bench`).
+/// over a 60-second session land within 1.4 µs of the truth at the median,
+/// 3.6 µs at p99 and 9 µs at worst (`cargo xtask bench`). What limits it
+/// there is the driver's launch latency (2–5 µs, sometimes tens) and the
+/// host's wake-up after a wait, between which the anchor's bracket lies.
 ///
 /// Windows nest and overlap freely, on one stream or several. A window that
 /// cannot be read resolves to `None`, logged: never a zero and never a
