@@ -291,7 +291,10 @@ fn print_table(r: &Value) {
         median <= 2.0,
     );
     let p99 = f(&p["p99_ns"]) / 1e3;
-    println!("{:<44} {:>14.2} {:>12} {:>10}", "placement: p99 error, µs", p99, "", "");
+    println!(
+        "{:<44} {:>14.2} {:>12} {:>10}",
+        "placement: p99 error, µs", p99, "", ""
+    );
     row("placement: worst error, µs", worst, "<= 10", worst <= 10.0);
     println!(
         "placement is limited by the software driver's launch latency (2-5 µs, 1% up to \
