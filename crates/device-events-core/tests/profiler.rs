@@ -127,13 +127,27 @@ fn windows_on_two_streams_are_placed_on_one_clock() {
     let mut profiler = on_sim_clock();
     Sim::enqueue_work(a, Duration::from_millis(3));
     let late = profiler.start(a);
+    let late_truth = Sim::last_record_instant().unwrap();
     let early = profiler.start(b);
-    let late = resolve(profiler.stop(a, late).unwrap()).unwrap();
-    let early = resolve(profiler.stop(b, early).unwrap()).unwrap();
+    let early_truth = Sim::last_record_instant().unwrap();
+    let late = profiler.stop_placed(a, late).unwrap();
+    let early = profiler.stop_placed(b, early).unwrap();
+    let late = pollster::block_on(late.resolve()).unwrap();
+    let early = pollster::block_on(early.resolve()).unwrap();
 
+    // Each start where the device stamped it, within its stated bound: one
+    // clock for both streams, whatever the host's scheduler did meanwhile
+    // (the stream behind 3 ms of work usually starts later, not always).
     let epoch = Sim::host_now() - Duration::from_secs(10);
-    let gap = start_of(&late, epoch) - start_of(&early, epoch);
-    assert!(gap >= Duration::from_micros(2900), "{gap:?}");
+    for (placed, truth) in [(late, late_truth), (early, early_truth)] {
+        let at = epoch + start_of(&placed.ticks, epoch);
+        assert!(
+            distance(at, truth) <= placed.uncertainty,
+            "{:?} off, bound {:?}",
+            distance(at, truth),
+            placed.uncertainty
+        );
+    }
 }
 
 #[test]
@@ -285,7 +299,7 @@ fn anchor_is_refreshed_once_older_than_its_bound() {
 }
 
 #[test]
-fn window_an_hour_after_the_first_is_placed_within_a_microsecond() {
+fn window_an_hour_after_the_first_is_placed_within_a_few_microseconds() {
     let _sim = setup();
     let s = stream();
     let mut profiler = on_sim_clock();
@@ -296,15 +310,20 @@ fn window_an_hour_after_the_first_is_placed_within_a_microsecond() {
     let token = profiler.start(s);
     let truth = Sim::last_record_instant().unwrap();
     Sim::enqueue_work(s, Duration::from_micros(200));
-    let ticks = resolve(profiler.stop(s, token).unwrap()).unwrap();
+    let window = profiler.stop_placed(s, token).unwrap();
+    let placed = pollster::block_on(window.resolve()).unwrap();
 
+    // Within its stated bound, and that bound a few µs: an `f32` reading an
+    // hour from the first anchor would step by ~244 µs.
     let epoch = truth - Duration::from_secs(1);
-    let placed = epoch + start_of(&ticks, epoch);
+    let at = epoch + start_of(&placed.ticks, epoch);
     assert!(
-        distance(placed, truth) <= Duration::from_micros(1),
-        "{:?}",
-        distance(placed, truth)
+        distance(at, truth) <= placed.uncertainty,
+        "{:?} off, bound {:?}",
+        distance(at, truth),
+        placed.uncertainty
     );
+    assert!(placed.uncertainty <= Duration::from_micros(5), "{placed:?}");
 }
 
 #[test]
@@ -367,12 +386,21 @@ fn failed_anchor_refresh_backs_off_instead_of_retrying_at_every_start() {
     // Every calibration waits for its anchor event: make those waits fail.
     Sim::fail_every("simEventSynchronize", ErrorKind::Other);
     let before = Sim::calls_of("simEventSynchronize");
+    let started = Sim::host_now();
     for _ in 0..100 {
         let token = profiler.start(s);
         profiler.abandon(token).unwrap();
     }
+    let elapsed = Sim::host_now() - started;
     let tries = Sim::calls_of("simEventSynchronize") - before;
-    assert_eq!(tries, 1, "one failed calibration, then a back-off");
+    // Back-off doubles from 1 ms: one try, and on a machine slow enough to
+    // take longer over the 100 starts, one more per doubling of the time.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let doublings = (elapsed.as_secs_f64() * 1e3).max(1.0).log2().ceil() as u64;
+    assert!(
+        (1..=1 + doublings).contains(&tries),
+        "{tries} calibrations in {elapsed:?}: one failed, then a back-off"
+    );
     assert!(logged(&["sim", "anchor refresh failed", "next try in"]));
 }
 
