@@ -265,3 +265,32 @@ fn a_forked_stream_must_join_before_the_capture_ends() {
         result::stream::destroy(forked).unwrap();
     }
 }
+
+/// The two ways a release fails, as documented: `CUDA_ERROR_INVALID_HANDLE`
+/// means the handle was not released (nothing is freed); any other status
+/// reports an earlier asynchronous error ("this function may also return
+/// error codes from previous, asynchronous launches") from a release that
+/// still happened.
+#[test]
+fn a_release_refused_as_invalid_frees_nothing_and_one_reporting_an_earlier_error_frees() {
+    let soft = SoftDriver::exclusive();
+    context();
+    let e = event();
+    let live = soft.counts().events;
+    assert!(soft.fail_call("cuEventDestroy_v2", 1, 400));
+    // SAFETY: a live event; the injected refusal leaves it live, and the
+    // second release frees it.
+    unsafe {
+        assert_eq!(
+            result::event::destroy(e),
+            Err(DriverError(CUresult::CUDA_ERROR_INVALID_HANDLE))
+        );
+        assert_eq!(soft.counts().events, live, "nothing freed");
+        assert!(soft.fail_call("cuEventDestroy_v2", 1, 700));
+        assert_eq!(
+            result::event::destroy(e),
+            Err(DriverError(CUresult::CUDA_ERROR_ILLEGAL_ADDRESS))
+        );
+    }
+    assert_eq!(soft.counts().events, live - 1, "freed, the error reported");
+}

@@ -228,3 +228,51 @@ fn devices_are_per_thread() {
     check(unsafe { hip::hipGetDevice(&mut here) });
     assert_eq!((device_of_new_thread, here), (1, 0));
 }
+
+/// HIP's stream capture follows CUDA's fork/join (HIP programming guide,
+/// "HIP graphs", and `hipStreamEndCapture`'s `hipErrorStreamCaptureUnjoined`):
+/// a stream waiting on an event recorded in a capture is forked into it,
+/// and the capture cannot end until it joins back.
+#[test]
+fn a_forked_stream_must_join_before_the_capture_ends() {
+    let _soft = SoftDriver::exclusive();
+    let (origin, forked, fork, join) = (stream(), stream(), event(), event());
+    let mut status = 0;
+    let mut graph = ptr::null_mut();
+    let relaxed = hip::hipStreamCaptureMode_hipStreamCaptureModeRelaxed;
+    // SAFETY: live handles, released once at the end; out-pointers writable.
+    unsafe {
+        check(hip::hipStreamBeginCapture(origin, relaxed));
+        check(hip::hipEventRecord(fork, origin));
+        check(hip::hipStreamWaitEvent(forked, fork, 0));
+        check(hip::hipStreamIsCapturing(forked, &mut status));
+        assert_eq!(
+            status,
+            hip::hipStreamCaptureStatus_hipStreamCaptureStatusActive
+        );
+        assert_eq!(
+            hip::hipStreamEndCapture(origin, &mut graph),
+            hip::hipError_t_hipErrorStreamCaptureUnjoined
+        );
+        check(hip::hipStreamIsCapturing(forked, &mut status));
+        assert_eq!(
+            status,
+            hip::hipStreamCaptureStatus_hipStreamCaptureStatusNone
+        );
+
+        check(hip::hipStreamBeginCapture(origin, relaxed));
+        check(hip::hipEventRecord(fork, origin));
+        check(hip::hipStreamWaitEvent(forked, fork, 0));
+        check(hip::hipEventRecord(join, forked));
+        check(hip::hipStreamWaitEvent(origin, join, 0));
+        check(hip::hipStreamEndCapture(origin, &mut graph));
+        assert!(!graph.is_null());
+        check(hip::hipGraphDestroy(graph));
+        for e in [fork, join] {
+            check(hip::hipEventDestroy(e));
+        }
+        for s in [origin, forked] {
+            check(hip::hipStreamDestroy(s));
+        }
+    }
+}
