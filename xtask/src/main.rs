@@ -34,6 +34,9 @@ enum Task {
         #[arg(long)]
         soft: bool,
     },
+    /// The OpenCL backend's tests, conformance suite and placement truth on
+    /// this machine's OpenCL platform (PoCL in CI).
+    TestOpencl,
     /// Build the CUDA suite into `target/bundle-cuda`, to run with `run.sh` on a
     /// machine with an NVIDIA driver and no Rust toolchain.
     BundleCuda,
@@ -84,6 +87,7 @@ fn main() {
         Task::Test => test(),
         Task::TestCuda { soft } => test_backend(CUDA, soft),
         Task::TestHip { soft } => test_backend(HIP, soft),
+        Task::TestOpencl => test_opencl(),
         Task::BundleCuda => bundle(CUDA).map(drop),
         Task::BundleHip => bundle(HIP).map(drop),
         Task::Demo => demo(),
@@ -142,12 +146,14 @@ fn test() -> Result<()> {
     ci::check(&subcommands)?;
     ensure_svg_renderer()?;
     ensure_debian_package("libamdhip64-5", "AMD's HIP runtime")?;
+    ensure_pocl()?;
     let soft = soft_driver()?;
     let mut tests = cargo();
     tests.args(["test", "--workspace"]);
     for backend in [CUDA, HIP] {
         tests.args(["--exclude", backend.package]);
     }
+    tests.args(["--exclude", OPENCL_PACKAGE]);
     run(
         "cargo test (everything but the backends)",
         soft_env(&mut tests, &soft),
@@ -156,6 +162,7 @@ fn test() -> Result<()> {
         run_backend_tests(backend, Some(&soft))?;
     }
     hip_on_amds_runtime_without_a_gpu()?;
+    opencl_tests()?;
     run(
         "cargo doc",
         cargo()
@@ -205,6 +212,70 @@ fn apt_install(package: &str, what: &str) -> Result<()> {
         Command::new("apt-get")
             .args(["install", "-y", "-qq", package])
             .env("DEBIAN_FRONTEND", "noninteractive"),
+    )
+}
+
+const OPENCL_PACKAGE: &str = "device-events-opencl";
+
+/// PoCL, a real OpenCL runtime with a CPU device, and the ICD loader.
+pub(crate) fn ensure_pocl() -> Result<()> {
+    ensure_debian_package("ocl-icd-libopencl1", "the OpenCL ICD loader")?;
+    ensure_debian_package("pocl-opencl-icd", "PoCL, an OpenCL runtime on the CPU")
+}
+
+/// The OpenCL backend's suites, one test at a time: the device is the CPU
+/// they would otherwise share.
+fn opencl_tests() -> Result<()> {
+    run(
+        "opencl tests",
+        cargo().args([
+            "test",
+            "--package",
+            OPENCL_PACKAGE,
+            "--",
+            "--test-threads=1",
+        ]),
+    )
+}
+
+/// The OpenCL devices here, as the backend's `probe` example lists them in
+/// a line; `None` without one.
+fn probe_opencl() -> Result<Option<String>> {
+    let output = cargo()
+        .args([
+            "run",
+            "--quiet",
+            "--package",
+            OPENCL_PACKAGE,
+            "--example",
+            "probe",
+        ])
+        .output()
+        .context("could not start the OpenCL probe")?;
+    let line = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+    Ok(output.status.success().then_some(line))
+}
+
+/// `cargo xtask test-opencl`: the platform found, in a line, then the
+/// suites and the placement truth; one line and a failure without one.
+fn test_opencl() -> Result<()> {
+    let Some(line) = probe_opencl()? else {
+        bail!(
+            "no OpenCL platform with a device found: install one \
+             (on Debian, pocl-opencl-icd), or run cargo xtask test"
+        );
+    };
+    eprintln!("xtask: {line}");
+    opencl_tests()?;
+    run(
+        "placement truth on OpenCL",
+        cargo().args([
+            "test",
+            "--package",
+            "device-events-bench",
+            "--test",
+            "pocl_placement",
+        ]),
     )
 }
 
@@ -535,6 +606,9 @@ fn demo() -> Result<()> {
     } else if let Ok(found) = probe_hip()? {
         eprintln!("xtask: {found}");
         cmd.args(["--backend", "hip"]);
+    } else if let Some(found) = probe_opencl()? {
+        eprintln!("xtask: {found}");
+        cmd.args(["--backend", "opencl"]);
     } else {
         let dir = soft_driver()?;
         soft_env(&mut cmd, &dir);

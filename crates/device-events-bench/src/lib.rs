@@ -2,6 +2,8 @@
 //! counted and traced by the harnesses around it.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+pub mod pocl;
+
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 

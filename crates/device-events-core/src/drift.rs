@@ -32,6 +32,9 @@ const MIN_AGE: Duration = Duration::from_millis(5);
 pub(crate) const MAX_GAP: Duration = Duration::from_secs(10);
 /// Anchors kept for the fit.
 const KEEP: usize = 32;
+/// Brackets this close in width count as equally tight, whatever 1.5x the
+/// tightest says (a 100 ns bracket is not better than a 160 ns one).
+const SAME_WIDTH_NS: f64 = 250.0;
 
 /// One anchor as a point of the line: host time against device time.
 #[derive(Clone, Copy)]
@@ -130,11 +133,28 @@ impl DriftFit {
         if n < 3 {
             return None;
         }
-        let count = n as f64;
-        let mean_d = self.points.iter().map(|p| p.device_ns).sum::<f64>() / count;
-        let mean_h = self.points.iter().map(|p| p.host_ns).sum::<f64>() / count;
+        // As Tracy does: only anchors whose bracket is within 1.5x the
+        // tightest kept take part; a wake-up the scheduler delayed widens a
+        // bracket and moves its midpoint, and one such anchor would pull
+        // the whole line.
+        let tightest = self
+            .points
+            .iter()
+            .map(|p| p.half_width_ns)
+            .fold(f64::INFINITY, f64::min);
+        let points: Vec<&Point> = self
+            .points
+            .iter()
+            .filter(|p| p.half_width_ns <= 1.5 * tightest + SAME_WIDTH_NS)
+            .collect();
+        if points.len() < 3 {
+            return None;
+        }
+        let count = points.len() as f64;
+        let mean_d = points.iter().map(|p| p.device_ns).sum::<f64>() / count;
+        let mean_h = points.iter().map(|p| p.host_ns).sum::<f64>() / count;
         let (mut var, mut cov) = (0.0, 0.0);
-        for p in &self.points {
+        for p in &points {
             var += (p.device_ns - mean_d).powi(2);
             cov += (p.device_ns - mean_d) * (p.host_ns - mean_h);
         }
@@ -142,20 +162,15 @@ impl DriftFit {
             return None;
         }
         let scale = cov / var;
-        let front = self.points.front()?;
-        let span = self.points.back()?.device_ns - front.device_ns;
-        let widest = self
-            .points
-            .iter()
-            .map(|p| p.half_width_ns)
-            .fold(0.0, f64::max);
+        let front = *points.first()?;
+        let span = points.last()?.device_ns - front.device_ns;
+        let widest = points.iter().map(|p| p.half_width_ns).fold(0.0, f64::max);
         // The slope is linear in each point's values, with weight
         // (d - mean) / var: its worst case sums each weight times that
         // point's error, the bracket's half-width and the chain's reading
         // error since the oldest point kept (an error all points share
         // moves none of the slope).
-        let worst: f64 = self
-            .points
+        let worst: f64 = points
             .iter()
             .map(|p| {
                 let error = p.half_width_ns + (p.chain_error_ns - front.chain_error_ns);

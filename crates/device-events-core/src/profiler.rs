@@ -65,6 +65,11 @@ pub struct ProfilerConfig {
     /// report; part of every stated bound ([`Placement::uncertainty`]).
     /// Default: 1 µs, the coarser of CUDA's (~0.5 µs) and HIP's (~1 µs).
     pub timer_resolution: Duration,
+    /// Fit the device clock's rate across anchors (see [`EventProfiler`]'s
+    /// placement notes). Off, each anchor stands alone at rate 1 and is
+    /// refreshed every `anchor_max_age`: for measuring what the fit buys.
+    /// Default: on.
+    pub drift_correction: bool,
 }
 
 impl Default for ProfilerConfig {
@@ -76,6 +81,7 @@ impl Default for ProfilerConfig {
             host_clock: Instant::now,
             max_anchor_distance: Duration::from_secs(60),
             timer_resolution: Duration::from_micros(1),
+            drift_correction: true,
         }
     }
 }
@@ -471,13 +477,19 @@ impl<A: EventApi> EventProfiler<A> {
             }
         })?;
         let chain = self.chain_position(&bracket);
-        let placement = self.fit.admit(
+        if !self.config.drift_correction {
+            self.fit.restart();
+        }
+        let mut placement = self.fit.admit(
             bracket.midpoint(),
             bracket.width / 2,
             chain.0,
             chain.1,
             self.config.anchor_max_age,
         );
+        if !self.config.drift_correction {
+            placement.max_age = self.config.anchor_max_age;
+        }
         Ok(Anchor::new(bracket, placement, chain))
     }
 

@@ -7,8 +7,10 @@ use std::ffi::{CStr, c_void};
 use cubecl_hip_sys as hip;
 use cudarc::driver::result;
 use device_events_core::EventApi;
+use device_events_core::OwnedStream;
 use device_events_cuda::{Cuda, CudaStream, driver_error};
 use device_events_hip::{Hip, HipStream, check};
+use device_events_opencl::ClStream;
 
 pub type Failure = Box<dyn Error>;
 
@@ -123,3 +125,81 @@ impl Device for Hip {
         Ok(())
     }
 }
+
+/// An OpenCL buffer, filled as the demo's work.
+pub struct ClBuffer(cl3::types::cl_mem);
+
+impl Drop for ClBuffer {
+    fn drop(&mut self) {
+        // SAFETY: made by `buffer`, released once here.
+        let _ = unsafe { cl3::memory::release_mem_object(self.0) };
+    }
+}
+
+fn cl_error(call: &'static str, code: i32) -> Failure {
+    format!(
+        "{call} failed: {} ({code})",
+        cl3::error_codes::error_text(code)
+    )
+    .into()
+}
+
+impl Device for device_events_opencl::OpenCl {
+    type Buffer = ClBuffer;
+
+    fn open() -> Result<String, Failure> {
+        Self::probe()?;
+        let first = Self::devices()?
+            .into_iter()
+            .next()
+            .ok_or("no OpenCL device")?;
+        Ok(format!(
+            "{} on {}, {}",
+            first.name, first.platform_name, first.version
+        ))
+    }
+
+    fn buffer(bytes: usize) -> Result<ClBuffer, Failure> {
+        // The buffer lives in the context the backend's queues are made in.
+        let queue = OwnedStream::<Self>::new()?;
+        let context = queue.get().with_raw(|raw| {
+            cl3::command_queue::get_command_queue_info(raw, CL_QUEUE_CONTEXT)
+                .map(|info| info.to_ptr() as cl3::types::cl_context)
+        })?;
+        let context = context.map_err(|code| cl_error("clGetCommandQueueInfo", code))?;
+        // SAFETY: a live context (the queue holds it); no host pointer;
+        // released by `ClBuffer`'s `Drop`.
+        let mem = unsafe { cl3::memory::create_buffer(context, 1, bytes, std::ptr::null_mut()) }
+            .map_err(|code| cl_error("clCreateBuffer", code))?;
+        Ok(ClBuffer(mem))
+    }
+
+    fn work(stream: ClStream, buffer: &ClBuffer, bytes: usize) -> Result<(), Failure> {
+        let pattern = 0u32;
+        stream.with_raw(|queue| {
+            // SAFETY: a live queue and buffer of one context; the pattern is
+            // copied at enqueue; the demo never asks for more than the
+            // buffer holds.
+            let event = unsafe {
+                cl3::command_queue::enqueue_fill_buffer(
+                    queue,
+                    buffer.0,
+                    (&raw const pattern).cast::<c_void>(),
+                    4,
+                    0,
+                    (bytes / 4 * 4).max(4),
+                    0,
+                    std::ptr::null(),
+                )
+            }
+            .map_err(|code| cl_error("clEnqueueFillBuffer", code))?;
+            // SAFETY: the fill's own event, not kept.
+            let _ = unsafe { cl3::event::release_event(event) };
+            cl3::command_queue::flush(queue).map_err(|code| cl_error("clFlush", code))
+        })??;
+        Ok(())
+    }
+}
+
+/// `CL_QUEUE_CONTEXT`.
+const CL_QUEUE_CONTEXT: u32 = 0x1090;

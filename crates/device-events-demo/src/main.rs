@@ -3,7 +3,8 @@
 //! printed as a table and written as a Chrome trace and an SVG timeline.
 //!
 //! `cargo xtask demo` picks the device: the real CUDA driver, else the real
-//! HIP runtime, else the software driver.
+//! HIP runtime with a GPU, else an OpenCL platform's device (PoCL's CPU
+//! device on a machine with nothing else), else the software driver.
 
 mod device;
 
@@ -21,6 +22,7 @@ use device_events_trace::{Trace, TrackId};
 enum Backend {
     Cuda,
     Hip,
+    Opencl,
 }
 
 #[derive(Parser)]
@@ -45,6 +47,7 @@ fn main() {
     let outcome = match args.backend {
         Backend::Cuda => run::<device_events_cuda::Cuda>(&args),
         Backend::Hip => run::<device_events_hip::Hip>(&args),
+        Backend::Opencl => run::<device_events_opencl::OpenCl>(&args),
     };
     if let Err(err) = outcome {
         eprintln!("demo: {err}");

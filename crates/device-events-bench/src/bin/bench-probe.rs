@@ -64,6 +64,9 @@ enum What {
     /// Placement error against the software driver's truth over a session
     /// with the clock offset and drifting 100 ppm.
     Placement { seconds: u64 },
+    /// Placement against PoCL's marker times, drift correction on and off,
+    /// `seconds` each.
+    PlacementOpencl { seconds: u64 },
 }
 
 /// What a case runs on.
@@ -177,6 +180,21 @@ fn main() {
             serde_json::Value::Object(sizes)
         }
         What::Placement { seconds } => placement(seconds),
+        What::PlacementOpencl { seconds } => {
+            let report = |errors: device_events_bench::pocl::Errors| {
+                json!({
+                    "windows": errors.windows,
+                    "median_us": errors.quantile_us(0.5),
+                    "p99_us": errors.quantile_us(0.99),
+                    "worst_us": errors.quantile_us(1.0),
+                })
+            };
+            json!({
+                "seconds": seconds,
+                "on": report(device_events_bench::pocl::placement(seconds, true)),
+                "off": report(device_events_bench::pocl::placement(seconds, false)),
+            })
+        }
     };
     println!("{report}");
 }

@@ -113,11 +113,11 @@ pub fn suite() -> Suite<Cuda> {
             Harness::new(
                 Box::new(Memset::new(64 << 20)),
                 Duration::from_nanos(500),
-                Capture {
+                Some(Capture {
                     begin: begin_capture,
                     end: end_capture,
                     status: capture_status,
-                },
+                }),
                 live,
             )
         },

@@ -94,11 +94,11 @@ pub fn suite() -> Suite<Hip> {
             Harness::new(
                 Box::new(Memset::new(64 << 20)),
                 Duration::from_micros(1),
-                Capture {
+                Some(Capture {
                     begin: begin_capture,
                     end: end_capture,
                     status: capture_status,
-                },
+                }),
                 live,
             )
         },

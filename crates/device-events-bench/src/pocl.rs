@@ -1,0 +1,153 @@
+//! Placement truth on a real OpenCL runtime (PoCL in CI): each window's
+//! placed start and end on the host clock against where the runtime says
+//! its markers completed.
+//!
+//! PoCL's profiling times read the host's `CLOCK_MONOTONIC_RAW`; `Instant`
+//! reads `CLOCK_MONOTONIC`, which NTP slews. The truth is the marker's
+//! `CL_PROFILING_COMMAND_END`, mapped to `CLOCK_MONOTONIC` with paired clock
+//! reads taken here, per window, outside the profiler.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use device_events_core::{DriverError, EventApi, EventProfiler, OwnedStream, ProfilerConfig};
+use device_events_opencl::{ClStream, OpenCl};
+
+/// What a session measured: errors in ns, sorted, of both ends of every
+/// window.
+#[derive(Debug)]
+pub struct Errors {
+    /// Windows placed.
+    pub windows: usize,
+    /// |placed − truth| of each start and end, ns, sorted.
+    pub ns: Vec<u64>,
+}
+
+impl Errors {
+    /// The `q`-quantile, in µs.
+    pub fn quantile_us(&self, q: f64) -> f64 {
+        let i = ((self.ns.len() as f64 - 1.0) * q).round() as usize;
+        self.ns.get(i).copied().unwrap_or(u64::MAX) as f64 / 1e3
+    }
+}
+
+/// The OpenCL backend, noting the marker of each record.
+struct Observed;
+
+static LAST: AtomicUsize = AtomicUsize::new(0);
+
+impl EventApi for Observed {
+    type Event = <OpenCl as EventApi>::Event;
+    type Stream = ClStream;
+    const BACKEND: &'static str = OpenCl::BACKEND;
+
+    fn event_create() -> Result<Self::Event, DriverError> {
+        OpenCl::event_create()
+    }
+    fn event_destroy(event: &mut Self::Event) -> Result<(), DriverError> {
+        OpenCl::event_destroy(event)
+    }
+    fn event_record(event: &Self::Event, stream: ClStream) -> Result<(), DriverError> {
+        OpenCl::event_record(event, stream)?;
+        event.with_marker(|marker| LAST.store(marker as usize, Ordering::Relaxed));
+        Ok(())
+    }
+    fn event_wait(event: &Self::Event) -> Result<(), DriverError> {
+        OpenCl::event_wait(event)
+    }
+    fn event_elapsed(start: &Self::Event, end: &Self::Event) -> Result<Duration, DriverError> {
+        OpenCl::event_elapsed(start, end)
+    }
+    fn stream_wait_event(stream: ClStream, event: &Self::Event) -> Result<(), DriverError> {
+        OpenCl::stream_wait_event(stream, event)
+    }
+    fn stream_synchronize(stream: ClStream) -> Result<(), DriverError> {
+        OpenCl::stream_synchronize(stream)
+    }
+    fn stream_create_non_blocking() -> Result<ClStream, DriverError> {
+        OpenCl::stream_create_non_blocking()
+    }
+    fn stream_destroy(stream: ClStream) -> Result<(), DriverError> {
+        OpenCl::stream_destroy(stream)
+    }
+}
+
+fn clock_ns(clock: libc::clockid_t) -> i128 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is writable; both clocks exist on Linux.
+    unsafe { libc::clock_gettime(clock, &mut t) };
+    i128::from(t.tv_sec) * 1_000_000_000 + i128::from(t.tv_nsec)
+}
+
+/// `CLOCK_MONOTONIC_RAW` minus `CLOCK_MONOTONIC`, now: the tightest of three
+/// raw reads bracketed by monotonic ones.
+fn raw_minus_monotonic() -> i128 {
+    (0..3)
+        .map(|_| {
+            let before = clock_ns(libc::CLOCK_MONOTONIC);
+            let raw = clock_ns(libc::CLOCK_MONOTONIC_RAW);
+            let after = clock_ns(libc::CLOCK_MONOTONIC);
+            (after - before, raw - (before + after) / 2)
+        })
+        .min()
+        .map_or(0, |(_, offset)| offset)
+}
+
+fn marker_end_ns(marker: usize) -> Option<i128> {
+    const CL_PROFILING_COMMAND_END: u32 = 0x1283;
+    cl3::event::get_event_profiling_info(marker as cl3::types::cl_event, CL_PROFILING_COMMAND_END)
+        .ok()
+        .map(|v| i128::from(u64::from(v)))
+}
+
+/// Place windows for `seconds` on this thread's OpenCL device, about one
+/// every 3 ms, with the drift correction on or off, and measure each end
+/// against the runtime's truth.
+///
+/// # Panics
+///
+/// When there is no OpenCL device, or a window cannot be read.
+#[allow(
+    clippy::expect_used,
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss
+)]
+pub fn placement(seconds: u64, drift_correction: bool) -> Errors {
+    let stream = OwnedStream::<Observed>::new().expect("an OpenCL queue");
+    let mut profiler = EventProfiler::<Observed>::with_config(ProfilerConfig {
+        drift_correction,
+        ..ProfilerConfig::default()
+    });
+    // `Instant` and `CLOCK_MONOTONIC` are one clock; pair them once.
+    let (epoch, epoch_ns) = (Instant::now(), clock_ns(libc::CLOCK_MONOTONIC));
+    let to_monotonic = |at: Instant| epoch_ns + at.duration_since(epoch).as_nanos() as i128;
+    let mut errors = Vec::new();
+    let mut windows = 0;
+    let session = Instant::now();
+    while session.elapsed() < Duration::from_secs(seconds) {
+        std::thread::sleep(Duration::from_micros(2500));
+        let token = profiler.start(stream.get());
+        let start = LAST.load(Ordering::Relaxed);
+        let window = profiler.stop(stream.get(), token).expect("a window");
+        let end = LAST.load(Ordering::Relaxed);
+        let ticks = crate::resolve(window).expect("a window read");
+        let offset = raw_minus_monotonic();
+        let reference = epoch;
+        for (marker, placed) in [
+            (start, reference + ticks.start_duration_since(reference)),
+            (end, reference + ticks.end_duration_since(reference)),
+        ] {
+            let truth = marker_end_ns(marker).expect("a completed marker's time") - offset;
+            errors.push((to_monotonic(placed) - truth).unsigned_abs() as u64);
+        }
+        windows += 1;
+    }
+    errors.sort_unstable();
+    Errors {
+        windows,
+        ns: errors,
+    }
+}

@@ -1,0 +1,143 @@
+//! The OpenCL backend's own behaviour: no loader or no platform is a clear
+//! no-device error, statuses keep their OpenCL names, handles are checked,
+//! and fences and windows hold up under threads on the real runtime.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use device_events_core::{ErrorKind, EventApi, EventFence, EventProfiler, OwnedStream};
+use device_events_opencl::OpenCl;
+
+fn assert_no_device() {
+    let err = OpenCl::probe().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NoDevice, "{err}");
+    assert!(!err.to_string().contains('\n'), "one line: {err}");
+    assert_eq!(
+        OpenCl::stream_create_non_blocking().unwrap_err().kind(),
+        ErrorKind::NoDevice
+    );
+    assert_eq!(
+        OpenCl::event_create().unwrap_err().kind(),
+        ErrorKind::NoDevice
+    );
+    // Nothing to leak: nothing was made.
+    assert_eq!(OpenCl::live_events(), 0);
+    eprintln!("{err}");
+}
+
+#[test]
+#[ignore = "run by no_icd_loader_is_a_no_device_error, in a child process"]
+fn child_without_a_loader() {
+    assert_no_device();
+}
+
+/// The ICD loader hidden: an unloadable `libOpenCL.so.1` first on the
+/// loader's path, as on a machine without one.
+#[test]
+fn no_icd_loader_is_a_no_device_error() {
+    let dir = std::env::temp_dir().join(format!("device-events-no-opencl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("libOpenCL.so.1"), b"").unwrap();
+    device_events_conformance::run_without_driver(
+        "child_without_a_loader",
+        &["OPENCL_DYLIB_PATH"],
+        &[("LD_LIBRARY_PATH", dir.to_str().unwrap())],
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+#[ignore = "run by no_platform_is_a_no_device_error, in a child process"]
+fn child_without_a_platform() {
+    assert_no_device();
+}
+
+/// The loader present, no platform registered with it (`OCL_ICD_VENDORS`
+/// pointed at an empty folder).
+#[test]
+fn no_platform_is_a_no_device_error() {
+    let dir = std::env::temp_dir().join(format!("device-events-no-icd-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    device_events_conformance::run_without_driver(
+        "child_without_a_platform",
+        &[],
+        &[("OCL_ICD_VENDORS", dir.to_str().unwrap())],
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_status_keeps_its_opencl_name_and_class() {
+    OpenCl::probe().expect("an OpenCL platform with a device");
+    let s = OwnedStream::<OpenCl>::new().unwrap();
+    let (start, end) = (
+        OpenCl::event_create().unwrap(),
+        OpenCl::event_create().unwrap(),
+    );
+    OpenCl::event_record(&start, s.get()).unwrap();
+    // Never recorded: refused, as CUDA and HIP refuse it.
+    let never = OpenCl::event_elapsed(&start, &end).unwrap_err();
+    assert_eq!(never.kind(), ErrorKind::InvalidHandle, "{never}");
+    assert_eq!(device_events_opencl::kind_of(-58), ErrorKind::InvalidHandle);
+    let (mut start, mut end) = (start, end);
+    OpenCl::event_destroy(&mut start).unwrap();
+    OpenCl::event_destroy(&mut end).unwrap();
+}
+
+#[test]
+fn a_destroyed_queue_is_refused_before_the_runtime() {
+    OpenCl::probe().expect("an OpenCL platform with a device");
+    let s = OpenCl::stream_create_non_blocking().unwrap();
+    OpenCl::stream_destroy(s).unwrap();
+    let err = OpenCl::stream_synchronize(s).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidHandle, "{err}");
+    assert_eq!(
+        OpenCl::stream_destroy(s).unwrap_err().kind(),
+        ErrorKind::InvalidHandle
+    );
+}
+
+#[test]
+fn waiting_on_a_never_recorded_event_completes_at_once() {
+    OpenCl::probe().expect("an OpenCL platform with a device");
+    let s = OwnedStream::<OpenCl>::new().unwrap();
+    let mut never = OpenCl::event_create().unwrap();
+    OpenCl::event_wait(&never).unwrap();
+    OpenCl::stream_wait_event(s.get(), &never).unwrap();
+    OpenCl::stream_synchronize(s.get()).unwrap();
+    OpenCl::event_destroy(&mut never).unwrap();
+}
+
+/// Every path releases: fences waited, fences dropped unwaited, windows read
+/// and abandoned, profilers and pools dropped, on 8 threads x 10,000 each.
+/// Fault injection is not possible on a real runtime; this is what can be
+/// swept there.
+#[test]
+fn stress_on_the_real_runtime_releases_everything() {
+    OpenCl::probe().expect("an OpenCL platform with a device");
+    let before = OpenCl::live_events();
+    {
+        let s = OwnedStream::<OpenCl>::new().unwrap();
+        let pool = device_events_core::FencePool::<OpenCl>::new();
+        let mut profiler = EventProfiler::<OpenCl>::new();
+        let abandoned = profiler.start(s.get());
+        let read = profiler.start(s.get());
+        drop(EventFence::<OpenCl>::new(s.get()));
+        pool.fence(s.get()).wait_sync().unwrap();
+        let read = profiler.stop(s.get(), read).unwrap();
+        profiler.abandon(abandoned).unwrap();
+        assert!(pollster::block_on(read.resolve()).is_some());
+    }
+    let took = device_events_conformance::sweep::stress::<OpenCl>(
+        8,
+        10_000,
+        || {},
+        || (OpenCl::live_events(), 0),
+    )
+    .unwrap();
+    eprintln!(
+        "opencl stress: 8 threads x 10000 fences and windows, read on other threads, in {:.1} s",
+        took.as_secs_f64()
+    );
+    assert_eq!(OpenCl::live_events(), before, "every event released");
+}
