@@ -112,13 +112,16 @@ impl Default for ProfilerConfig {
 ///
 /// Device and host clocks drift apart (crystals differ by up to ±100 ppm:
 /// 100 µs per second). Successive anchors are fitted as one line, host time
-/// against device time, as Tracy's calibration does: the fit's rate scales
+/// against device time, as Tracy's calibration does, from the anchors whose
+/// bracket is within 1.5x the tightest kept: the fit's rate scales
 /// each window's offset and span, and smooths each anchor's position. Until
 /// the rate is known, anchors are refreshed every few milliseconds; as the
 /// fit firms up the period grows to [`anchor_max_age`](ProfilerConfig::anchor_max_age).
 /// On the software driver, its clock offset and drifting 100 ppm, windows
-/// over a 60-second session land within 1.4 µs of the truth at the median,
-/// 3.6 µs at p99 and 9 µs at worst (`cargo xtask bench`). What limits it
+/// over a 60-second session land within 0.4 µs of the truth at the median,
+/// 3.5 µs at p99 and 5 µs at worst; on PoCL, a real OpenCL runtime on the
+/// CPU, within 0.9 µs, 2.6 µs and 8.4 µs of its own marker times
+/// (`cargo xtask bench`). What limits it
 /// there is the driver's launch latency (2–5 µs, sometimes tens) and the
 /// host's wake-up after a wait, between which the anchor's bracket lies.
 ///
