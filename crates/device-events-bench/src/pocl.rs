@@ -10,8 +10,9 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use device_events_core::{DriverError, EventApi, EventProfiler, OwnedStream, ProfilerConfig};
-use device_events_opencl::{ClStream, OpenCl};
+use device_events_conformance::noting::{Note, Noting};
+use device_events_core::{EventProfiler, OwnedStream, ProfilerConfig};
+use device_events_opencl::{ClEvent, OpenCl};
 
 /// What a session measured: errors in ns, sorted, of both ends of every
 /// window.
@@ -31,46 +32,19 @@ impl Errors {
     }
 }
 
-/// The OpenCL backend, noting the marker of each record.
-struct Observed;
+/// Notes the marker of each record.
+struct LastMarker;
 
 static LAST: AtomicUsize = AtomicUsize::new(0);
 
-impl EventApi for Observed {
-    type Event = <OpenCl as EventApi>::Event;
-    type Stream = ClStream;
-    const BACKEND: &'static str = OpenCl::BACKEND;
-
-    fn event_create() -> Result<Self::Event, DriverError> {
-        OpenCl::event_create()
-    }
-    fn event_destroy(event: &mut Self::Event) -> Result<(), DriverError> {
-        OpenCl::event_destroy(event)
-    }
-    fn event_record(event: &Self::Event, stream: ClStream) -> Result<(), DriverError> {
-        OpenCl::event_record(event, stream)?;
+impl Note<OpenCl> for LastMarker {
+    fn recorded(event: &ClEvent) {
         event.with_marker(|marker| LAST.store(marker as usize, Ordering::Relaxed));
-        Ok(())
-    }
-    fn event_wait(event: &Self::Event) -> Result<(), DriverError> {
-        OpenCl::event_wait(event)
-    }
-    fn event_elapsed(start: &Self::Event, end: &Self::Event) -> Result<Duration, DriverError> {
-        OpenCl::event_elapsed(start, end)
-    }
-    fn stream_wait_event(stream: ClStream, event: &Self::Event) -> Result<(), DriverError> {
-        OpenCl::stream_wait_event(stream, event)
-    }
-    fn stream_synchronize(stream: ClStream) -> Result<(), DriverError> {
-        OpenCl::stream_synchronize(stream)
-    }
-    fn stream_create_non_blocking() -> Result<ClStream, DriverError> {
-        OpenCl::stream_create_non_blocking()
-    }
-    fn stream_destroy(stream: ClStream) -> Result<(), DriverError> {
-        OpenCl::stream_destroy(stream)
     }
 }
+
+/// The OpenCL backend, noting the marker of each record.
+type Observed = Noting<OpenCl, LastMarker>;
 
 fn clock_ns(clock: libc::clockid_t) -> i128 {
     let mut t = libc::timespec {

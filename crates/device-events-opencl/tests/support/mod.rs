@@ -8,9 +8,10 @@ use std::time::Duration;
 use cl3::types::cl_mem;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use device_events_conformance::noting::{Note, Noting};
 use device_events_conformance::{Harness, Truth, Workload};
 use device_events_core::{DriverError, EventApi};
-use device_events_opencl::{ClStream, OpenCl};
+use device_events_opencl::{ClEvent, ClStream, OpenCl};
 
 const CL_MEM_READ_WRITE: u64 = 1;
 
@@ -93,10 +94,13 @@ impl Drop for Fill {
     }
 }
 
-/// The OpenCL backend, unchanged, but for noting the marker of each record:
-/// how the suite reads the runtime's own timestamps of a profiler's events,
-/// the truth its durations are checked against.
-pub struct Observed;
+/// Notes the marker of each record: how the suite reads the runtime's own
+/// timestamps of a profiler's events, the truth its durations are checked
+/// against.
+pub struct LastMarker;
+
+/// The OpenCL backend, noting the marker of each record.
+pub type Observed = Noting<OpenCl, LastMarker>;
 
 static LAST_MARKER: AtomicUsize = AtomicUsize::new(0);
 const CL_PROFILING_COMMAND_END: u32 = 0x1283;
@@ -114,39 +118,9 @@ fn marker_end_ns(marker: usize) -> Option<u64> {
         .map(Into::into)
 }
 
-impl EventApi for Observed {
-    type Event = <OpenCl as EventApi>::Event;
-    type Stream = ClStream;
-    const BACKEND: &'static str = OpenCl::BACKEND;
-
-    fn event_create() -> Result<Self::Event, DriverError> {
-        OpenCl::event_create()
-    }
-    fn event_destroy(event: &mut Self::Event) -> Result<(), DriverError> {
-        OpenCl::event_destroy(event)
-    }
-    fn event_record(event: &Self::Event, stream: ClStream) -> Result<(), DriverError> {
-        OpenCl::event_record(event, stream)?;
+impl Note<OpenCl> for LastMarker {
+    fn recorded(event: &ClEvent) {
         event.with_marker(|marker| LAST_MARKER.store(marker as usize, Ordering::Relaxed));
-        Ok(())
-    }
-    fn event_wait(event: &Self::Event) -> Result<(), DriverError> {
-        OpenCl::event_wait(event)
-    }
-    fn event_elapsed(start: &Self::Event, end: &Self::Event) -> Result<Duration, DriverError> {
-        OpenCl::event_elapsed(start, end)
-    }
-    fn stream_wait_event(stream: ClStream, event: &Self::Event) -> Result<(), DriverError> {
-        OpenCl::stream_wait_event(stream, event)
-    }
-    fn stream_synchronize(stream: ClStream) -> Result<(), DriverError> {
-        OpenCl::stream_synchronize(stream)
-    }
-    fn stream_create_non_blocking() -> Result<ClStream, DriverError> {
-        OpenCl::stream_create_non_blocking()
-    }
-    fn stream_destroy(stream: ClStream) -> Result<(), DriverError> {
-        OpenCl::stream_destroy(stream)
     }
 }
 

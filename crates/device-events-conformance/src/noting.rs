@@ -1,0 +1,53 @@
+//! A backend unchanged but for being told of each record: how a check reads
+//! a driver's own timestamps of events the code under test owns.
+
+use std::marker::PhantomData;
+use std::time::Duration;
+
+use device_events_core::{DriverError, EventApi};
+
+/// Told of each event right after the backend recorded it.
+pub trait Note<A: EventApi>: Send + Sync + 'static {
+    /// `event` was just recorded.
+    fn recorded(event: &A::Event);
+}
+
+/// Backend `A`, calling `N::recorded` after each successful record, and
+/// otherwise exactly `A`.
+pub struct Noting<A, N>(PhantomData<fn() -> (A, N)>);
+
+impl<A: EventApi, N: Note<A>> EventApi for Noting<A, N> {
+    type Event = A::Event;
+    type Stream = A::Stream;
+    const BACKEND: &'static str = A::BACKEND;
+
+    fn event_create() -> Result<A::Event, DriverError> {
+        A::event_create()
+    }
+    fn event_destroy(event: &mut A::Event) -> Result<(), DriverError> {
+        A::event_destroy(event)
+    }
+    fn event_record(event: &A::Event, stream: A::Stream) -> Result<(), DriverError> {
+        A::event_record(event, stream)?;
+        N::recorded(event);
+        Ok(())
+    }
+    fn event_wait(event: &A::Event) -> Result<(), DriverError> {
+        A::event_wait(event)
+    }
+    fn event_elapsed(start: &A::Event, end: &A::Event) -> Result<Duration, DriverError> {
+        A::event_elapsed(start, end)
+    }
+    fn stream_wait_event(stream: A::Stream, event: &A::Event) -> Result<(), DriverError> {
+        A::stream_wait_event(stream, event)
+    }
+    fn stream_synchronize(stream: A::Stream) -> Result<(), DriverError> {
+        A::stream_synchronize(stream)
+    }
+    fn stream_create_non_blocking() -> Result<A::Stream, DriverError> {
+        A::stream_create_non_blocking()
+    }
+    fn stream_destroy(stream: A::Stream) -> Result<(), DriverError> {
+        A::stream_destroy(stream)
+    }
+}
