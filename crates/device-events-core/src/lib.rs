@@ -45,6 +45,7 @@ mod fence;
 pub mod handles;
 mod pool;
 mod profiler;
+mod resolver;
 #[cfg(feature = "sim")]
 pub mod sim;
 mod stream;
@@ -55,6 +56,7 @@ pub use fence::{EventFence, FencePool};
 pub use profiler::{
     EventProfiler, PlacedWindow, Placement, ProfileError, ProfileToken, ProfilerConfig,
 };
+pub use resolver::resolver_running;
 pub use stream::OwnedStream;
 
 /// The `cubecl-common` profiling types windows resolve to, re-exported so a

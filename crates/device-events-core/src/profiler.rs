@@ -2,8 +2,9 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
 
 use cubecl_common::profile::{Duration, Instant, ProfileDuration, ProfileTicks};
 
@@ -12,6 +13,7 @@ use crate::anchor::{Anchor, Bracket};
 use crate::drift::{DriftFit, MAX_GAP};
 use crate::driver::DriverError;
 use crate::pool::{EventPool, PooledEvent};
+use crate::resolver::{self, Answer, Job};
 use crate::stream::OwnedStream;
 
 /// Why [`EventProfiler::stop`] or [`EventProfiler::abandon`] refused a token.
@@ -166,6 +168,8 @@ pub struct EventProfiler<A: EventApi> {
     /// no anchor to fall back on.
     /// Boxed: it is rare, and a profiler is held inline by servers.
     retry: Option<Box<(Instant, Duration, DriverError)>>,
+    /// Keeps the resolver thread up between windows while this lives.
+    _resolver: resolver::Hold,
 }
 
 struct Slot<A: EventApi> {
@@ -209,6 +213,7 @@ impl<A: EventApi> EventProfiler<A> {
             fit: DriftFit::new(),
             pool: EventPool::new(config.max_idle_events),
             retry: None,
+            _resolver: resolver::Hold::new(),
         }
     }
 
@@ -309,7 +314,7 @@ impl<A: EventApi> EventProfiler<A> {
         &mut self,
         stream: A::Stream,
         token: ProfileToken,
-    ) -> Result<impl Future<Output = Option<Placement>> + Send + 'static, ProfileError> {
+    ) -> Result<Resolving<A>, ProfileError> {
         let Opened { start, anchor } = self.take(token)??;
         let end = self.event().and_then(|end| {
             A::event_record(end.raw(), stream)?;
@@ -320,17 +325,14 @@ impl<A: EventApi> EventProfiler<A> {
             max_distance: self.config.max_anchor_distance,
             resolution: self.config.timer_resolution,
         };
-        Ok(async move {
-            match read_window(&anchor, &start, &end, limits) {
-                Ok(placed) => Some(placed),
-                Err(why) => {
-                    log::warn!(
-                        "{}: profiling window unreadable, reporting no measurement: {why}",
-                        A::BACKEND
-                    );
-                    None
-                }
-            }
+        Ok(Resolving {
+            inputs: Some(Inputs {
+                anchor,
+                start,
+                end,
+                limits,
+            }),
+            pending: None,
         })
     }
 
@@ -659,21 +661,22 @@ impl std::fmt::Display for Unread {
     }
 }
 
-fn read_window<A: EventApi>(
-    anchor: &Anchor<A>,
-    start: &PooledEvent<A>,
-    end: &PooledEvent<A>,
-    limits: Limits,
-) -> Result<Placement, Unread> {
+fn read_window<A: EventApi>(inputs: &Inputs<A>, may_wait: bool) -> Result<Placement, Unread> {
+    let Inputs {
+        anchor,
+        start,
+        end,
+        limits,
+    } = inputs;
     // The span first: waiting for the end, if it was not reached yet, also
     // covers the start on one stream, and a window read after the device
     // got there costs no wait at all.
-    let span = reading::<A>(start.raw(), end.raw())?;
-    let offset = reading::<A>(anchor.event(), start.raw())?;
+    let span = reading::<A>(start.raw(), end.raw(), may_wait)?;
+    let offset = reading::<A>(anchor.event(), start.raw(), may_wait)?;
     if span.is_zero() {
         // A reversed window reads as zero too (the backends clamp negative
         // readings): its two ends' offsets from the anchor tell it apart.
-        let to_end = reading::<A>(anchor.event(), end.raw())?;
+        let to_end = reading::<A>(anchor.event(), end.raw(), may_wait)?;
         if to_end < offset {
             return Err(Unread::Reversed {
                 start: offset,
@@ -699,6 +702,114 @@ fn read_window<A: EventApi>(
     })
 }
 
+/// What a window's reading needs.
+struct Inputs<A: EventApi> {
+    anchor: Arc<Anchor<A>>,
+    start: PooledEvent<A>,
+    end: PooledEvent<A>,
+    limits: Limits,
+}
+
+/// The reading, or `None` with the reason logged.
+fn placement_or_none<A: EventApi>(read: Result<Placement, Unread>) -> Option<Placement> {
+    read.inspect_err(|why| {
+        log::warn!(
+            "{}: profiling window unreadable, reporting no measurement: {why}",
+            A::BACKEND
+        );
+    })
+    .ok()
+}
+
+/// A closed window's reading: at once when the device is already past its
+/// end, else by the resolver thread, so the polling thread never blocks in
+/// a driver wait.
+struct Resolving<A: EventApi> {
+    /// Until the first poll.
+    inputs: Option<Inputs<A>>,
+    /// Once handed to the resolver.
+    pending: Option<Arc<Pending<A>>>,
+}
+
+/// A window the resolver waits for.
+struct Pending<A: EventApi> {
+    /// Taken by the resolver when it starts, or by the future dropped
+    /// before that, which then releases the events itself.
+    inputs: Mutex<Option<Inputs<A>>>,
+    answer: Answer<Option<Placement>>,
+}
+
+impl<A: EventApi> Job for Pending<A> {
+    fn run(&self) {
+        let inputs = self
+            .inputs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let Some(inputs) = inputs else {
+            return;
+        };
+        let placed = placement_or_none::<A>(read_window(&inputs, true));
+        // The events go back before the waiter hears: a caller that counts
+        // handles right after resolving sees them released.
+        drop(inputs);
+        self.answer.fill(placed);
+    }
+}
+
+// Nothing of it is ever pinned in place: the inputs move to the resolver.
+impl<A: EventApi> Unpin for Resolving<A> {}
+
+impl<A: EventApi> Future for Resolving<A> {
+    type Output = Option<Placement>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Placement>> {
+        let this = self.get_mut();
+        if let Some(inputs) = this.inputs.take() {
+            match read_window(&inputs, false) {
+                Err(Unread::Driver(err)) if err.is_not_ready() => {
+                    log::debug!(
+                        "{}: window not reached yet, handed to the resolver thread: {err}",
+                        A::BACKEND
+                    );
+                    let pending = Arc::new(Pending {
+                        inputs: Mutex::new(Some(inputs)),
+                        answer: Answer::new(),
+                    });
+                    // The waker first: the resolver may answer at once.
+                    let _ = pending.answer.take_or_wait(cx.waker());
+                    resolver::submit(Arc::clone(&pending) as Arc<dyn Job>);
+                    this.pending = Some(pending);
+                    return Poll::Pending;
+                }
+                read => return Poll::Ready(placement_or_none::<A>(read)),
+            }
+        }
+        match &this.pending {
+            Some(pending) => match pending.answer.take_or_wait(cx.waker()) {
+                Some(placed) => Poll::Ready(placed),
+                None => Poll::Pending,
+            },
+            None => Poll::Ready(None),
+        }
+    }
+}
+
+impl<A: EventApi> Drop for Resolving<A> {
+    /// Dropped unresolved: the events go back now, unless the resolver is
+    /// already waiting on them, when they go back as it finishes.
+    fn drop(&mut self) {
+        if let Some(pending) = &self.pending {
+            let inputs = pending
+                .inputs
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take();
+            drop(inputs);
+        }
+    }
+}
+
 /// How far an elapsed reading of `reading` can be off: the driver's
 /// resolution, half the `f32` millisecond step there, and the nanosecond
 /// rounding of the conversion.
@@ -709,11 +820,16 @@ fn reading_error(reading: Duration, resolution: Duration) -> Duration {
     resolution + Duration::from_secs_f64(step_ms / 2e3) + Duration::from_nanos(1)
 }
 
-/// Elapsed time from `from` to `to`, waiting for them and asking again if
-/// the driver says they were not reached yet: `to` first (on one stream it
-/// covers `from`), then `from` (a window stopped on another stream).
-fn reading<A: EventApi>(from: &A::Event, to: &A::Event) -> Result<Duration, DriverError> {
-    let mut waits = [to, from].into_iter();
+/// Elapsed time from `from` to `to`. If the driver says they were not
+/// reached yet: with `may_wait`, wait and ask again, `to` first (on one
+/// stream it covers `from`), then `from` (a window stopped on another
+/// stream); without, say so.
+fn reading<A: EventApi>(
+    from: &A::Event,
+    to: &A::Event,
+    may_wait: bool,
+) -> Result<Duration, DriverError> {
+    let mut waits = [to, from].into_iter().filter(|_| may_wait);
     loop {
         match A::event_elapsed(from, to) {
             Err(err) if err.is_not_ready() => {

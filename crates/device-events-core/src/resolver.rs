@@ -1,0 +1,158 @@
+//! One thread per process that does the blocking waits of windows whose
+//! device work is not done yet, so that the thread polling a window's
+//! future (an async executor's worker) never blocks in a driver wait.
+//!
+//! Bounded: one thread, whatever the number of windows, started on the
+//! first wait it is handed and gone once its queue is empty and no profiler
+//! is left. A job whose future was dropped before it ran is never run: the
+//! future releases its events itself.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::task::Waker;
+
+/// Work handed to the resolver thread.
+pub(crate) trait Job: Send + Sync {
+    /// Do the blocking part and wake whoever waits for it.
+    fn run(&self);
+}
+
+struct Queue {
+    jobs: VecDeque<Arc<dyn Job>>,
+    /// Whether the thread is up.
+    running: bool,
+    /// Live profilers: while there are any, an idle thread stays for the
+    /// next window instead of being started again.
+    profilers: usize,
+}
+
+static QUEUE: Mutex<Queue> = Mutex::new(Queue {
+    jobs: VecDeque::new(),
+    running: false,
+    profilers: 0,
+});
+static WORK: Condvar = Condvar::new();
+
+fn queue() -> MutexGuard<'static, Queue> {
+    QUEUE.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Hand `job` to the resolver thread, starting it if needed. Where no
+/// thread can be started the job runs here, blocking: a late answer beats
+/// none.
+pub(crate) fn submit(job: Arc<dyn Job>) {
+    let mut q = queue();
+    q.jobs.push_back(job);
+    if q.running {
+        drop(q);
+        WORK.notify_one();
+        return;
+    }
+    q.running = true;
+    drop(q);
+    let started = std::thread::Builder::new()
+        .name("device-events-resolver".into())
+        .spawn(serve);
+    if started.is_err() {
+        log::warn!("device-events: no resolver thread could be started; waiting in place");
+        queue().running = false;
+        while let Some(job) = queue().jobs.pop_front() {
+            job.run();
+        }
+    }
+}
+
+fn serve() {
+    let mut q = queue();
+    loop {
+        if let Some(job) = q.jobs.pop_front() {
+            drop(q);
+            // A job never panics by design; one that did must not take the
+            // thread, and every waiter behind it, down.
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.run())).is_err() {
+                log::warn!("device-events: a window's resolution panicked; it reads as None");
+            }
+            drop(job);
+            q = queue();
+        } else if q.profilers == 0 {
+            q.running = false;
+            return;
+        } else {
+            q = WORK.wait(q).unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+}
+
+/// Whether the thread that waits for windows' device work on behalf of
+/// their futures is up. It starts at the first window read before its
+/// device work is done, and stops once no profiler is left and no window
+/// waits.
+///
+/// ```
+/// // No profiler yet, so no resolver thread.
+/// assert!(!device_events_core::resolver_running());
+/// ```
+pub fn resolver_running() -> bool {
+    queue().running
+}
+
+/// A profiler's hold on the resolver: it keeps an idle thread alive.
+pub(crate) struct Hold;
+
+impl Hold {
+    pub(crate) fn new() -> Self {
+        queue().profilers += 1;
+        Self
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        queue().profilers -= 1;
+        WORK.notify_all();
+    }
+}
+
+/// Where a job leaves its answer and finds whom to wake.
+pub(crate) struct Answer<T> {
+    state: Mutex<SlotState<T>>,
+}
+
+enum SlotState<T> {
+    Waiting(Option<Waker>),
+    Done(T),
+    Taken,
+}
+
+impl<T> Answer<T> {
+    pub(crate) fn new() -> Self {
+        Self {
+            state: Mutex::new(SlotState::Waiting(None)),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, SlotState<T>> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Leave the answer and wake the waiter.
+    pub(crate) fn fill(&self, value: T) {
+        let previous = std::mem::replace(&mut *self.lock(), SlotState::Done(value));
+        if let SlotState::Waiting(Some(waker)) = previous {
+            waker.wake();
+        }
+    }
+
+    /// The answer if it is there; else remember `waker` for it.
+    pub(crate) fn take_or_wait(&self, waker: &Waker) -> Option<T> {
+        let mut state = self.lock();
+        match std::mem::replace(&mut *state, SlotState::Taken) {
+            SlotState::Done(value) => Some(value),
+            SlotState::Waiting(_) => {
+                *state = SlotState::Waiting(Some(waker.clone()));
+                None
+            }
+            SlotState::Taken => None,
+        }
+    }
+}

@@ -1,0 +1,169 @@
+//! Resolving a window never blocks the thread that polls it: a window whose
+//! device work is not done is waited for on the resolver thread, and the
+//! executor's other tasks keep running meanwhile.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::cell::Cell;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use device_events_core::profile::ProfileDuration;
+use device_events_core::sim::Sim;
+use device_events_core::{EventApi, EventProfiler, resolver_running};
+use futures::executor::LocalPool;
+use futures::task::LocalSpawnExt as _;
+use support::setup;
+
+/// Returns `Pending` once, waking itself: lets the executor run the others.
+struct YieldOnce(bool);
+
+impl Future for YieldOnce {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.0 {
+            return Poll::Ready(());
+        }
+        self.0 = true;
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+}
+
+type Resolve = fn(ProfileDuration) -> Pin<Box<dyn Future<Output = bool>>>;
+
+/// 1,000 windows behind 50 ms of device work, resolved on one thread next
+/// to a task that counts its turns: how many turns it got before the first
+/// window resolved, and how many windows were read.
+fn turns_while_resolving(resolve: Resolve) -> (usize, usize) {
+    let s = Sim::stream_create_non_blocking().unwrap();
+    let mut profiler = EventProfiler::<Sim>::new();
+    Sim::enqueue_work(s, Duration::from_millis(50));
+    let windows: Vec<ProfileDuration> = (0..1000)
+        .map(|_| {
+            let token = profiler.start(s);
+            profiler.stop(s, token).unwrap()
+        })
+        .collect();
+
+    let mut pool = LocalPool::new();
+    let spawner = pool.spawner();
+    let (turns, resolved, read) = (
+        Rc::new(Cell::new(0)),
+        Rc::new(Cell::new(0)),
+        Rc::new(Cell::new(0)),
+    );
+    {
+        let (turns, resolved) = (Rc::clone(&turns), Rc::clone(&resolved));
+        spawner
+            .spawn_local(async move {
+                while resolved.get() == 0 {
+                    turns.set(turns.get() + 1);
+                    YieldOnce(false).await;
+                }
+            })
+            .unwrap();
+    }
+    for window in windows {
+        let (resolved, read) = (Rc::clone(&resolved), Rc::clone(&read));
+        spawner
+            .spawn_local(async move {
+                let was_read = resolve(window).await;
+                resolved.set(resolved.get() + 1);
+                read.set(read.get() + usize::from(was_read));
+            })
+            .unwrap();
+    }
+    pool.run();
+    drop(profiler);
+    Sim::stream_destroy(s).unwrap();
+    (turns.get(), read.get())
+}
+
+fn without_blocking(window: ProfileDuration) -> Pin<Box<dyn Future<Output = bool>>> {
+    Box::pin(async move { window.resolve().await.is_some() })
+}
+
+/// A resolver that blocks the polling thread, as `resolve` did before.
+fn blocking(window: ProfileDuration) -> Pin<Box<dyn Future<Output = bool>>> {
+    Box::pin(async move { pollster::block_on(window.resolve()).is_some() })
+}
+
+#[test]
+fn a_thousand_windows_resolve_on_one_thread_while_its_other_task_runs() {
+    let _sim = setup();
+    let (turns, read) = turns_while_resolving(without_blocking);
+    assert_eq!(read, 1000);
+    // 50 ms of device work: the other task ran all along.
+    assert!(
+        turns > 100,
+        "{turns} turns before the first window resolved"
+    );
+}
+
+/// The check above can fail: with a resolver that blocks, the other task
+/// gets no turn until the first window is read.
+#[test]
+fn the_progress_check_catches_a_resolver_that_blocks() {
+    let _sim = setup();
+    let (turns, read) = turns_while_resolving(blocking);
+    assert_eq!(read, 1000);
+    assert!(turns <= 1, "{turns} turns before the first window resolved");
+}
+
+#[test]
+fn windows_dropped_unresolved_release_their_events() {
+    let _sim = setup();
+    let s = Sim::stream_create_non_blocking().unwrap();
+    let mut profiler = EventProfiler::<Sim>::new();
+    Sim::enqueue_work(s, Duration::from_millis(30));
+    let mut windows: Vec<_> = (0..100)
+        .map(|_| {
+            let token = profiler.start(s);
+            profiler.stop(s, token).unwrap().into_future()
+        })
+        .collect();
+    // Each polled once: handed to the resolver, then dropped unresolved.
+    let waker = std::task::Waker::noop();
+    for window in &mut windows {
+        assert!(
+            window
+                .as_mut()
+                .poll(&mut Context::from_waker(waker))
+                .is_pending()
+        );
+    }
+    drop(windows);
+    drop(profiler);
+    Sim::stream_synchronize(s).unwrap();
+    // The one the resolver was waiting on goes back as it finishes.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while Sim::counts().live_events > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Sim::stream_destroy(s).unwrap();
+    assert_eq!(Sim::counts().live_events, 0, "every event released");
+}
+
+#[test]
+fn the_resolver_stops_once_no_profiler_is_left() {
+    let _sim = setup();
+    let s = Sim::stream_create_non_blocking().unwrap();
+    let mut profiler = EventProfiler::<Sim>::new();
+    Sim::enqueue_work(s, Duration::from_millis(5));
+    let token = profiler.start(s);
+    let window = profiler.stop(s, token).unwrap();
+    assert!(pollster::block_on(window.resolve()).is_some());
+    assert!(resolver_running(), "up while a profiler lives");
+    drop(profiler);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while resolver_running() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Sim::stream_destroy(s).unwrap();
+    assert!(!resolver_running(), "stopped with the last profiler");
+}
