@@ -141,6 +141,8 @@ pub(crate) fn bench() -> Result<()> {
     crate::ensure_pocl()?;
     eprintln!("xtask: placement on PoCL over 31 s, drift correction on, then 31 s off");
     let pocl = probe(&["placement-opencl", "31"], &soft)?;
+    eprintln!("xtask: a thread waiting 100 ms for a fence, spinning and blocking");
+    let wait = probe(&["wait-cost"], &soft)?;
 
     let i = |case: &str| instr[case].as_f64().unwrap_or(f64::NAN);
     let c = |case: &str| calls[case].as_f64().unwrap_or(f64::NAN);
@@ -200,6 +202,7 @@ pub(crate) fn bench() -> Result<()> {
         },
         "placement": placement,
         "placement_pocl": pocl,
+        "wait_cost": wait,
     });
     let out = root().join("target/bench.json");
     std::fs::write(&out, serde_json::to_string_pretty(&report)?)?;
@@ -334,4 +337,30 @@ fn print_table(r: &Value) {
         "PoCL's device is the CPU: these are its latencies, not a GPU's; truth is each \
          marker's CL_PROFILING_COMMAND_END (CLOCK_MONOTONIC_RAW) mapped to CLOCK_MONOTONIC"
     );
+    let w = &r["wait_cost"];
+    for (key, label) in [
+        ("soft_spin", "software driver, spinning"),
+        ("soft_blocking", "software driver, blocking sync"),
+        ("pocl", "PoCL (OpenCL waits block)"),
+    ] {
+        let (cpu, wall, late) = (
+            f(&w[key]["cpu_ms"]),
+            f(&w[key]["wall_ms"]),
+            f(&w[key]["late_us"]),
+        );
+        println!(
+            "{:<44} {:>14.2} {:>12} {:>10}",
+            format!("wait, {label}: CPU / wall"),
+            cpu / wall.max(1e-9),
+            "",
+            ""
+        );
+        println!(
+            "{:<44} {:>14.1} {:>12} {:>10}",
+            format!("wait, {label}: woke late, µs"),
+            late,
+            "",
+            ""
+        );
+    }
 }

@@ -220,8 +220,11 @@ fn package() -> Result<()> {
         );
         published.push(name.to_owned());
     }
+    let verify_dir = root().join("target").join("package-verify");
+    forget_packaged_copies(&verify_dir)?;
     let mut cmd = cargo();
-    cmd.args(["package", "--allow-dirty"]);
+    cmd.args(["package", "--allow-dirty", "--target-dir"])
+        .arg(&verify_dir);
     for name in &published {
         cmd.args(["--package", name]);
     }
@@ -235,6 +238,58 @@ fn package() -> Result<()> {
         "cargo package warned:\n{}",
         warnings.join("\n")
     );
+    Ok(())
+}
+
+/// `cargo package` verifies a crate against its workspace dependencies
+/// through a temporary local registry. It unpacks them into
+/// `$CARGO_HOME/registry/src/-<hash>/`, keyed by that registry's path, and
+/// builds them as registry crates, which cargo never rebuilds for the same
+/// version. The version does not change between commits, so a later run
+/// would verify against an earlier one's sources. This project's crates
+/// unpacked in local registries (names starting with `-`) and built in the
+/// verification's own target folder are removed first; the rest of that
+/// folder stays, so dependencies are built once.
+fn forget_packaged_copies(verify_dir: &std::path::Path) -> Result<()> {
+    let ours = |name: &str| {
+        ["device-events-", "device_events_", "libdevice_events_"]
+            .iter()
+            .any(|prefix| name.starts_with(prefix))
+    };
+    let home = std::env::var_os("CARGO_HOME").map_or_else(
+        || PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cargo"),
+        PathBuf::from,
+    );
+    let mut folders = vec![
+        verify_dir.join("debug").join(".fingerprint"),
+        verify_dir.join("debug").join("deps"),
+        verify_dir.join("debug").join("build"),
+    ];
+    for kind in ["src", "cache"] {
+        if let Ok(registries) = std::fs::read_dir(home.join("registry").join(kind)) {
+            folders.extend(
+                registries
+                    .flatten()
+                    .filter(|r| r.file_name().to_string_lossy().starts_with('-'))
+                    .map(|r| r.path()),
+            );
+        }
+    }
+    for folder in folders {
+        let Ok(entries) = std::fs::read_dir(&folder) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            if ours(&entry.file_name().to_string_lossy()) {
+                let path = entry.path();
+                if path.is_dir() {
+                    std::fs::remove_dir_all(&path)?;
+                } else {
+                    std::fs::remove_file(&path)?;
+                }
+            }
+        }
+    }
     Ok(())
 }
 

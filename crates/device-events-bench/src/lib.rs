@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 pub mod pocl;
+pub mod wait;
 
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
@@ -58,16 +59,16 @@ impl EventApi for Null {
     }
 }
 
-/// Resolve a window's reading. Its future completes on its first poll (it
-/// blocks inside), so a no-op waker serves, and costs no allocation, unlike
-/// a general executor's.
+/// Resolve a window's reading. A window the device already passed reads on
+/// its first poll, for which a no-op waker serves and costs no allocation;
+/// one not yet reached is waited for with the thread parked, as an
+/// executor would.
 pub fn resolve(duration: ProfileDuration) -> Option<ProfileTicks> {
     let mut future = duration.into_future();
     let mut cx = Context::from_waker(Waker::noop());
-    loop {
-        if let Poll::Ready(ticks) = future.as_mut().poll(&mut cx) {
-            return ticks;
-        }
+    match future.as_mut().poll(&mut cx) {
+        Poll::Ready(ticks) => ticks,
+        Poll::Pending => pollster::block_on(future),
     }
 }
 

@@ -125,3 +125,51 @@ pub fn placement(seconds: u64, drift_correction: bool) -> Errors {
         ns: errors,
     }
 }
+
+/// A fence behind about 100 ms of buffer fills on this thread's OpenCL
+/// device: OpenCL's waits block, so there is one mode. The wake-up is
+/// measured against the marker's completion time.
+///
+/// # Panics
+///
+/// When there is no OpenCL device.
+#[allow(
+    clippy::expect_used,
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss
+)]
+pub fn wait_cost() -> crate::wait::WaitCost {
+    use crate::wait::{cl_buffer, cl_fill, thread_cpu};
+    const BYTES: usize = 64 << 20;
+    let stream = OwnedStream::<Observed>::new().expect("an OpenCL queue");
+    let queue = stream.get().with_raw(|q| q).expect("a live queue");
+    let buffer = cl_buffer(queue, BYTES);
+    // One warm fill timed from the host, to size 100 ms of them.
+    cl_fill(queue, buffer, BYTES);
+    cl3::command_queue::finish(queue).expect("clFinish");
+    let started = Instant::now();
+    cl_fill(queue, buffer, BYTES);
+    cl3::command_queue::finish(queue).expect("clFinish");
+    let fills = (Duration::from_millis(100).as_secs_f64() / started.elapsed().as_secs_f64())
+        .ceil()
+        .max(1.0) as usize;
+    for _ in 0..fills {
+        cl_fill(queue, buffer, BYTES);
+    }
+    let fence = device_events_core::EventFence::<Observed>::new(stream.get());
+    let marker = LAST.load(Ordering::Relaxed);
+    let (epoch, epoch_ns) = (Instant::now(), clock_ns(libc::CLOCK_MONOTONIC));
+    let (cpu, started) = (thread_cpu(), Instant::now());
+    fence.wait_sync().expect("a wait");
+    let (returned, cpu) = (Instant::now(), thread_cpu() - cpu);
+    let truth = marker_end_ns(marker).expect("a completed marker") - raw_minus_monotonic();
+    let returned_ns = epoch_ns + returned.duration_since(epoch).as_nanos() as i128;
+    drop(fence);
+    // SAFETY: made above, its fills done.
+    let _ = unsafe { cl3::memory::release_mem_object(buffer) };
+    crate::wait::WaitCost {
+        cpu,
+        wall: returned - started,
+        late: Duration::from_nanos((returned_ns - truth).max(0) as u64),
+    }
+}

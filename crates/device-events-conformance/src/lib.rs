@@ -655,6 +655,25 @@ pub fn a_fence_out_of_a_capture_forks_and_its_windows_read_none<A: EventApi>(h: 
     assert_eq!(waited.kind(), ErrorKind::Capture, "{waited}");
 }
 
+/// A fence says it is complete only once the device passed it, and asking
+/// never waits: [`EventFence::is_complete`] where the backend can query.
+pub fn a_fence_is_complete_only_once_the_device_passes_it<A: device_events_core::EventQuery>(
+    h: &Harness<A>,
+) {
+    let streams = Streams::<A>::new(1);
+    let s = streams.get(0);
+    h.enqueue(s, Duration::from_millis(30));
+    let fence = EventFence::<A>::new(s);
+    let asked = Instant::now();
+    assert!(!fence.is_complete().unwrap(), "30 ms of work still queued");
+    assert!(
+        asked.elapsed() < Duration::from_millis(20),
+        "asking did not wait"
+    );
+    fence.wait_sync().unwrap();
+    assert!(fence.is_complete().unwrap());
+}
+
 /// A window is read on a thread other than the one that opened it.
 pub fn windows_resolve_on_other_threads<A: EventApi>(h: &Harness<A>) {
     let streams = Streams::<A>::new(1);

@@ -303,6 +303,14 @@ impl SoftDriver {
         unsafe { f(least_ns, jitter_ns, tail_percent, tail_ns) }
     }
 
+    /// Set how late a blocking-synchronization wait wakes, in ns.
+    pub fn set_blocking_wake_ns(&self, ns: u64) {
+        type F = unsafe extern "C" fn(u64);
+        let f = self.symbol::<F>(b"soft_driver_set_blocking_wake_ns\0");
+        // SAFETY: a plain value; the driver stores it.
+        unsafe { f(ns) }
+    }
+
     /// Set the memset speed, in bytes per second.
     pub fn set_bandwidth(&self, bytes_per_second: f64) {
         type F = unsafe extern "C" fn(f64);

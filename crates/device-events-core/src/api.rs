@@ -121,3 +121,17 @@ pub trait EventApi: Send + Sync + 'static {
     /// [`DriverError`], which the caller can only log: this runs from a `Drop`.
     fn stream_destroy(stream: Self::Stream) -> Result<(), DriverError>;
 }
+
+/// A backend that can tell whether the device has reached an event without
+/// waiting for it (`cuEventQuery`, `hipEventQuery`, OpenCL's
+/// `CL_EVENT_COMMAND_EXECUTION_STATUS`). Kept apart from [`EventApi`],
+/// whose shape is fixed, for the checks that must never block.
+pub trait EventQuery: EventApi {
+    /// `Ok(true)` once the device has reached the event's last record (or
+    /// it was never recorded), `Ok(false)` before; never waits.
+    ///
+    /// # Errors
+    ///
+    /// The driver's error for anything but "not ready".
+    fn event_query(event: &Self::Event) -> Result<bool, DriverError>;
+}

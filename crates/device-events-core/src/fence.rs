@@ -139,6 +139,31 @@ impl<A: EventApi> Default for FencePool<A> {
     }
 }
 
+impl<A: crate::EventQuery> EventFence<A> {
+    /// Whether the device has passed the fence, without waiting: for a
+    /// server that polls instead of parking a thread.
+    ///
+    /// ```
+    /// use device_events_core::{EventApi, EventFence, OwnedStream, sim::Sim};
+    /// use std::time::Duration;
+    ///
+    /// let stream = OwnedStream::<Sim>::new()?;
+    /// Sim::enqueue_work(stream.get(), Duration::from_millis(20));
+    /// let fence = EventFence::<Sim>::new(stream.get());
+    /// assert!(!fence.is_complete()?);
+    /// fence.wait_sync()?;
+    /// assert!(fence.is_complete()?);
+    /// # Ok::<(), device_events_core::DriverError>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// The error the fence's creation or record met, or the driver's.
+    pub fn is_complete(&self) -> Result<bool, DriverError> {
+        A::event_query(self.event()?)
+    }
+}
+
 impl<A: EventApi> FencePool<A> {
     /// An empty pool keeping up to 1024 idle events.
     pub fn new() -> Self {

@@ -50,7 +50,7 @@ mod resolver;
 pub mod sim;
 mod stream;
 
-pub use api::EventApi;
+pub use api::{EventApi, EventQuery};
 pub use driver::{CaptureStatus, DriverError, ErrorKind};
 pub use fence::{EventFence, FencePool};
 pub use profiler::{

@@ -361,3 +361,14 @@ impl EventApi for Sim {
         injected.map_or(Ok(()), Err)
     }
 }
+
+impl crate::EventQuery for Sim {
+    fn event_query(event: &SimEvent) -> Result<bool, DriverError> {
+        let state = Self::enter("simEventQuery")?;
+        match state.events.get(&event.0) {
+            Some(Some(stamp)) => Ok(*stamp <= device_now()),
+            Some(None) => Ok(true),
+            None => Err(error("simEventQuery", ErrorKind::InvalidHandle)),
+        }
+    }
+}

@@ -55,6 +55,7 @@ functions! {
     cuEventCreate(*mut CUevent, c_uint);
     cuEventRecord(CUevent, CUstream);
     cuEventSynchronize(CUevent);
+    cuEventQuery(CUevent);
     cuEventElapsedTime(*mut f32, CUevent, CUevent);
     cuEventDestroy_v2(CUevent);
     cuStreamCreate(*mut CUstream, c_uint);
@@ -75,6 +76,10 @@ fn missing(name: &'static str, err: &libloading::Error) -> DriverError {
 
 /// `CU_EVENT_DEFAULT`: timing enabled, spinning wait.
 pub(crate) const EVENT_DEFAULT: c_uint = 0;
+/// `CU_EVENT_BLOCKING_SYNC`: a wait sleeps instead of spinning.
+pub(crate) const EVENT_BLOCKING_SYNC: c_uint = 1;
+/// `CUDA_ERROR_NOT_READY`.
+pub(crate) const NOT_READY: u32 = 600;
 /// `CU_STREAM_NON_BLOCKING`.
 pub(crate) const STREAM_NON_BLOCKING: c_uint = 1;
 /// `CU_STREAM_CAPTURE_STATUS_NONE`, `_ACTIVE`; 2 is `_INVALIDATED`.

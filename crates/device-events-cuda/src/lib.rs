@@ -48,7 +48,7 @@
 //! resolves only `cuInit`, `cuGetErrorName`, `cuCtxGetCurrent`,
 //! `cuCtxGetDevice`, `cuCtxPushCurrent_v2`, `cuCtxPopCurrent_v2`,
 //! `cuDevicePrimaryCtxRetain`, `cuDevicePrimaryCtxRelease_v2`,
-//! `cuEventCreate`, `cuEventRecord`, `cuEventSynchronize`,
+//! `cuEventCreate`, `cuEventRecord`, `cuEventSynchronize`, `cuEventQuery`,
 //! `cuEventElapsedTime`, `cuEventDestroy_v2`, `cuStreamCreate`,
 //! `cuStreamWaitEvent`, `cuStreamSynchronize`, `cuStreamDestroy_v2` and
 //! `cuStreamIsCapturing`, all present since CUDA 11. They are resolved from
@@ -97,13 +97,14 @@ mod ffi;
 mod stream;
 
 use std::ffi::CStr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use cudarc::driver::result;
 use cudarc::driver::sys;
 use device_events_core::driver::{elapsed_from_ms, with_bound};
 use device_events_core::profile::Duration;
-use device_events_core::{CaptureStatus, DriverError, ErrorKind, EventApi};
+use device_events_core::{CaptureStatus, DriverError, ErrorKind, EventApi, EventQuery};
 
 use context::{Context, retain_current};
 pub use stream::CudaStream;
@@ -269,7 +270,35 @@ fn live_event(event: &CudaEvent, call: &'static str) -> Result<sys::CUevent, Dri
     Ok(event.raw)
 }
 
+/// Whether events made from now on wait by sleeping
+/// (`CU_EVENT_BLOCKING_SYNC`) rather than spinning.
+static BLOCKING_SYNC: AtomicBool = AtomicBool::new(false);
+
+fn wait_mode_flags() -> std::ffi::c_uint {
+    if BLOCKING_SYNC.load(Ordering::Relaxed) {
+        ffi::EVENT_BLOCKING_SYNC
+    } else {
+        ffi::EVENT_DEFAULT
+    }
+}
+
 impl Cuda {
+    /// How fences and windows made from now on wait for the device: by
+    /// default `cuEventSynchronize` spins a core for the whole wait, waking
+    /// within a microsecond; with `blocking` its events are created with
+    /// `CU_EVENT_BLOCKING_SYNC`, so a wait sleeps, costs no core, and wakes
+    /// tens of microseconds late. Pick blocking for servers with many
+    /// waiting threads, spinning for the lowest latency. Events made
+    /// before keep their mode.
+    ///
+    /// ```
+    /// device_events_cuda::Cuda::set_blocking_sync(true);
+    /// # device_events_cuda::Cuda::set_blocking_sync(false);
+    /// ```
+    pub fn set_blocking_sync(blocking: bool) {
+        BLOCKING_SYNC.store(blocking, Ordering::Relaxed);
+    }
+
     /// Whether `stream` is capturing a graph: screen a stream with this before
     /// profiling on it, since records there are graph nodes, not timestamps.
     ///
@@ -320,7 +349,7 @@ impl EventApi for Cuda {
         let mut raw = std::ptr::null_mut();
         // SAFETY: `raw` is writable; `ctx` is current.
         check(CALL, unsafe {
-            (api.cuEventCreate)(&mut raw, ffi::EVENT_DEFAULT)
+            (api.cuEventCreate)(&mut raw, wait_mode_flags())
         })?;
         Ok(CudaEvent { raw, ctx })
     }
@@ -440,6 +469,21 @@ impl EventApi for Cuda {
             // SAFETY: made by `stream_create_non_blocking`, removed from the
             // table above, so destroyed exactly once; its context is bound.
             check(CALL, unsafe { (api.cuStreamDestroy_v2)(live.raw) })
+        })
+    }
+}
+
+impl EventQuery for Cuda {
+    fn event_query(event: &CudaEvent) -> Result<bool, DriverError> {
+        const CALL: &str = "cuEventQuery";
+        let api = api()?;
+        let raw = live_event(event, CALL)?;
+        in_context(event.ctx.raw, || {
+            // SAFETY: the event is live, its context bound.
+            match unsafe { (api.cuEventQuery)(raw) } {
+                ffi::NOT_READY => Ok(false),
+                status => check(CALL, status).map(|()| true),
+            }
         })
     }
 }

@@ -3,3 +3,8 @@
 mod support;
 
 device_events_conformance::conformance_suite!(device_events_cuda::Cuda, support::suite());
+
+#[test]
+fn a_fence_is_complete_only_once_the_device_passes_it() {
+    device_events_conformance::a_fence_is_complete_only_once_the_device_passes_it(&support::suite());
+}

@@ -29,7 +29,7 @@
 //!
 //! Minimum ROCm: 5.0. The crate calls only `hipInit`, `hipGetDevice`,
 //! `hipSetDevice`, `hipGetDeviceCount`, `hipEventCreateWithFlags`,
-//! `hipEventRecord`, `hipEventSynchronize`, `hipEventElapsedTime`,
+//! `hipEventRecord`, `hipEventSynchronize`, `hipEventQuery`, `hipEventElapsedTime`,
 //! `hipEventDestroy`, `hipStreamCreateWithFlags`, `hipStreamWaitEvent`,
 //! `hipStreamSynchronize`, `hipStreamDestroy`, `hipStreamIsCapturing`,
 //! `hipGetErrorName`, `hipRuntimeGetVersion` and `hipDriverGetVersion`, all
@@ -57,11 +57,12 @@ pub mod runtime;
 use std::ffi::{CStr, c_int};
 use std::path::PathBuf;
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use device_events_core::driver::{elapsed_from_ms, with_bound};
 use device_events_core::handles::{Handle, HandleTable};
 use device_events_core::profile::Duration;
-use device_events_core::{CaptureStatus, DriverError, ErrorKind, EventApi};
+use device_events_core::{CaptureStatus, DriverError, ErrorKind, EventApi, EventQuery};
 use runtime::{RawEvent, RawStream, Runtime};
 
 /// The HIP backend.
@@ -347,7 +348,33 @@ impl std::fmt::Display for RuntimeInfo {
     }
 }
 
+/// Whether events made from now on wait by sleeping
+/// (`hipEventBlockingSync`) rather than spinning.
+static BLOCKING_SYNC: AtomicBool = AtomicBool::new(false);
+
+fn wait_mode_flags() -> std::ffi::c_uint {
+    if BLOCKING_SYNC.load(Ordering::Relaxed) {
+        runtime::HIP_EVENT_BLOCKING_SYNC
+    } else {
+        runtime::HIP_EVENT_DEFAULT
+    }
+}
+
 impl Hip {
+    /// How fences and windows made from now on wait for the device: by
+    /// default `hipEventSynchronize` spins a core for the whole wait; with
+    /// `blocking` their events are created with `hipEventBlockingSync`, so
+    /// a wait sleeps, costs no core, and wakes later. Events made before
+    /// keep their mode.
+    ///
+    /// ```
+    /// device_events_hip::Hip::set_blocking_sync(true);
+    /// # device_events_hip::Hip::set_blocking_sync(false);
+    /// ```
+    pub fn set_blocking_sync(blocking: bool) {
+        BLOCKING_SYNC.store(blocking, Ordering::Relaxed);
+    }
+
     /// Whether `stream` is capturing a graph: screen a stream with this before
     /// profiling on it.
     ///
@@ -439,7 +466,7 @@ impl EventApi for Hip {
         let mut raw = std::ptr::null_mut();
         // SAFETY: `raw` is writable; the default flags keep timing enabled.
         check("hipEventCreateWithFlags", unsafe {
-            (rt.fns.hipEventCreateWithFlags)(&mut raw, runtime::HIP_EVENT_DEFAULT)
+            (rt.fns.hipEventCreateWithFlags)(&mut raw, wait_mode_flags())
         })?;
         Ok(HipEvent { raw, device })
     }
@@ -555,6 +582,20 @@ impl EventApi for Hip {
             // SAFETY: made by `stream_create_non_blocking`, removed from the
             // table above, so destroyed exactly once; its device is bound.
             check(CALL, unsafe { (rt.fns.hipStreamDestroy)(live.raw) })
+        })
+    }
+}
+
+impl EventQuery for Hip {
+    fn event_query(event: &HipEvent) -> Result<bool, DriverError> {
+        const CALL: &str = "hipEventQuery";
+        let raw = live_event(event, CALL)?;
+        on_device(event.device, |rt| {
+            // SAFETY: the event is live, its device bound.
+            match unsafe { (rt.fns.hipEventQuery)(raw) } {
+                runtime::HIP_ERROR_NOT_READY => Ok(false),
+                status => check(CALL, status).map(|()| true),
+            }
         })
     }
 }

@@ -24,6 +24,8 @@ pub(crate) type Status = c_int;
 
 pub(crate) const HIP_SUCCESS: Status = 0;
 pub(crate) const HIP_EVENT_DEFAULT: c_uint = 0;
+pub(crate) const HIP_EVENT_BLOCKING_SYNC: c_uint = 1;
+pub(crate) const HIP_ERROR_NOT_READY: Status = 600;
 pub(crate) const HIP_STREAM_NON_BLOCKING: c_uint = 1;
 pub(crate) const HIP_STREAM_CAPTURE_STATUS_NONE: c_int = 0;
 pub(crate) const HIP_STREAM_CAPTURE_STATUS_ACTIVE: c_int = 1;
@@ -107,6 +109,7 @@ functions! {
     hipEventCreateWithFlags(*mut RawEvent, c_uint);
     hipEventRecord(RawEvent, RawStream);
     hipEventSynchronize(RawEvent);
+    hipEventQuery(RawEvent);
     hipEventElapsedTime(*mut c_float, RawEvent, RawEvent);
     hipEventDestroy(RawEvent);
     hipStreamCreateWithFlags(*mut RawStream, c_uint);

@@ -59,7 +59,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use cl3::types::{cl_command_queue, cl_event};
 use device_events_core::handles::{Handle, HandleTable};
 use device_events_core::profile::Duration;
-use device_events_core::{DriverError, ErrorKind, EventApi};
+use device_events_core::{DriverError, ErrorKind, EventApi, EventQuery};
 
 pub use context::{DEVICE_VAR, DeviceInfo};
 pub use status::kind_of;
@@ -378,6 +378,28 @@ impl EventApi for OpenCl {
         // table above, so released exactly once. Queued work still runs.
         check(CALL, unsafe {
             cl3::command_queue::release_command_queue(live.queue)
+        })
+    }
+}
+
+/// `CL_EVENT_COMMAND_EXECUTION_STATUS`; `CL_COMPLETE` is 0, and a negative
+/// status is the command's error.
+const CL_EVENT_COMMAND_EXECUTION_STATUS: u32 = 0x11D3;
+
+impl EventQuery for OpenCl {
+    fn event_query(event: &ClEvent) -> Result<bool, DriverError> {
+        const CALL: &str = "clGetEventInfo";
+        event.with_marker(|marker| {
+            if marker.is_null() {
+                return Ok(true);
+            }
+            let status = cl3::event::get_event_info(marker, CL_EVENT_COMMAND_EXECUTION_STATUS)
+                .map_err(|code| error(CALL, code))?;
+            match i32::from(status) {
+                0 => Ok(true),
+                failed if failed < 0 => Err(error(CALL, failed)),
+                _ => Ok(false),
+            }
         })
     }
 }

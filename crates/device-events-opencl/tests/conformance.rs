@@ -7,3 +7,9 @@ mod support;
 use support::Observed;
 
 device_events_conformance::conformance_suite!(Observed, support::harness(), without capture);
+
+#[test]
+fn a_fence_is_complete_only_once_the_device_passes_it() {
+    let plain = support::plain_harness();
+    device_events_conformance::a_fence_is_complete_only_once_the_device_passes_it(&plain);
+}

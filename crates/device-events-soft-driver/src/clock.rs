@@ -82,6 +82,18 @@ pub(crate) fn launch_latency() -> u64 {
     latency
 }
 
+static BLOCKING_WAKE_NS: AtomicU64 = AtomicU64::new(30_000);
+
+/// How late a blocking-synchronization wait wakes after its event is
+/// reached, in ns (default 30 µs: a thread woken from sleep).
+pub(crate) fn blocking_wake_latency() -> u64 {
+    BLOCKING_WAKE_NS.load(Ordering::Relaxed)
+}
+
+pub(crate) fn set_blocking_wake_latency(ns: u64) {
+    BLOCKING_WAKE_NS.store(ns, Ordering::Relaxed);
+}
+
 pub(crate) fn set_launch_latency(least_ns: u64, jitter_ns: u64, tail_percent: u64, tail_ns: u64) {
     for (slot, value) in
         SETTINGS

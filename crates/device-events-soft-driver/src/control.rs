@@ -286,6 +286,14 @@ pub extern "C" fn soft_driver_set_launch_latency(
     clock::set_launch_latency(least_ns, jitter_ns, tail_percent, tail_ns);
 }
 
+/// Set how late a wait on an event created for blocking synchronization
+/// (`CU_EVENT_BLOCKING_SYNC`, `hipEventBlockingSync`) wakes after the event
+/// is reached, in ns (default 30,000).
+#[unsafe(no_mangle)]
+pub extern "C" fn soft_driver_set_blocking_wake_ns(ns: u64) {
+    clock::set_blocking_wake_latency(ns);
+}
+
 /// Set the memset speed, in bytes per second.
 #[unsafe(no_mangle)]
 pub extern "C" fn soft_driver_set_bandwidth(bytes_per_second: f64) {

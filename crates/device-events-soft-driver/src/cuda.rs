@@ -20,6 +20,7 @@ type CUstream = *mut c_void;
 type CUgraph = *mut c_void;
 type CUdeviceptr = u64;
 
+const CU_EVENT_BLOCKING_SYNC: c_uint = 0x1;
 const CU_EVENT_DISABLE_TIMING: c_uint = 0x2;
 const CU_STREAM_NON_BLOCKING: c_uint = 0x1;
 const CU_STREAM_LEGACY: usize = 0x1;
@@ -340,7 +341,11 @@ unsafe extern "C" fn cuEventCreate(event: *mut CUevent, flags: c_uint) -> CUresu
         if event.is_null() {
             return Err(Fault::InvalidValue);
         }
-        let id = ENGINE.event_create(device, flags & CU_EVENT_DISABLE_TIMING == 0);
+        let id = ENGINE.event_create(
+            device,
+            flags & CU_EVENT_DISABLE_TIMING == 0,
+            flags & CU_EVENT_BLOCKING_SYNC != 0,
+        );
         // SAFETY: non-null, and the caller passes a pointer valid for a write.
         unsafe { out::put(event, handle(id)) }
     })

@@ -64,6 +64,9 @@ pub(crate) type Outcome<T> = Result<T, Fault>;
 struct Event {
     device: usize,
     timing: bool,
+    /// Created for blocking synchronization: a wait sleeps, and wakes a
+    /// little late, instead of spinning a core.
+    blocking: bool,
     /// Generation of the last record queued (0: never recorded).
     recorded: u64,
     /// Generation of the last record the device reached.
@@ -160,6 +163,9 @@ pub(crate) struct Engine {
     state: Mutex<State>,
     changed: Condvar,
     misuses: AtomicU64,
+    /// Bumped at every change waiters look for: what a spinning wait
+    /// watches, so that it does not hammer the state's lock.
+    progress: AtomicU64,
 }
 
 pub(crate) static ENGINE: LazyLock<Engine> = LazyLock::new(|| Engine {
@@ -171,6 +177,7 @@ pub(crate) static ENGINE: LazyLock<Engine> = LazyLock::new(|| Engine {
     }),
     changed: Condvar::new(),
     misuses: AtomicU64::new(0),
+    progress: AtomicU64::new(0),
 });
 
 /// A handle that is not live was used: counted, and refused.
@@ -189,6 +196,12 @@ pub(crate) enum StreamRef {
 }
 
 impl Engine {
+    /// Tell waiters, sleeping or spinning, that something changed.
+    fn signal(&self) {
+        self.progress.fetch_add(1, Ordering::Release);
+        self.changed.notify_all();
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -218,7 +231,7 @@ impl Engine {
         }
     }
 
-    pub(crate) fn event_create(&self, device: usize, timing: bool) -> u64 {
+    pub(crate) fn event_create(&self, device: usize, timing: bool, blocking: bool) -> u64 {
         let mut state = self.lock();
         let id = next_id(&mut state);
         state.events.insert(
@@ -226,6 +239,7 @@ impl Engine {
             Event {
                 device,
                 timing,
+                blocking,
                 ..Event::default()
             },
         );
@@ -239,7 +253,7 @@ impl Engine {
             return Err(misuse());
         }
         drop(state);
-        self.changed.notify_all();
+        self.signal();
         Ok(())
     }
 
@@ -284,7 +298,7 @@ impl Engine {
             ev.due = at;
         }
         drop(state);
-        self.changed.notify_all();
+        self.signal();
         Ok(())
     }
 
@@ -319,7 +333,7 @@ impl Engine {
             }
         }
         drop(state);
-        self.changed.notify_all();
+        self.signal();
     }
 
     /// Refuse, as a misuse, a handle its context's teardown freed.
@@ -348,17 +362,46 @@ impl Engine {
         }
     }
 
+    /// Wait until the device reaches the event's last record. As the
+    /// drivers document: an event created for blocking synchronization
+    /// sleeps and wakes a configured latency late; any other spins, burning
+    /// the calling thread's core for the whole wait.
     pub(crate) fn event_synchronize(&self, event: u64) -> Outcome<()> {
         let state = self.lock();
         let ev = live_event(&state, event)?;
         if ev.captured.is_some() {
             return Err(Fault::CapturedEvent);
         }
-        let target = ev.recorded;
-        let _state = self.wait_while(state, |s| {
-            s.events.get(&event).is_some_and(|e| e.reached < target)
-        });
-        Ok(())
+        let (target, blocking) = (ev.recorded, ev.blocking);
+        let reached = |s: &State| s.events.get(&event).is_none_or(|e| e.reached >= target);
+        if blocking {
+            let state = self.wait_while(state, |s| !reached(s));
+            drop(state);
+            let late = clock::blocking_wake_latency();
+            if late > 0 {
+                std::thread::sleep(Duration::from_nanos(late));
+            }
+            return Ok(());
+        }
+        drop(state);
+        loop {
+            let seen = self.progress.load(Ordering::Acquire);
+            if reached(&self.lock()) {
+                return Ok(());
+            }
+            // Spin, as a default event's wait does, watching for a change
+            // rather than taking the lock; now and then yield, so that on a
+            // small machine the device's own threads still run.
+            let mut spins = 0u32;
+            while self.progress.load(Ordering::Acquire) == seen {
+                spins = spins.wrapping_add(1);
+                if spins.is_multiple_of(4096) {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+        }
     }
 
     /// Milliseconds from `start` to `end`, quantised to `resolution_ns`.
@@ -415,7 +458,7 @@ impl Engine {
             s.destroyed = true;
         }
         drop(state);
-        self.changed.notify_all();
+        self.signal();
         Ok(())
     }
 
@@ -848,7 +891,7 @@ fn run(stream: u64, op: Op) {
         }
     }
     drop(state);
-    engine.changed.notify_all();
+    engine.signal();
 }
 
 /// Occupy the stream until host time `until`: sleep the bulk, spin the
@@ -882,7 +925,7 @@ mod tests {
     fn a_record_that_could_not_be_queued_leaves_the_event_as_it_was() {
         let engine = &*ENGINE;
         let stream = busy_stream_without_a_worker(engine);
-        let event = engine.event_create(0, true);
+        let event = engine.event_create(0, true, false);
 
         let refused = engine.event_record(event, StreamRef::Created(stream));
 

@@ -15,6 +15,7 @@ type HipEvent = *mut c_void;
 type HipStream = *mut c_void;
 type HipGraph = *mut c_void;
 
+const HIP_EVENT_BLOCKING_SYNC: c_uint = 0x1;
 const HIP_EVENT_DISABLE_TIMING: c_uint = 0x2;
 const HIP_STREAM_NON_BLOCKING: c_uint = 0x1;
 const HIP_STREAM_PER_THREAD: usize = 0x2;
@@ -185,7 +186,11 @@ unsafe extern "C" fn hipEventCreateWithFlags(event: *mut HipEvent, flags: c_uint
         if event.is_null() {
             return Err(Fault::InvalidValue);
         }
-        let id = ENGINE.event_create(device, flags & HIP_EVENT_DISABLE_TIMING == 0);
+        let id = ENGINE.event_create(
+            device,
+            flags & HIP_EVENT_DISABLE_TIMING == 0,
+            flags & HIP_EVENT_BLOCKING_SYNC != 0,
+        );
         // SAFETY: non-null, and the caller passes a pointer valid for a write.
         unsafe { out::put(event, handle(id)) }
     })

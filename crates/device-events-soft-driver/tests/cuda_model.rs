@@ -294,3 +294,76 @@ fn a_release_refused_as_invalid_frees_nothing_and_one_reporting_an_earlier_error
     }
     assert_eq!(soft.counts().events, live - 1, "freed, the error reported");
 }
+
+/// CPU time this thread has used.
+fn thread_cpu() -> Duration {
+    // SAFETY: `usage` is writable; RUSAGE_THREAD reads the calling thread.
+    let usage = unsafe {
+        let mut usage = std::mem::zeroed::<libc::rusage>();
+        libc::getrusage(libc::RUSAGE_THREAD, &mut usage);
+        usage
+    };
+    let time = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec.unsigned_abs())
+            + Duration::from_micros(t.tv_usec.unsigned_abs())
+    };
+    time(usage.ru_utime) + time(usage.ru_stime)
+}
+
+/// A wait of about 50 ms on an event made with `flags`: the CPU time it
+/// took, its length, and how late it returned after the device got there.
+fn wait_on(soft: &SoftDriver, flags: sys::CUevent_flags) -> (Duration, Duration, Duration) {
+    let s = result::stream::create(StreamKind::NonBlocking).unwrap();
+    let e = result::event::create(flags).unwrap();
+    soft.set_bandwidth(1e9);
+    // SAFETY: live handles, released once here; the allocation is only
+    // used for this memset.
+    unsafe {
+        let ptr = result::malloc_sync(50_000_000).unwrap();
+        result::memset_d8_async(ptr, 0, 50_000_000, s).unwrap();
+        result::event::record(e, s).unwrap();
+        let (cpu, started) = (thread_cpu(), Instant::now());
+        result::event::synchronize(e).unwrap();
+        let (returned, cpu) = (Instant::now(), thread_cpu() - cpu);
+        let truth =
+            soft.host_instant(0) + Duration::from_nanos(soft.event_truth_ns(e as usize).unwrap());
+        soft.set_bandwidth(10e9);
+        result::event::destroy(e).unwrap();
+        result::stream::destroy(s).unwrap();
+        result::free_sync(ptr).unwrap();
+        (
+            cpu,
+            returned - started,
+            returned.saturating_duration_since(truth),
+        )
+    }
+}
+
+/// `cuEventSynchronize`: "If the event was created with the
+/// CU_EVENT_BLOCKING_SYNC flag, then the calling CPU thread will block until
+/// the event has been completed by the device. If the flag was not set,
+/// then the CPU thread will busy-wait." A default wait burns its core for
+/// the whole wait; a blocking one sleeps and wakes the configured latency
+/// late.
+#[test]
+fn a_default_wait_spins_and_a_blocking_sync_wait_sleeps_and_wakes_late() {
+    let soft = SoftDriver::exclusive();
+    context();
+    soft.set_blocking_wake_ns(2_000_000);
+    let (spin_cpu, spin_wall, _) = wait_on(&soft, sys::CUevent_flags::CU_EVENT_DEFAULT);
+    let (block_cpu, block_wall, block_late) =
+        wait_on(&soft, sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC);
+    soft.set_blocking_wake_ns(30_000);
+    assert!(
+        spin_cpu >= spin_wall / 3,
+        "spinning: {spin_cpu:?} of CPU in {spin_wall:?}"
+    );
+    assert!(
+        block_cpu <= block_wall / 10,
+        "blocking: {block_cpu:?} of CPU in {block_wall:?}"
+    );
+    assert!(
+        block_late >= Duration::from_millis(2),
+        "woke {block_late:?} late"
+    );
+}

@@ -67,6 +67,9 @@ enum What {
     /// Placement against PoCL's marker times, drift correction on and off,
     /// `seconds` each.
     PlacementOpencl { seconds: u64 },
+    /// CPU time and wake-up lateness of a 100 ms fence wait: spinning and
+    /// blocking on the software driver, and on PoCL.
+    WaitCost,
 }
 
 /// What a case runs on.
@@ -180,6 +183,22 @@ fn main() {
             serde_json::Value::Object(sizes)
         }
         What::Placement { seconds } => placement(seconds),
+        What::WaitCost => {
+            let soft = SoftDriver::get().unwrap_or_else(|e| panic!("{e}"));
+            let pair = CudaPair::new();
+            let row = |cost: device_events_bench::wait::WaitCost| {
+                json!({
+                    "cpu_ms": cost.cpu.as_secs_f64() * 1e3,
+                    "wall_ms": cost.wall.as_secs_f64() * 1e3,
+                    "late_us": cost.late.as_secs_f64() * 1e6,
+                })
+            };
+            json!({
+                "soft_spin": row(device_events_bench::wait::soft_cuda(soft, &pair, false)),
+                "soft_blocking": row(device_events_bench::wait::soft_cuda(soft, &pair, true)),
+                "pocl": row(device_events_bench::pocl::wait_cost()),
+            })
+        }
         What::PlacementOpencl { seconds } => {
             let report = |errors: device_events_bench::pocl::Errors| {
                 json!({

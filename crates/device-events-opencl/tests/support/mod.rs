@@ -141,3 +141,15 @@ pub fn harness() -> Harness<Observed> {
         event_ns: marker_end_ns,
     })
 }
+
+/// The harness on the OpenCL backend itself, for checks of what only it
+/// offers (its `EventQuery`).
+pub fn plain_harness() -> Harness<OpenCl> {
+    OpenCl::probe().expect("an OpenCL platform with a device: cargo xtask test installs PoCL");
+    Harness::new(
+        Box::new(Fill::new(64 << 20)),
+        Duration::from_nanos(1),
+        None,
+        None,
+    )
+}
