@@ -120,12 +120,14 @@ impl Default for ProfilerConfig {
 /// the rate is known, anchors are refreshed every few milliseconds; as the
 /// fit firms up the period grows to [`anchor_max_age`](ProfilerConfig::anchor_max_age).
 /// On the software driver, its clock offset and drifting 100 ppm, windows
-/// over a 60-second session land within 0.4 µs of the truth at the median,
-/// 3.5 µs at p99 and 5 µs at worst; on PoCL, a real OpenCL runtime on the
-/// CPU, within 0.9 µs, 2.6 µs and 8.4 µs of its own marker times
-/// (`cargo xtask bench`). What limits it
-/// there is the driver's launch latency (2–5 µs, sometimes tens) and the
-/// host's wake-up after a wait, between which the anchor's bracket lies.
+/// over a 60-second session land within 6.6 µs of the truth at the median,
+/// 7.7 µs at p99 and 45 µs at worst; on PoCL, a real OpenCL runtime on the
+/// CPU, within 0.9 µs, 6.1 µs and 6.9 µs of its own marker times
+/// (`cargo xtask bench`). What limits the first is an asymmetric bracket:
+/// the host clock is read before the record call, whose cost comes before
+/// the driver's launch latency (2–5 µs), while its default wait spins and
+/// returns within a microsecond of the stamp, so the midpoint sits early.
+/// Each window's [`Placement::uncertainty`] covers it.
 ///
 /// Windows nest and overlap freely, on one stream or several. A window that
 /// cannot be read resolves to `None`, logged: never a zero and never a
@@ -597,6 +599,43 @@ impl PlacedWindow {
     /// `None` (logged) when it could not be read.
     pub async fn resolve(self) -> Option<Placement> {
         self.future.await
+    }
+
+    /// The placement if the window can be read now, without waiting:
+    /// `None` while the device has not reached its end (the resolver thread
+    /// then waits for it), `Some` with the reading once it has. After a
+    /// `Some`, the window is spent: `resolve` gives `None`.
+    ///
+    /// ```
+    /// use device_events_core::{EventApi, EventProfiler, OwnedStream, sim::Sim};
+    /// use std::time::Duration;
+    ///
+    /// let stream = OwnedStream::<Sim>::new()?;
+    /// let mut profiler = EventProfiler::<Sim>::new();
+    /// let window = profiler.start(stream.get());
+    /// Sim::enqueue_work(stream.get(), Duration::from_millis(20));
+    /// let mut window = profiler.stop_placed(stream.get(), window)?;
+    /// assert!(window.try_resolve().is_none(), "20 ms of work still queued");
+    /// let placed = loop {
+    ///     // A server would do other work here instead of sleeping.
+    ///     match window.try_resolve() {
+    ///         Some(placed) => break placed.expect("read"),
+    ///         None => std::thread::sleep(Duration::from_millis(1)),
+    ///     }
+    /// };
+    /// assert!(placed.ticks.duration() >= Duration::from_millis(20));
+    /// # drop(profiler);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn try_resolve(&mut self) -> Option<Option<Placement>> {
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        match self.future.as_mut().poll(&mut cx) {
+            Poll::Ready(placed) => {
+                self.future = Box::pin(std::future::ready(None));
+                Some(placed)
+            }
+            Poll::Pending => None,
+        }
     }
 
     /// The window as a [`ProfileDuration`], without the bound.

@@ -488,3 +488,38 @@ fn the_sweep_counts_the_leaks_of_a_backend_that_skips_releases() {
     assert!(tally.points > 0);
     assert_eq!(tally.leaks, tally.points, "{tally}");
 }
+
+/// Windows whose futures are dropped before they resolve, some handed to
+/// the resolver thread already, release every event: the software driver's
+/// count is back where it started.
+#[test]
+fn windows_dropped_unresolved_leak_nothing() {
+    let soft = SoftDriver::exclusive();
+    bind(0);
+    let before = soft.counts().events;
+    let s = stream();
+    let work = support::Memset::new(1 << 20);
+    {
+        let mut profiler = EventProfiler::<Cuda>::new();
+        let mut windows = Vec::new();
+        for _ in 0..50 {
+            let token = profiler.start(s);
+            device_events_conformance::Workload::enqueue_bytes(&work, s, 1 << 20).unwrap();
+            windows.push(profiler.stop_placed(s, token).unwrap());
+        }
+        // Half polled once (handed to the resolver), half never polled.
+        for window in windows.iter_mut().step_by(2) {
+            let _ = window.try_resolve();
+        }
+        drop(windows);
+    }
+    Cuda::stream_synchronize(s).unwrap();
+    // The window the resolver was waiting on goes back as it finishes.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while soft.counts().events != before && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    drop(work);
+    Cuda::stream_destroy(s).unwrap();
+    assert_eq!(soft.counts().events, before, "every event released");
+}
