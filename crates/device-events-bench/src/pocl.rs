@@ -139,7 +139,8 @@ pub fn placement(seconds: u64, drift_correction: bool) -> Errors {
     clippy::cast_sign_loss
 )]
 pub fn wait_cost() -> crate::wait::WaitCost {
-    use crate::wait::{cl_buffer, cl_fill, thread_cpu};
+    use crate::wait::{cl_buffer, cl_fill};
+    use device_events_conformance::cpu::thread_cpu;
     const BYTES: usize = 64 << 20;
     let stream = OwnedStream::<Observed>::new().expect("an OpenCL queue");
     let queue = stream.get().with_raw(|q| q).expect("a live queue");

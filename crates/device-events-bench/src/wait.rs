@@ -5,6 +5,7 @@ use std::ffi::c_void;
 use std::time::{Duration, Instant};
 
 use cudarc::driver::result;
+use device_events_conformance::cpu::thread_cpu;
 use device_events_conformance::soft::SoftDriver;
 use device_events_core::EventFence;
 use device_events_cuda::Cuda;
@@ -20,21 +21,6 @@ pub struct WaitCost {
     pub wall: Duration,
     /// How long after the device reached the fence the wait returned.
     pub late: Duration,
-}
-
-/// CPU time the calling thread has used.
-pub fn thread_cpu() -> Duration {
-    // SAFETY: `usage` is writable; RUSAGE_THREAD reads the calling thread.
-    let usage = unsafe {
-        let mut usage = std::mem::zeroed::<libc::rusage>();
-        libc::getrusage(libc::RUSAGE_THREAD, &mut usage);
-        usage
-    };
-    let time = |t: libc::timeval| {
-        Duration::from_secs(t.tv_sec.unsigned_abs())
-            + Duration::from_micros(t.tv_usec.unsigned_abs())
-    };
-    time(usage.ru_utime) + time(usage.ru_stime)
 }
 
 /// A fence behind 100 ms of work on the software driver, through the CUDA

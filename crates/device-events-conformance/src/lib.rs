@@ -24,6 +24,7 @@
 //! launch jitter a window's two ends can see.
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod cpu;
 pub mod noting;
 pub mod soft;
 pub mod sweep;

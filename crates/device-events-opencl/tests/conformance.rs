@@ -10,6 +10,6 @@ device_events_conformance::conformance_suite!(Observed, support::harness(), with
 
 #[test]
 fn a_fence_is_complete_only_once_the_device_passes_it() {
-    let plain = support::plain_harness();
+    let plain = support::plain_harness::<device_events_opencl::OpenCl>();
     device_events_conformance::a_fence_is_complete_only_once_the_device_passes_it(&plain);
 }

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use cudarc::driver::result::{self, DriverError, stream::StreamKind};
 use cudarc::driver::sys::{self, CUresult};
+use device_events_conformance::cpu::thread_cpu;
 use device_events_conformance::soft::SoftDriver;
 
 const LEGACY: sys::CUstream = 0x1 as sys::CUstream;
@@ -293,21 +294,6 @@ fn a_release_refused_as_invalid_frees_nothing_and_one_reporting_an_earlier_error
         );
     }
     assert_eq!(soft.counts().events, live - 1, "freed, the error reported");
-}
-
-/// CPU time this thread has used.
-fn thread_cpu() -> Duration {
-    // SAFETY: `usage` is writable; RUSAGE_THREAD reads the calling thread.
-    let usage = unsafe {
-        let mut usage = std::mem::zeroed::<libc::rusage>();
-        libc::getrusage(libc::RUSAGE_THREAD, &mut usage);
-        usage
-    };
-    let time = |t: libc::timeval| {
-        Duration::from_secs(t.tv_sec.unsigned_abs())
-            + Duration::from_micros(t.tv_usec.unsigned_abs())
-    };
-    time(usage.ru_utime) + time(usage.ru_stime)
 }
 
 /// A wait of about 50 ms on an event made with `flags`: the CPU time it

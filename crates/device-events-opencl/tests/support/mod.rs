@@ -129,22 +129,15 @@ impl Note<OpenCl> for LastMarker {
 /// against the runtime's own marker timestamps, since a CPU device's work
 /// runs at no steady speed.
 pub fn harness() -> Harness<Observed> {
-    OpenCl::probe().expect("an OpenCL platform with a device: cargo xtask test installs PoCL");
-    Harness::new(
-        Box::new(Fill::new(64 << 20)),
-        Duration::from_nanos(1),
-        None,
-        None,
-    )
-    .with_truth(Truth {
+    plain_harness().with_truth(Truth {
         last_event: last_marker,
         event_ns: marker_end_ns,
     })
 }
 
-/// The harness on the OpenCL backend itself, for checks of what only it
-/// offers (its `EventQuery`).
-pub fn plain_harness() -> Harness<OpenCl> {
+/// The harness on the OpenCL backend itself (or `Observed`, which is it),
+/// for checks of what only it offers (its `EventQuery`).
+pub fn plain_harness<A: EventApi<Stream = ClStream>>() -> Harness<A> {
     OpenCl::probe().expect("an OpenCL platform with a device: cargo xtask test installs PoCL");
     Harness::new(
         Box::new(Fill::new(64 << 20)),
