@@ -2,28 +2,14 @@
 //! through cudarc's `result` API, loaded dynamically as a user's program does.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod support;
+
 use std::time::{Duration, Instant};
 
 use cudarc::driver::result::{self, DriverError, stream::StreamKind};
 use cudarc::driver::sys::{self, CUresult};
 use device_events_conformance::soft::SoftDriver;
-
-/// Initialise, and make device `ordinal`'s primary context current here.
-fn context(ordinal: i32) -> sys::CUcontext {
-    result::init().unwrap();
-    let device = result::device::get(ordinal).unwrap();
-    // SAFETY: `device` came from the driver; the context is released by the
-    // driver's process teardown.
-    unsafe {
-        let ctx = result::primary_ctx::retain(device).unwrap();
-        result::ctx::set_current(ctx).unwrap();
-        ctx
-    }
-}
-
-fn event() -> sys::CUevent {
-    result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).unwrap()
-}
+use support::{context, event};
 
 fn stream() -> sys::CUstream {
     result::stream::create(StreamKind::NonBlocking).unwrap()

@@ -4,30 +4,22 @@
 //! that really go away. Each test names the documented behaviour it follows.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod support;
+
 use std::time::{Duration, Instant};
 
 use cudarc::driver::result::{self, DriverError, stream::StreamKind};
 use cudarc::driver::sys::{self, CUresult};
 use device_events_conformance::cpu::thread_cpu;
 use device_events_conformance::soft::SoftDriver;
+use support::event;
 
 const LEGACY: sys::CUstream = 0x1 as sys::CUstream;
 const PER_THREAD: sys::CUstream = 0x2 as sys::CUstream;
 
 /// Initialise, and make device 0's primary context current here.
 fn context() -> sys::CUcontext {
-    result::init().unwrap();
-    let device = result::device::get(0).unwrap();
-    // SAFETY: `device` exists; the context lives until the process ends.
-    unsafe {
-        let ctx = result::primary_ctx::retain(device).unwrap();
-        result::ctx::set_current(ctx).unwrap();
-        ctx
-    }
-}
-
-fn event() -> sys::CUevent {
-    result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).unwrap()
+    support::context(0)
 }
 
 /// 15 ms of work on `stream`, at 1 GB/s.
