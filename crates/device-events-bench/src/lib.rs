@@ -25,6 +25,8 @@ pub struct NullEvent;
 #[derive(Clone, Copy, Debug)]
 pub struct NullStream;
 
+impl device_events_core::AnchorApi for Null {}
+
 impl EventApi for Null {
     type Event = NullEvent;
     type Stream = NullStream;
@@ -84,7 +86,10 @@ pub fn pooled_fence<A: EventApi>(pool: &FencePool<A>, stream: A::Stream) {
 }
 
 /// A profiling window: start, stop, resolve.
-pub fn window<A: EventApi>(profiler: &mut EventProfiler<A>, stream: A::Stream) {
+pub fn window<A: device_events_core::AnchorApi>(
+    profiler: &mut EventProfiler<A>,
+    stream: A::Stream,
+) {
     let token = profiler.start(stream);
     let timing = profiler.stop(stream, token).unwrap();
     resolve(timing).unwrap();

@@ -15,13 +15,15 @@ use device_events_core::{EventProfiler, OwnedStream, ProfilerConfig};
 use device_events_opencl::{ClEvent, OpenCl};
 
 /// What a session measured: errors in ns, sorted, of both ends of every
-/// window.
-#[derive(Debug)]
+/// window, and how many ends lay outside the window's stated bound.
+#[derive(Debug, Default)]
 pub struct Errors {
     /// Windows placed.
     pub windows: usize,
     /// |placed − truth| of each start and end, ns, sorted.
     pub ns: Vec<u64>,
+    /// Ends further from the truth than the window's stated bound.
+    pub outside_bound: usize,
 }
 
 impl Errors {
@@ -29,6 +31,18 @@ impl Errors {
     pub fn quantile_us(&self, q: f64) -> f64 {
         let i = ((self.ns.len() as f64 - 1.0) * q).round() as usize;
         self.ns.get(i).copied().unwrap_or(u64::MAX) as f64 / 1e3
+    }
+
+    /// One line: windows, median, p99, worst, ends outside their bound.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} windows, median {:.2} µs, p99 {:.2} µs, worst {:.2} µs, {} ends outside their bound",
+            self.windows,
+            self.quantile_us(0.5),
+            self.quantile_us(0.99),
+            self.quantile_us(1.0),
+            self.outside_bound
+        )
     }
 }
 
@@ -78,8 +92,9 @@ fn marker_end_ns(marker: usize) -> Option<i128> {
 }
 
 /// Place windows for `seconds` on this thread's OpenCL device, about one
-/// every 3 ms, with the drift correction on or off, and measure each end
-/// against the runtime's truth.
+/// every 3 ms for each profiler, one profiler per entry of `configs`, taking
+/// turns in one session so that each meets the same machine; measure each
+/// end against the runtime's truth.
 ///
 /// # Panics
 ///
@@ -89,41 +104,54 @@ fn marker_end_ns(marker: usize) -> Option<i128> {
     clippy::cast_possible_truncation,
     clippy::cast_sign_loss
 )]
-pub fn placement(seconds: u64, drift_correction: bool) -> Errors {
+pub fn placement(seconds: u64, configs: &[ProfilerConfig]) -> Vec<Errors> {
     let stream = OwnedStream::<Observed>::new().expect("an OpenCL queue");
-    let mut profiler = EventProfiler::<Observed>::with_config(ProfilerConfig {
-        drift_correction,
-        ..ProfilerConfig::default()
-    });
+    let mut profilers: Vec<_> = configs
+        .iter()
+        .map(|config| EventProfiler::<Observed>::with_config(*config))
+        .collect();
     // `Instant` and `CLOCK_MONOTONIC` are one clock; pair them once.
     let (epoch, epoch_ns) = (Instant::now(), clock_ns(libc::CLOCK_MONOTONIC));
     let to_monotonic = |at: Instant| epoch_ns + at.duration_since(epoch).as_nanos() as i128;
-    let mut errors = Vec::new();
-    let mut windows = 0;
+    let mut errors: Vec<Errors> = configs.iter().map(|_| Errors::default()).collect();
     let session = Instant::now();
+    let gap = Duration::from_micros(2500) / profilers.len().max(1) as u32;
+    let mut round = 0usize;
     while session.elapsed() < Duration::from_secs(seconds) {
-        std::thread::sleep(Duration::from_micros(2500));
-        let token = profiler.start(stream.get());
-        let start = LAST.load(Ordering::Relaxed);
-        let window = profiler.stop(stream.get(), token).expect("a window");
-        let end = LAST.load(Ordering::Relaxed);
-        let ticks = crate::resolve(window).expect("a window read");
-        let offset = raw_minus_monotonic();
-        let reference = epoch;
-        for (marker, placed) in [
-            (start, reference + ticks.start_duration_since(reference)),
-            (end, reference + ticks.end_duration_since(reference)),
-        ] {
-            let truth = marker_end_ns(marker).expect("a completed marker's time") - offset;
-            errors.push((to_monotonic(placed) - truth).unsigned_abs() as u64);
+        // Each round in another order, so that no profiler always follows
+        // the same one.
+        round += 1;
+        for k in 0..profilers.len() {
+            let i = (k + round) % profilers.len();
+            std::thread::sleep(gap);
+            let profiler = &mut profilers[i];
+            let token = profiler.start(stream.get());
+            let start = LAST.load(Ordering::Relaxed);
+            let window = profiler.stop_placed(stream.get(), token).expect("a window");
+            let end = LAST.load(Ordering::Relaxed);
+            let placed = pollster::block_on(window.resolve()).expect("a window read");
+            let offset = raw_minus_monotonic();
+            let reference = epoch;
+            let ticks = &placed.ticks;
+            for (marker, at) in [
+                (start, reference + ticks.start_duration_since(reference)),
+                (end, reference + ticks.end_duration_since(reference)),
+            ] {
+                let truth = marker_end_ns(marker).expect("a completed marker's time") - offset;
+                let error = (to_monotonic(at) - truth).unsigned_abs() as u64;
+                // The truth's own pairing is good to ~100 ns.
+                if error > placed.uncertainty.as_nanos() as u64 + 200 {
+                    errors[i].outside_bound += 1;
+                }
+                errors[i].ns.push(error);
+            }
+            errors[i].windows += 1;
         }
-        windows += 1;
     }
-    errors.sort_unstable();
-    Errors {
-        windows,
-        ns: errors,
+    for e in &mut errors {
+        e.ns.sort_unstable();
     }
+    errors
 }
 
 /// A fence behind about 100 ms of buffer fills on this thread's OpenCL

@@ -1,58 +1,71 @@
-//! Placement truth on PoCL, a real OpenCL runtime on the CPU: at least
-//! 10,000 windows over at least 30 s, each end's placement on the host
-//! clock against the runtime's own completion time of its marker, with the
-//! drift correction and without.
+//! Placement truth on PoCL, a real OpenCL runtime on the CPU: each end of
+//! every window against the runtime's own completion time of its marker,
+//! for profilers with the drift fit on and off, with a gated anchor and
+//! without, taking turns in one session so that each meets the same
+//! machine.
 //!
-//! Targets on this 2-core machine: median ≤ 2 µs, worst ≤ 20 µs, with the
-//! correction on; see the assertions for what was measured. Run by `cargo
-//! xtask test` and `test-opencl`, which install PoCL first: without a
-//! platform it fails.
+//! It asserts what the library promises, on any machine: every end lies
+//! inside its window's stated bound, and the fit is no worse than no fit.
+//! Absolute figures are `cargo xtask bench`'s: they depend on the CPU and
+//! the load. Run by `cargo xtask test` and `test-opencl`, which install
+//! PoCL first: without a platform it fails.
 
 use device_events_bench::pocl::placement;
+use device_events_core::ProfilerConfig;
+
+fn config(drift_correction: bool, gated_anchor: bool) -> ProfilerConfig {
+    ProfilerConfig {
+        drift_correction,
+        gated_anchor,
+        // The bracket path, which every driver has: PoCL's own clock would
+        // make the anchor exact and leave nothing to compare.
+        driver_clock: false,
+        ..ProfilerConfig::default()
+    }
+}
 
 #[test]
-fn windows_on_pocl_are_placed_where_the_runtime_says_they_were() {
+fn every_window_on_pocl_lies_inside_its_stated_bound_and_the_fit_never_hurts() {
     device_events_opencl::OpenCl::probe().expect("an OpenCL platform: PoCL");
     let seconds = std::env::var("POCL_PLACEMENT_SECONDS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(31);
-    let on = placement(seconds, true);
-    let off = placement(seconds / 3, false);
-    for (name, errors) in [("drift correction on", &on), ("drift correction off", &off)] {
-        eprintln!(
-            "pocl placement, {name}: {} windows, median {:.2} µs, p99 {:.2} µs, worst {:.2} µs",
-            errors.windows,
-            errors.quantile_us(0.5),
-            errors.quantile_us(0.99),
-            errors.quantile_us(1.0)
-        );
+        .unwrap_or(30);
+    let names = [
+        "fit on, gated",
+        "fit off, gated",
+        "fit on, ungated",
+        "fit off, ungated",
+    ];
+    let configs = [
+        config(true, true),
+        config(false, true),
+        config(true, false),
+        config(false, false),
+    ];
+    let errors = placement(seconds, &configs);
+    for (name, errors) in names.iter().zip(&errors) {
+        eprintln!("pocl placement, {name}: {}", errors.summary());
     }
-    assert!(
-        on.windows >= 10_000 || seconds < 30,
-        "{} windows",
-        on.windows
-    );
-    // The targets, median ≤ 2 µs and worst ≤ 20 µs, are what `cargo xtask
-    // bench` reports against. Measured over 31 s: medians 0.9–1.7 µs
-    // (3.1 µs once, while the thread reading windows spun a core), worsts
-    // 8–21 µs; a 9 s session's worst was 38.8 µs, in its first two seconds
-    // while the drift fit converges. The bounds here are those figures with
-    // room, so that a regression fails and this shared machine's noise
-    // does not.
-    assert!(
-        on.quantile_us(0.5) <= 3.0,
-        "median {:.2} µs",
-        on.quantile_us(0.5)
-    );
-    assert!(
-        on.quantile_us(0.99) <= 20.0,
-        "p99 {:.2} µs",
-        on.quantile_us(0.99)
-    );
-    assert!(
-        on.quantile_us(1.0) <= 80.0,
-        "worst {:.2} µs",
-        on.quantile_us(1.0)
-    );
+    for (name, errors) in names.iter().zip(&errors) {
+        assert!(errors.windows > 0, "{name}: no window placed");
+        assert_eq!(errors.outside_bound, 0, "{name}: {}", errors.summary());
+    }
+    // The fit may only ever cut an anchor's interval down to what the
+    // anchors before it allow (see the core's drift module), so its tail
+    // is no worse than that of anchors standing alone. The 1 µs of slack
+    // is what two profilers' windows, placed a few hundred microseconds
+    // apart on a shared core, can differ by through the scheduler alone:
+    // less than the smallest change a broken fit makes (tens of µs).
+    for (on, off) in [(0, 1), (2, 3)] {
+        for q in [0.99, 1.0] {
+            let (fit, alone) = (errors[on].quantile_us(q), errors[off].quantile_us(q));
+            assert!(
+                fit <= alone + 1.0,
+                "{} at q={q}: {fit:.2} µs against {alone:.2} µs for {}",
+                names[on],
+                names[off]
+            );
+        }
+    }
 }

@@ -34,12 +34,12 @@ use std::time::{Duration, Instant};
 
 use device_events_core::profile::{ProfileDuration, ProfileTicks};
 use device_events_core::{
-    CaptureStatus, DriverError, ErrorKind, EventApi, EventFence, EventProfiler, OwnedStream,
+    AnchorApi, CaptureStatus, DriverError, ErrorKind, EventFence, EventProfiler, OwnedStream,
 };
 
 /// Device work a backend's tests can queue: a memset of a sized buffer works
 /// on CUDA, HIP and the software driver.
-pub trait Workload<A: EventApi> {
+pub trait Workload<A: AnchorApi> {
     /// Queue an operation touching `bytes` bytes on `stream`.
     ///
     /// # Errors
@@ -51,7 +51,7 @@ pub trait Workload<A: EventApi> {
 }
 
 /// The backend calls the suite needs beyond [`EventApi`].
-pub struct Capture<A: EventApi> {
+pub struct Capture<A: AnchorApi> {
     /// Begin capturing a graph on the stream.
     pub begin: fn(A::Stream) -> Result<(), DriverError>,
     /// End the capture and release the graph.
@@ -61,7 +61,7 @@ pub struct Capture<A: EventApi> {
 }
 
 /// What a backend's suite runs against.
-pub struct Harness<A: EventApi> {
+pub struct Harness<A: AnchorApi> {
     workload: Box<dyn Workload<A>>,
     bytes_per_second: f64,
     /// The driver's elapsed-time resolution.
@@ -87,9 +87,9 @@ pub struct Harness<A: EventApi> {
 }
 
 /// Streams a check owns, released when it ends.
-struct Streams<A: EventApi>(Vec<OwnedStream<A>>);
+struct Streams<A: AnchorApi>(Vec<OwnedStream<A>>);
 
-impl<A: EventApi> Streams<A> {
+impl<A: AnchorApi> Streams<A> {
     fn new(n: usize) -> Self {
         Self(
             (0..n)
@@ -103,7 +103,7 @@ impl<A: EventApi> Streams<A> {
     }
 }
 
-impl<A: EventApi> Harness<A> {
+impl<A: AnchorApi> Harness<A> {
     /// A harness whose workload's speed is measured here, with events.
     ///
     /// # Panics
@@ -279,12 +279,12 @@ const SOFT_BANDWIDTH: f64 = 10e9;
 
 /// A [`Harness`] on the driver under test, holding the software driver (when
 /// it is the one) for the test alone.
-pub struct Suite<A: EventApi> {
+pub struct Suite<A: AnchorApi> {
     harness: Harness<A>,
     _soft: Option<soft::Exclusive<'static>>,
 }
 
-impl<A: EventApi> Suite<A> {
+impl<A: AnchorApi> Suite<A> {
     /// Take the software driver unless the real one is under test
     /// ([`soft::SoftDriver::unless_real`]), run `prepare` (bind a context,
     /// say), then build the harness with `make`, which is told whether the
@@ -303,7 +303,7 @@ impl<A: EventApi> Suite<A> {
     }
 }
 
-impl<A: EventApi> std::ops::Deref for Suite<A> {
+impl<A: AnchorApi> std::ops::Deref for Suite<A> {
     type Target = Harness<A>;
     fn deref(&self) -> &Harness<A> {
         &self.harness
@@ -324,7 +324,7 @@ fn at(epoch: Instant, ticks: &ProfileTicks) -> (Duration, Duration) {
 
 /// A fence orders two streams: the waiting stream's work starts after the
 /// fenced work ends, as measured by events.
-pub fn fence_orders_two_streams<A: EventApi>(h: &Harness<A>) {
+pub fn fence_orders_two_streams<A: AnchorApi>(h: &Harness<A>) {
     let streams = Streams::<A>::new(2);
     let (a, b) = (streams.get(0), streams.get(1));
     let mut profiler = EventProfiler::<A>::new();
@@ -348,7 +348,7 @@ pub fn fence_orders_two_streams<A: EventApi>(h: &Harness<A>) {
 }
 
 /// `wait_sync` returns only once the fenced work is done.
-pub fn wait_sync_returns_after_the_fenced_work<A: EventApi>(h: &Harness<A>) {
+pub fn wait_sync_returns_after_the_fenced_work<A: AnchorApi>(h: &Harness<A>) {
     let streams = Streams::<A>::new(1);
     let s = streams.get(0);
     let mut profiler = EventProfiler::<A>::new();
@@ -371,7 +371,7 @@ pub fn wait_sync_returns_after_the_fenced_work<A: EventApi>(h: &Harness<A>) {
 
 /// Dropping a fence that was never waited on, while its work is in flight,
 /// is safe: the stream finishes and nothing fails.
-pub fn dropping_an_unwaited_fence_in_flight_is_safe<A: EventApi>(h: &Harness<A>) {
+pub fn dropping_an_unwaited_fence_in_flight_is_safe<A: AnchorApi>(h: &Harness<A>) {
     let streams = Streams::<A>::new(1);
     let s = streams.get(0);
     let before = h.live_events.map(|live| live());
@@ -384,7 +384,7 @@ pub fn dropping_an_unwaited_fence_in_flight_is_safe<A: EventApi>(h: &Harness<A>)
 }
 
 /// A window around work of duration D measures D within the stated tolerance.
-pub fn window_measures_the_work_inside_it<A: EventApi>(h: &Harness<A>) {
+pub fn window_measures_the_work_inside_it<A: AnchorApi>(h: &Harness<A>) {
     let streams = Streams::<A>::new(1);
     let s = streams.get(0);
     let mut profiler = EventProfiler::<A>::new();
@@ -409,7 +409,7 @@ pub fn window_measures_the_work_inside_it<A: EventApi>(h: &Harness<A>) {
 }
 
 /// Nested windows: each inner window lies inside its outer one.
-pub fn nested_windows_lie_inside_their_outer_window<A: EventApi>(h: &Harness<A>) {
+pub fn nested_windows_lie_inside_their_outer_window<A: AnchorApi>(h: &Harness<A>) {
     let streams = Streams::<A>::new(1);
     let s = streams.get(0);
     let mut profiler = EventProfiler::<A>::new();
@@ -446,7 +446,7 @@ pub fn nested_windows_lie_inside_their_outer_window<A: EventApi>(h: &Harness<A>)
 }
 
 /// Overlapping windows on one stream are each measured, in order.
-pub fn overlapping_windows_are_consistent<A: EventApi>(h: &Harness<A>) {
+pub fn overlapping_windows_are_consistent<A: AnchorApi>(h: &Harness<A>) {
     let streams = Streams::<A>::new(1);
     let s = streams.get(0);
     let mut profiler = EventProfiler::<A>::new();
@@ -485,7 +485,7 @@ pub fn overlapping_windows_are_consistent<A: EventApi>(h: &Harness<A>) {
 /// Each window's host-clock placement lies inside the host interval in which
 /// its work could have run, widened by the anchor's stated uncertainty: the
 /// test of anchoring.
-pub fn placement_lies_inside_the_host_interval<A: EventApi>(h: &Harness<A>) {
+pub fn placement_lies_inside_the_host_interval<A: AnchorApi>(h: &Harness<A>) {
     let streams = Streams::<A>::new(2);
     let mut profiler = EventProfiler::<A>::new();
     for round in 0..6 {
@@ -510,7 +510,7 @@ pub fn placement_lies_inside_the_host_interval<A: EventApi>(h: &Harness<A>) {
 
 /// Thousands of fences and windows in flight, resolved from several threads:
 /// nothing lost, nothing leaked, no deadlock.
-pub fn thousands_in_flight_resolve_from_several_threads<A: EventApi>(h: &Harness<A>) {
+pub fn thousands_in_flight_resolve_from_several_threads<A: AnchorApi>(h: &Harness<A>) {
     const EACH: usize = 2000;
     const THREADS: usize = 4;
     let streams = Streams::<A>::new(2);
@@ -572,7 +572,7 @@ pub fn thousands_in_flight_resolve_from_several_threads<A: EventApi>(h: &Harness
 }
 
 /// Elapsed time on an event never recorded is refused, as invalid.
-pub fn elapsed_on_an_unrecorded_event_is_refused<A: EventApi>(_: &Harness<A>) {
+pub fn elapsed_on_an_unrecorded_event_is_refused<A: AnchorApi>(_: &Harness<A>) {
     let streams = Streams::<A>::new(1);
     let s = streams.get(0);
     let recorded = A::event_create().unwrap();
@@ -588,7 +588,7 @@ pub fn elapsed_on_an_unrecorded_event_is_refused<A: EventApi>(_: &Harness<A>) {
 }
 
 /// Elapsed time on an event not yet reached is "not ready".
-pub fn elapsed_on_an_unreached_event_is_not_ready<A: EventApi>(h: &Harness<A>) {
+pub fn elapsed_on_an_unreached_event_is_not_ready<A: AnchorApi>(h: &Harness<A>) {
     let streams = Streams::<A>::new(1);
     let s = streams.get(0);
     let mut start = A::event_create().unwrap();
@@ -607,7 +607,7 @@ pub fn elapsed_on_an_unreached_event_is_not_ready<A: EventApi>(h: &Harness<A>) {
 /// On a capturing stream, records are graph nodes: the capture query says
 /// so, a fence recorded there cannot be waited on, and the stream cannot be
 /// synchronized; each error is of the capture class.
-pub fn a_capturing_stream_gives_capture_errors<A: EventApi>(h: &Harness<A>) {
+pub fn a_capturing_stream_gives_capture_errors<A: AnchorApi>(h: &Harness<A>) {
     let capture = h.capture.as_ref().expect("the backend has graph capture");
     let streams = Streams::<A>::new(1);
     let s = streams.get(0);
@@ -631,7 +631,7 @@ pub fn a_capturing_stream_gives_capture_errors<A: EventApi>(h: &Harness<A>) {
 /// fork/join), so ending the capture without joining back fails with a
 /// capture error; a window opened and closed inside it resolves to `None`,
 /// never to a duration read from a graph node; nothing panics.
-pub fn a_fence_out_of_a_capture_forks_and_its_windows_read_none<A: EventApi>(h: &Harness<A>) {
+pub fn a_fence_out_of_a_capture_forks_and_its_windows_read_none<A: AnchorApi>(h: &Harness<A>) {
     let capture = h.capture.as_ref().expect("the backend has graph capture");
     let streams = Streams::<A>::new(2);
     let (a, b) = (streams.get(0), streams.get(1));
@@ -658,7 +658,9 @@ pub fn a_fence_out_of_a_capture_forks_and_its_windows_read_none<A: EventApi>(h: 
 
 /// A fence says it is complete only once the device passed it, and asking
 /// never waits: [`EventFence::is_complete`] where the backend can query.
-pub fn a_fence_is_complete_only_once_the_device_passes_it<A: device_events_core::EventQuery>(
+pub fn a_fence_is_complete_only_once_the_device_passes_it<
+    A: device_events_core::EventQuery + AnchorApi,
+>(
     h: &Harness<A>,
 ) {
     let streams = Streams::<A>::new(1);
@@ -676,7 +678,7 @@ pub fn a_fence_is_complete_only_once_the_device_passes_it<A: device_events_core:
 }
 
 /// A window is read on a thread other than the one that opened it.
-pub fn windows_resolve_on_other_threads<A: EventApi>(h: &Harness<A>) {
+pub fn windows_resolve_on_other_threads<A: AnchorApi>(h: &Harness<A>) {
     let streams = Streams::<A>::new(1);
     let s = streams.get(0);
     let mut profiler = EventProfiler::<A>::new();
@@ -698,7 +700,7 @@ pub fn windows_resolve_on_other_threads<A: EventApi>(h: &Harness<A>) {
 /// On the software driver: a fence, pooled fences, a profiler with a window
 /// abandoned and one read leave no event or stream behind and release
 /// nothing twice.
-pub fn fences_and_profilers_leak_nothing<A: EventApi>(driver: &soft::SoftDriver) {
+pub fn fences_and_profilers_leak_nothing<A: AnchorApi>(driver: &soft::SoftDriver) {
     let before = driver.counts();
     {
         let streams = Streams::<A>::new(1);
@@ -722,7 +724,7 @@ pub fn fences_and_profilers_leak_nothing<A: EventApi>(driver: &soft::SoftDriver)
 
 /// On the software driver: a fence, a window and a capture query reach only
 /// the driver functions the backend documents.
-pub fn only_documented_functions_are_called<A: EventApi>(
+pub fn only_documented_functions_are_called<A: AnchorApi>(
     driver: &soft::SoftDriver,
     documented: &[&str],
     capture_status: fn(A::Stream) -> Result<CaptureStatus, DriverError>,

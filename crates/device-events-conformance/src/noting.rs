@@ -4,7 +4,7 @@
 use std::marker::PhantomData;
 use std::time::Duration;
 
-use device_events_core::{DriverError, EventApi};
+use device_events_core::{AnchorApi, DriverError, EventApi, Gate, HostStamp};
 
 /// Told of each event right after the backend recorded it.
 pub trait Note<A: EventApi>: Send + Sync + 'static {
@@ -49,5 +49,14 @@ impl<A: EventApi, N: Note<A>> EventApi for Noting<A, N> {
     }
     fn stream_destroy(stream: A::Stream) -> Result<(), DriverError> {
         A::stream_destroy(stream)
+    }
+}
+
+impl<A: AnchorApi, N: Note<A>> AnchorApi for Noting<A, N> {
+    fn gate(stream: A::Stream) -> Result<Option<Box<dyn Gate>>, DriverError> {
+        A::gate(stream)
+    }
+    fn host_stamp(event: &A::Event) -> Result<Option<HostStamp>, DriverError> {
+        A::host_stamp(event)
     }
 }

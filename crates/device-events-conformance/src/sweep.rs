@@ -12,7 +12,7 @@ use std::sync::mpsc;
 use std::sync::{Mutex, Once, PoisonError};
 use std::time::{Duration, Instant};
 
-use device_events_core::{EventApi, EventFence, EventProfiler, OwnedStream, ProfilerConfig};
+use device_events_core::{AnchorApi, EventFence, EventProfiler, OwnedStream, ProfilerConfig};
 
 use crate::Streams;
 use crate::soft::SoftDriver;
@@ -56,7 +56,7 @@ fn note<T, E: std::fmt::Display>(seen: &mut Seen, result: Result<T, E>) -> Optio
     result.map_err(|e| seen.push(e.to_string())).ok()
 }
 
-fn streams<A: EventApi>(n: usize, seen: &mut Seen) -> Option<Streams<A>> {
+fn streams<A: AnchorApi>(n: usize, seen: &mut Seen) -> Option<Streams<A>> {
     let mut made = Streams::<A>(Vec::new());
     for _ in 0..n {
         made.0.push(note(seen, OwnedStream::new())?);
@@ -72,7 +72,7 @@ fn resolve_all(pending: Vec<device_events_core::profile::ProfileDuration>) {
 }
 
 /// A fence made, waited on by the host, dropped.
-pub fn fence_lifecycle<A: EventApi>() -> Seen {
+pub fn fence_lifecycle<A: AnchorApi>() -> Seen {
     let mut seen = Seen::new();
     if let Some(s) = streams::<A>(1, &mut seen) {
         let fence = EventFence::<A>::new(s.get(0));
@@ -82,7 +82,7 @@ pub fn fence_lifecycle<A: EventApi>() -> Seen {
 }
 
 /// One stream made to wait for another's point, then the host for it.
-pub fn cross_stream_fence<A: EventApi>() -> Seen {
+pub fn cross_stream_fence<A: AnchorApi>() -> Seen {
     let mut seen = Seen::new();
     if let Some(s) = streams::<A>(2, &mut seen) {
         let fence = EventFence::<A>::new(s.get(0));
@@ -93,7 +93,7 @@ pub fn cross_stream_fence<A: EventApi>() -> Seen {
 }
 
 /// A profiler with a window nested in another, both read.
-pub fn nested_windows<A: EventApi>() -> Seen {
+pub fn nested_windows<A: AnchorApi>() -> Seen {
     let mut seen = Seen::new();
     if let Some(s) = streams::<A>(1, &mut seen) {
         let s = s.get(0);
@@ -110,7 +110,7 @@ pub fn nested_windows<A: EventApi>() -> Seen {
 }
 
 /// Two windows with a fresh anchor each, chained by the drift fit.
-pub fn anchor_refresh<A: EventApi>() -> Seen {
+pub fn anchor_refresh<A: AnchorApi>() -> Seen {
     let mut seen = Seen::new();
     if let Some(s) = streams::<A>(1, &mut seen) {
         let s = s.get(0);
@@ -131,7 +131,7 @@ pub fn anchor_refresh<A: EventApi>() -> Seen {
 }
 
 /// A profiler dropped with windows open and a reading never awaited.
-pub fn teardown_with_windows_open<A: EventApi>() -> Seen {
+pub fn teardown_with_windows_open<A: AnchorApi>() -> Seen {
     let mut seen = Seen::new();
     if let Some(s) = streams::<A>(1, &mut seen) {
         let s = s.get(0);
@@ -147,7 +147,7 @@ pub fn teardown_with_windows_open<A: EventApi>() -> Seen {
 }
 
 /// The scenarios of the sweep, by name.
-pub fn scenarios<A: EventApi>() -> [(&'static str, Scenario); 5] {
+pub fn scenarios<A: AnchorApi>() -> [(&'static str, Scenario); 5] {
     [
         ("fence lifecycle", fence_lifecycle::<A>),
         ("cross-stream fence", cross_stream_fence::<A>),
@@ -270,7 +270,7 @@ pub fn sweep(
 /// # Errors
 ///
 /// A sentence naming what was lost, leaked or stuck.
-pub fn stress<A: EventApi>(
+pub fn stress<A: AnchorApi>(
     threads: usize,
     each: usize,
     prepare_thread: fn(),
@@ -354,7 +354,7 @@ pub fn stress<A: EventApi>(
 /// # Panics
 ///
 /// When the software driver cannot be loaded.
-pub fn main<A: EventApi>(statuses: fn(&str) -> &'static [i32], prepare_thread: fn()) {
+pub fn main<A: AnchorApi>(statuses: fn(&str) -> &'static [i32], prepare_thread: fn()) {
     let driver = SoftDriver::exclusive();
     prepare_thread();
     let mut total = Tally::default();

@@ -21,6 +21,7 @@ use cubecl_common::profile::{Duration, Instant};
 use crate::EventApi;
 use crate::drift::Placement;
 use crate::driver::DriverError;
+use crate::gate::{AnchorApi, Closed, Gate};
 use crate::pool::{EventPool, PooledEvent};
 
 /// A device event together with where it sits on the host clock.
@@ -28,12 +29,12 @@ pub(crate) struct Anchor<A: EventApi> {
     event: PooledEvent<A>,
     /// Midpoint of the tightest bracket, as measured.
     measured: Instant,
-    /// Half-width of that bracket.
-    uncertainty: Duration,
     /// Best estimate of when the device reached `event`, on the host clock:
-    /// the measured midpoint, or the drift fit's value there once the fit
-    /// is trusted.
+    /// the bracket's midpoint, or the middle of what the bracket and the
+    /// anchors before it leave (see the drift module).
     instant: Instant,
+    /// How far `instant` can be from the truth.
+    uncertainty: Duration,
     /// Host time per unit of device time (1 / the device clock's rate).
     scale: f64,
     /// A bound on `scale`'s relative error.
@@ -46,29 +47,57 @@ pub(crate) struct Anchor<A: EventApi> {
     max_age: Duration,
 }
 
-/// One calibration: the anchor event and its tightest host bracket.
+/// One calibration: the anchor event and the host-clock interval that
+/// holds the instant the device stamped it.
 pub(crate) struct Bracket<A: EventApi> {
     pub(crate) event: PooledEvent<A>,
     pub(crate) before: Instant,
     pub(crate) width: Duration,
 }
 
-impl<A: EventApi> Bracket<A> {
+/// How a calibration takes its brackets.
+pub(crate) struct Calibration<'a> {
+    pub(crate) samples: usize,
+    pub(crate) clock: fn() -> Instant,
+    /// Where the stream waits behind a host-written value.
+    pub(crate) gate: Option<&'a mut (dyn Gate + 'static)>,
+    /// How long the host lets a gated record reach the stream before
+    /// opening the gate.
+    pub(crate) settle: Duration,
+    /// Ask the driver for its own host-clock stamp first.
+    pub(crate) driver_clock: bool,
+}
+
+impl<A: AnchorApi> Bracket<A> {
     /// Record and wait for an anchor event `samples` times on `stream`,
-    /// keeping the reading with the tightest host bracket.
+    /// keeping the reading with the tightest host bracket. A driver that
+    /// stamps on a host clock it names needs one sample and no bracket.
     pub(crate) fn take(
         pool: &Arc<EventPool<A>>,
         stream: A::Stream,
-        samples: usize,
-        clock: fn() -> Instant,
+        mut how: Calibration<'_>,
     ) -> Result<Self, DriverError> {
         let mut best: Option<Self> = None;
-        for _ in 0..samples.max(1) {
+        for _ in 0..how.samples.max(1) {
             let event = pool.take()?;
-            let before = clock();
-            A::event_record(event.raw(), stream)?;
-            A::event_wait(event.raw())?;
-            let width = clock().saturating_duration_since(before);
+            let (before, width) = match how.gate.as_deref_mut() {
+                Some(gate) => Self::gated(&event, stream, gate, how.clock, how.settle)?,
+                None => {
+                    let before = (how.clock)();
+                    A::event_record(event.raw(), stream)?;
+                    A::event_wait(event.raw())?;
+                    (before, (how.clock)().saturating_duration_since(before))
+                }
+            };
+            if how.driver_clock
+                && let Some(stamp) = A::host_stamp(event.raw())?
+            {
+                return Ok(Self {
+                    event,
+                    before: stamp.at - stamp.uncertainty,
+                    width: stamp.uncertainty * 2,
+                });
+            }
             if best.as_ref().is_none_or(|best| width < best.width) {
                 // The previous best, if any, goes back to the pool here.
                 best = Some(Self {
@@ -88,6 +117,29 @@ impl<A: EventApi> Bracket<A> {
         })
     }
 
+    /// The record queued behind the closed gate; after `settle`, the host
+    /// reads its clock, opens the gate and waits. The gate opens on every
+    /// path, errors included.
+    fn gated(
+        event: &PooledEvent<A>,
+        stream: A::Stream,
+        gate: &mut (dyn Gate + 'static),
+        clock: fn() -> Instant,
+        settle: Duration,
+    ) -> Result<(Instant, Duration), DriverError> {
+        let closed = Closed::<A>::close(gate)?;
+        A::event_record(event.raw(), stream)?;
+        if !settle.is_zero() {
+            std::thread::sleep(settle);
+        }
+        let before = clock();
+        closed.open()?;
+        A::event_wait(event.raw())?;
+        Ok((before, clock().saturating_duration_since(before)))
+    }
+}
+
+impl<A: EventApi> Bracket<A> {
     pub(crate) fn midpoint(&self) -> Instant {
         self.before + self.width / 2
     }
@@ -97,7 +149,7 @@ impl<A: EventApi> Anchor<A> {
     pub(crate) fn new(bracket: Bracket<A>, placement: Placement, chain: (f64, f64)) -> Self {
         Self {
             measured: bracket.midpoint(),
-            uncertainty: bracket.width / 2,
+            uncertainty: placement.uncertainty,
             event: bracket.event,
             instant: placement.instant,
             scale: placement.scale,
@@ -117,7 +169,7 @@ impl<A: EventApi> Anchor<A> {
         self.measured
     }
 
-    /// How far the measurement can be from the truth.
+    /// How far the anchor's placement can be from the truth.
     pub(crate) fn uncertainty(&self) -> Duration {
         self.uncertainty
     }
@@ -131,16 +183,10 @@ impl<A: EventApi> Anchor<A> {
     }
 
     /// How far a point placed `offset` after the anchor can be from the
-    /// truth, before the offset's own reading error: the true anchor lies
-    /// in its bracket, the placement may sit off the bracket's midpoint by
-    /// what the fit moved it, and the rate is known to `rate_uncertainty`.
+    /// truth, before the offset's own reading error: the anchor's own
+    /// bound, and the rate's over the offset.
     pub(crate) fn placement_bound(&self, offset: Duration) -> Duration {
-        let shift = if self.instant > self.measured {
-            self.instant.saturating_duration_since(self.measured)
-        } else {
-            self.measured.saturating_duration_since(self.instant)
-        };
-        self.uncertainty + shift + self.rate_error(offset)
+        self.uncertainty + self.rate_error(offset)
     }
 
     /// How far the host duration of `device` can be off through the rate.

@@ -1,21 +1,31 @@
-//! The device clock's rate and offset, estimated from successive anchors.
+//! The device clock's rate and each anchor's place on the host clock,
+//! estimated from successive anchors.
 //!
 //! Refreshing the anchor alone leaves the drift between device and host
 //! clocks in every placement: at 100 ppm a window one second from its anchor
 //! lands 100 µs off. As Tracy's calibration does, the anchors are treated as
-//! samples of one line, host time against device time, and a least-squares
-//! fit over the recent ones gives the rate (placing a window `offset` after
-//! its anchor at `offset × host/device`) and smooths each anchor's position,
-//! averaging away the scatter of single brackets.
+//! samples of one line, host time against device time; a fit weighted by
+//! each bracket's width gives the rate, with a worst-case bound on it.
+//!
+//! An anchor is not placed on that line, though: a line extrapolated past
+//! the points it was fitted on can leave the anchor's own bracket. Instead
+//! each anchor's interval, which holds the truth, is carried forward by the
+//! exact device step to the next anchor (widened by the rate's bound and the
+//! reading's error) and intersected with that anchor's bracket. The result
+//! lies inside the new bracket, so it is never a worse bound than the
+//! bracket alone, and a bracket stretched by a stalled wake-up is cut back
+//! to what earlier, tighter anchors allow. The anchor sits at the middle of
+//! the intersection, whose half-width is its bound.
 //!
 //! Device time between anchors is read as `elapsed(previous, new)`, under a
 //! second apart, so each step is exact to the `f32` reading. A gap too long
 //! for that (the profiler idle for minutes) starts the chain afresh.
 //!
-//! Until the fit's rate is known better than a crystal's ±100 ppm, it is not
-//! used, and the anchor is refreshed often enough that the drift it could
-//! hide stays under [`TARGET`]; as the chain lengthens, the refresh period
-//! grows to the configured bound.
+//! Until the rate is known better than [`PRIOR`], the anchor is refreshed
+//! often enough that the drift it could hide stays under [`TARGET`]; as
+//! the chain lengthens, the refresh period grows to the configured bound.
+//! A line once trusted is kept until a better one replaces it, so a run of
+//! poor brackets cannot send placement back to the prior.
 
 use std::collections::VecDeque;
 
@@ -23,8 +33,10 @@ use cubecl_common::profile::{Duration, Instant};
 
 /// The placement error drift is allowed to add between refreshes.
 pub(crate) const TARGET: Duration = Duration::from_micros(1);
-/// The rate uncertainty assumed before any is measured: a crystal's spread.
-const PRIOR: f64 = 1e-4;
+/// The rate uncertainty assumed before any is measured: a crystal's
+/// ±100 ppm, doubled, so that a device at the edge of its specification is
+/// still inside the bound.
+pub(crate) const PRIOR: f64 = 2e-4;
 /// Shortest refresh period, so a profiler never spends its time anchoring.
 const MIN_AGE: Duration = Duration::from_millis(5);
 /// Anchors further apart than this start a new chain: an `f32` reading of
@@ -32,13 +44,15 @@ const MIN_AGE: Duration = Duration::from_millis(5);
 pub(crate) const MAX_GAP: Duration = Duration::from_secs(10);
 /// Anchors kept for the fit.
 const KEEP: usize = 32;
-/// Brackets this close in width count as equally tight, whatever 1.5x the
-/// tightest says (a 100 ns bracket is not better than a 160 ns one).
-const SAME_WIDTH_NS: f64 = 250.0;
+/// Added to every half-width before weighting: a 10 ns bracket is not a
+/// hundred times better than a 100 ns one, as the clock reads themselves
+/// take about that long.
+const WEIGHT_FLOOR_NS: f64 = 100.0;
 
 /// One anchor as a point of the line: host time against device time.
 #[derive(Clone, Copy)]
 struct Point {
+    /// The bracket's midpoint, from the chain's base.
     host_ns: f64,
     device_ns: f64,
     /// The bracket's half-width: how far `host_ns` can be from the truth.
@@ -47,15 +61,34 @@ struct Point {
     chain_error_ns: f64,
 }
 
-/// The fitted line through recent anchors.
-pub(crate) struct DriftFit {
-    base: Option<Instant>,
-    points: VecDeque<Point>,
+/// The interval, from the chain's base, that holds the last anchor's true
+/// host time, and where that anchor lies on the chain.
+#[derive(Clone, Copy)]
+struct Held {
+    low_ns: f64,
+    high_ns: f64,
+    device_ns: f64,
+    chain_error_ns: f64,
 }
 
-/// Where a new anchor sits, by the fit.
+/// The rate fitted through recent anchors, and the intervals carried
+/// between them.
+pub(crate) struct DriftFit {
+    /// Twice the driver's timestamp resolution: how far a device span
+    /// between two stamps can be off, on top of the readings' rounding.
+    ends_ns: f64,
+    base: Option<Instant>,
+    points: VecDeque<Point>,
+    /// The last line whose rate was known better than the prior.
+    trusted: Option<Rate>,
+    held: Option<Held>,
+}
+
+/// Where a new anchor sits.
 pub(crate) struct Placement {
     pub(crate) instant: Instant,
+    /// How far `instant` can be from the truth.
+    pub(crate) uncertainty: Duration,
     /// Host time per unit of device time.
     pub(crate) scale: f64,
     /// A bound on `scale`'s error, relative: the prior when unfitted.
@@ -63,18 +96,43 @@ pub(crate) struct Placement {
     pub(crate) max_age: Duration,
 }
 
-impl DriftFit {
-    pub(crate) fn new() -> Self {
+impl Placement {
+    /// An anchor standing alone: its bracket's midpoint, at rate 1.
+    pub(crate) fn alone(measured: Instant, half_width: Duration, max_age: Duration) -> Self {
         Self {
+            instant: measured,
+            uncertainty: half_width,
+            scale: 1.0,
+            rate_uncertainty: PRIOR,
+            max_age,
+        }
+    }
+}
+
+/// A slope and a worst-case bound on its error.
+#[derive(Clone, Copy)]
+struct Rate {
+    scale: f64,
+    worst_case: f64,
+}
+
+impl DriftFit {
+    pub(crate) fn new(resolution: Duration) -> Self {
+        Self {
+            ends_ns: 2.0 * resolution.as_nanos() as f64,
             base: None,
             points: VecDeque::with_capacity(KEEP),
+            trusted: None,
+            held: None,
         }
     }
 
     /// Forget every anchor: the next one starts a chain.
     pub(crate) fn restart(&mut self) {
-        self.base = None;
-        self.points.clear();
+        *self = Self {
+            ends_ns: self.ends_ns,
+            ..Self::new(Duration::ZERO)
+        };
     }
 
     /// Add an anchor measured at `measured` (± `half_width`) at `device_ns`
@@ -88,115 +146,121 @@ impl DriftFit {
         max_age: Duration,
     ) -> Placement {
         let base = *self.base.get_or_insert(measured);
+        let host_ns = measured.saturating_duration_since(base).as_nanos() as f64;
+        let half_width_ns = half_width.as_nanos() as f64;
         if self.points.len() == KEEP {
             self.points.pop_front();
         }
         self.points.push_back(Point {
-            host_ns: measured.saturating_duration_since(base).as_nanos() as f64,
+            host_ns,
             device_ns,
-            half_width_ns: half_width.as_nanos() as f64,
+            half_width_ns,
             chain_error_ns: device_error_ns,
         });
-        let fallback = Placement {
-            instant: measured,
+        if let Some(rate) = self.line().filter(|rate| rate.worst_case < PRIOR) {
+            self.trusted = Some(rate);
+        }
+        let rate = self.trusted.unwrap_or(Rate {
             scale: 1.0,
-            rate_uncertainty: PRIOR,
-            max_age: age_for(PRIOR).min(max_age),
+            worst_case: PRIOR,
+        });
+        let bracket = (host_ns - half_width_ns, host_ns + half_width_ns);
+        let (low, high) = self
+            .held
+            .and_then(|held| {
+                let step = device_ns - held.device_ns;
+                let spread = step.abs() * rate.worst_case
+                    + (device_error_ns - held.chain_error_ns).abs()
+                    + self.ends_ns;
+                let carried = (
+                    held.low_ns + step * rate.scale - spread,
+                    held.high_ns + step * rate.scale + spread,
+                );
+                let low = bracket.0.max(carried.0);
+                let high = bracket.1.min(carried.1);
+                // Disjoint: one of the two bounds did not hold (a bracket
+                // the driver stamped outside of); trust the fresh one.
+                (low <= high).then_some((low, high))
+            })
+            .unwrap_or(bracket);
+        self.held = Some(Held {
+            low_ns: low,
+            high_ns: high,
+            device_ns,
+            chain_error_ns: device_error_ns,
+        });
+        let middle = (low + high) / 2.0;
+        let instant = if middle >= host_ns {
+            measured + Duration::from_nanos((middle - host_ns) as u64)
+        } else {
+            measured - Duration::from_nanos((host_ns - middle) as u64)
         };
-        let Some(Line {
-            offset,
-            scale,
-            uncertainty,
-            worst_case,
-        }) = self.line()
-        else {
-            return fallback;
-        };
-        if uncertainty >= PRIOR || !(0.5..2.0).contains(&scale) {
-            return fallback;
-        }
-        let host_ns = offset + scale * device_ns;
-        if !host_ns.is_finite() || host_ns < 0.0 {
-            return fallback;
-        }
         Placement {
-            instant: base + Duration::from_nanos(host_ns as u64),
-            scale,
-            rate_uncertainty: worst_case,
-            max_age: age_for(uncertainty).min(max_age),
+            instant,
+            // Rounded up: the bound must hold after the conversion.
+            uncertainty: Duration::from_nanos(((high - low) / 2.0).ceil() as u64 + 1),
+            scale: rate.scale,
+            rate_uncertainty: rate.worst_case,
+            max_age: age_for(rate.worst_case).min(max_age),
         }
     }
 
-    /// Least squares `host = offset + scale × device`.
-    fn line(&self) -> Option<Line> {
-        let n = self.points.len();
-        if n < 3 {
+    /// Least squares `host = offset + scale × device`, each point weighted
+    /// by the inverse square of its bracket's half-width: a wake-up the
+    /// scheduler delayed widens a bracket and moves its midpoint, and such
+    /// a point should barely pull the line, where a hard cut-off (keep only
+    /// brackets within 1.5x the tightest) lets one unusually tight bracket
+    /// exclude nearly every other point.
+    fn line(&self) -> Option<Rate> {
+        if self.points.len() < 3 {
             return None;
         }
-        // As Tracy does: only anchors whose bracket is within 1.5x the
-        // tightest kept take part; a wake-up the scheduler delayed widens a
-        // bracket and moves its midpoint, and one such anchor would pull
-        // the whole line.
-        let tightest = self
+        let weight = |p: &Point| 1.0 / (p.half_width_ns + WEIGHT_FLOOR_NS).powi(2);
+        let total: f64 = self.points.iter().map(weight).sum();
+        let mean_d = self
             .points
             .iter()
-            .map(|p| p.half_width_ns)
-            .fold(f64::INFINITY, f64::min);
-        let points: Vec<&Point> = self
+            .map(|p| weight(p) * p.device_ns)
+            .sum::<f64>()
+            / total;
+        let mean_h = self
             .points
             .iter()
-            .filter(|p| p.half_width_ns <= 1.5 * tightest + SAME_WIDTH_NS)
-            .collect();
-        if points.len() < 3 {
-            return None;
-        }
-        let count = points.len() as f64;
-        let mean_d = points.iter().map(|p| p.device_ns).sum::<f64>() / count;
-        let mean_h = points.iter().map(|p| p.host_ns).sum::<f64>() / count;
+            .map(|p| weight(p) * p.host_ns)
+            .sum::<f64>()
+            / total;
         let (mut var, mut cov) = (0.0, 0.0);
-        for p in &points {
-            var += (p.device_ns - mean_d).powi(2);
-            cov += (p.device_ns - mean_d) * (p.host_ns - mean_h);
+        for p in &self.points {
+            var += weight(p) * (p.device_ns - mean_d).powi(2);
+            cov += weight(p) * (p.device_ns - mean_d) * (p.host_ns - mean_h);
         }
         if var <= 0.0 {
             return None;
         }
         let scale = cov / var;
-        let front = *points.first()?;
-        let span = points.last()?.device_ns - front.device_ns;
-        let widest = points.iter().map(|p| p.half_width_ns).fold(0.0, f64::max);
-        // The slope is linear in each point's values, with weight
-        // (d - mean) / var: its worst case sums each weight times that
-        // point's error, the bracket's half-width and the chain's reading
-        // error since the oldest point kept (an error all points share
-        // moves none of the slope).
-        let worst: f64 = points
+        if !(0.5..2.0).contains(&scale) {
+            return None;
+        }
+        // The slope is linear in each point's host value, with coefficient
+        // weight × (d − mean) / var: its worst case sums each coefficient
+        // times that point's error, the bracket's half-width and the
+        // device position's error against the oldest point kept: the
+        // readings' rounding since, and the two stamps' resolution (an
+        // error all points share moves none of the slope).
+        let front = self.points.front()?.chain_error_ns;
+        let worst: f64 = self
+            .points
             .iter()
             .map(|p| {
-                let error = p.half_width_ns + (p.chain_error_ns - front.chain_error_ns);
-                (p.device_ns - mean_d).abs() * error.max(1.0)
+                let error = p.half_width_ns + (p.chain_error_ns - front) + self.ends_ns;
+                weight(p) * (p.device_ns - mean_d).abs() * error.max(1.0)
             })
             .sum();
-        Some(Line {
-            offset: mean_h - scale * mean_d,
+        Some(Rate {
             scale,
-            // Two end points each off by up to the widest half-width, over
-            // the span: what decides trust and the refresh period.
-            uncertainty: 2.0 * widest.max(1.0) / span.max(1.0),
             worst_case: worst / var,
         })
     }
-}
-
-/// A fitted line and how far its slope can be off.
-struct Line {
-    offset: f64,
-    scale: f64,
-    /// The typical slope error, from the widest bracket over the span.
-    uncertainty: f64,
-    /// The slope error if every point were off by its full error in the
-    /// worst direction: what a window's stated bound uses.
-    worst_case: f64,
 }
 
 /// Refresh period for which a rate uncertain by `uncertainty` hides no more
@@ -204,4 +268,94 @@ struct Line {
 fn age_for(uncertainty: f64) -> Duration {
     let seconds = TARGET.as_secs_f64() / uncertainty.max(1e-12);
     Duration::from_secs_f64(seconds.min(3600.0)).max(MIN_AGE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Brackets around a device clock running 50 ppm fast against the
+    /// host, each `width` wide with the truth at `at` (0: early edge, 1:
+    /// late edge) of it, every 10 ms.
+    fn feed(fit: &mut DriftFit, base: Instant, brackets: &[(u64, f64)]) -> Vec<(Placement, u64)> {
+        brackets
+            .iter()
+            .enumerate()
+            .map(|(i, &(width, at))| {
+                let truth_ns = 1_000_000_000 + i as u64 * 10_000_000;
+                let device_ns = truth_ns as f64 * (1.0 + 50e-6);
+                let before = truth_ns - (width as f64 * at) as u64;
+                let measured = base + Duration::from_nanos(before + width / 2);
+                let placed = fit.admit(
+                    measured,
+                    Duration::from_nanos(width / 2),
+                    device_ns,
+                    0.0,
+                    Duration::from_secs(1),
+                );
+                (placed, truth_ns)
+            })
+            .collect()
+    }
+
+    fn error_ns(base: Instant, placed: &Placement, truth_ns: u64) -> u64 {
+        let truth = base + Duration::from_nanos(truth_ns);
+        let (a, b) = (placed.instant, truth);
+        a.saturating_duration_since(b)
+            .max(b.saturating_duration_since(a))
+            .as_nanos() as u64
+    }
+
+    #[test]
+    fn a_stalled_bracket_is_cut_back_by_the_anchors_before_it() {
+        let base = Instant::now();
+        let mut fit = DriftFit::new(Duration::from_nanos(500));
+        // Forty 4 µs brackets with the truth at their late edge, then one
+        // stretched to 600 µs by a wake-up stall, the truth 100 µs in.
+        let mut brackets = vec![(4_000, 1.0); 40];
+        brackets.push((600_000, 100.0 / 600.0));
+        let placed = feed(&mut fit, base, &brackets);
+        let (last, truth) = placed.last().unwrap();
+        let error = error_ns(base, last, *truth);
+        assert!(
+            error < 5_000,
+            "the stalled anchor is {error} ns off (its midpoint is 200 µs off)"
+        );
+        assert!(error <= last.uncertainty.as_nanos() as u64);
+    }
+
+    #[test]
+    fn every_anchor_lies_inside_its_own_bracket_and_its_bound_holds() {
+        let base = Instant::now();
+        let mut fit = DriftFit::new(Duration::from_nanos(500));
+        let brackets: Vec<(u64, f64)> = (0..200)
+            .map(|i| (2_000 + (i * 7919 % 13) * 1_000, (i * 31 % 10) as f64 / 10.0))
+            .collect();
+        for (i, (placed, truth)) in feed(&mut fit, base, &brackets).iter().enumerate() {
+            let (width, _) = brackets[i];
+            let error = error_ns(base, placed, *truth);
+            assert!(error <= placed.uncertainty.as_nanos() as u64, "anchor {i}");
+            assert!(
+                placed.uncertainty.as_nanos() as u64 <= width / 2 + 1,
+                "anchor {i}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_fitted_rate_is_bounded_by_its_stated_error() {
+        let base = Instant::now();
+        let mut fit = DriftFit::new(Duration::from_nanos(500));
+        let brackets: Vec<(u64, f64)> = (0..64).map(|i| (3_000, (i % 4) as f64 / 3.0)).collect();
+        let placed = feed(&mut fit, base, &brackets);
+        let last = &placed.last().unwrap().0;
+        let truth = 1.0 / (1.0 + 50e-6);
+        assert!(last.rate_uncertainty < PRIOR, "the rate is trusted");
+        assert!(
+            (last.scale - truth).abs() <= last.rate_uncertainty,
+            "scale {} against {truth}, ± {}",
+            last.scale,
+            last.rate_uncertainty
+        );
+    }
 }

@@ -42,6 +42,7 @@ mod drift;
 pub mod driver;
 mod event;
 mod fence;
+mod gate;
 pub mod handles;
 mod pool;
 mod profiler;
@@ -53,6 +54,7 @@ mod stream;
 pub use api::{EventApi, EventQuery};
 pub use driver::{CaptureStatus, DriverError, ErrorKind};
 pub use fence::{EventFence, FencePool};
+pub use gate::{AnchorApi, Gate, HostStamp};
 pub use profiler::{
     EventProfiler, PlacedWindow, Placement, ProfileError, ProfileToken, ProfilerConfig,
 };

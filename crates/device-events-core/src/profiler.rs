@@ -9,9 +9,10 @@ use std::task::{Context, Poll};
 use cubecl_common::profile::{Duration, Instant, ProfileDuration, ProfileTicks};
 
 use crate::EventApi;
-use crate::anchor::{Anchor, Bracket};
-use crate::drift::{DriftFit, MAX_GAP};
+use crate::anchor::{Anchor, Bracket, Calibration};
+use crate::drift::{DriftFit, MAX_GAP, Placement as AnchorPlacement};
 use crate::driver::DriverError;
+use crate::gate::{AnchorApi, Gate};
 use crate::pool::{EventPool, PooledEvent};
 use crate::resolver::{self, Answer, Job};
 use crate::stream::OwnedStream;
@@ -72,6 +73,18 @@ pub struct ProfilerConfig {
     /// refreshed every `anchor_max_age`: for measuring what the fit buys.
     /// Default: on.
     pub drift_correction: bool,
+    /// Record the anchor behind a gate where the backend has one
+    /// ([`AnchorApi::gate`]), so that the record call and the launch
+    /// latency fall before the bracket opens. Default: on.
+    pub gated_anchor: bool,
+    /// How long a gated anchor's record is given to reach its stream before
+    /// the gate opens: longer than the driver's usual launch latency, or
+    /// the rest of it falls inside the bracket again. Default: 50 µs.
+    pub gate_settle: Duration,
+    /// Take the anchor's time from the driver's own host-clock stamp where
+    /// it has one ([`AnchorApi::host_stamp`]), instead of a bracket.
+    /// Default: on.
+    pub driver_clock: bool,
 }
 
 impl Default for ProfilerConfig {
@@ -84,6 +97,9 @@ impl Default for ProfilerConfig {
             max_anchor_distance: Duration::from_secs(60),
             timer_resolution: Duration::from_micros(1),
             drift_correction: true,
+            gated_anchor: true,
+            gate_settle: Duration::from_micros(50),
+            driver_clock: true,
         }
     }
 }
@@ -155,13 +171,15 @@ impl Default for ProfilerConfig {
 /// # Sim::stream_destroy(stream)?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub struct EventProfiler<A: EventApi> {
+pub struct EventProfiler<A: AnchorApi> {
     id: u64,
     config: ProfilerConfig,
     slots: Vec<Slot<A>>,
     free: Vec<usize>,
     open: usize,
     anchor: Option<Arc<Anchor<A>>>,
+    /// Before the stream it waits on: dropped first, open.
+    gate: Option<Box<dyn Gate>>,
     anchor_stream: Option<OwnedStream<A>>,
     fit: DriftFit,
     pool: Arc<EventPool<A>>,
@@ -189,13 +207,13 @@ struct Opened<A: EventApi> {
 
 static NEXT_PROFILER: AtomicU64 = AtomicU64::new(1);
 
-impl<A: EventApi> Default for EventProfiler<A> {
+impl<A: AnchorApi> Default for EventProfiler<A> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl<A: EventApi> EventProfiler<A> {
+impl<A: AnchorApi> EventProfiler<A> {
     /// A profiler with the default [`ProfilerConfig`]. Nothing is asked of
     /// the driver until the first window.
     pub fn new() -> Self {
@@ -211,8 +229,9 @@ impl<A: EventApi> EventProfiler<A> {
             free: Vec::new(),
             open: 0,
             anchor: None,
+            gate: None,
             anchor_stream: None,
-            fit: DriftFit::new(),
+            fit: DriftFit::new(config.timer_resolution),
             pool: EventPool::new(config.max_idle_events),
             retry: None,
             _resolver: resolver::Hold::new(),
@@ -470,33 +489,50 @@ impl<A: EventApi> EventProfiler<A> {
         let made_stream = self.anchor_stream.is_none();
         let stream = match &self.anchor_stream {
             Some(stream) => stream.get(),
-            None => self.anchor_stream.insert(OwnedStream::new()?).get(),
-        };
-        let bracket = Bracket::take(
-            &self.pool,
-            stream,
-            self.config.calibration_samples,
-            self.config.host_clock,
-        )
-        .inspect_err(|_| {
-            if made_stream {
-                self.anchor_stream = None;
+            None => {
+                let stream = self.anchor_stream.insert(OwnedStream::new()?).get();
+                if self.config.gated_anchor {
+                    self.gate = A::gate(stream).unwrap_or_else(|err| {
+                        log::warn!("{}: anchoring without a gate: {err}", A::BACKEND);
+                        None
+                    });
+                }
+                stream
             }
-        })?;
+        };
+        let how = Calibration {
+            samples: self.config.calibration_samples,
+            clock: self.config.host_clock,
+            gate: self.gate.as_deref_mut(),
+            settle: self.config.gate_settle,
+            driver_clock: self.config.driver_clock,
+        };
+        let bracket = match Bracket::take(&self.pool, stream, how) {
+            Ok(bracket) => bracket,
+            Err(err) => {
+                if made_stream {
+                    self.gate = None;
+                    self.anchor_stream = None;
+                }
+                return Err(err);
+            }
+        };
         let chain = self.chain_position(&bracket);
-        if !self.config.drift_correction {
-            self.fit.restart();
-        }
-        let mut placement = self.fit.admit(
-            bracket.midpoint(),
-            bracket.width / 2,
-            chain.0,
-            chain.1,
-            self.config.anchor_max_age,
-        );
-        if !self.config.drift_correction {
-            placement.max_age = self.config.anchor_max_age;
-        }
+        let placement = if self.config.drift_correction {
+            self.fit.admit(
+                bracket.midpoint(),
+                bracket.width / 2,
+                chain.0,
+                chain.1,
+                self.config.anchor_max_age,
+            )
+        } else {
+            AnchorPlacement::alone(
+                bracket.midpoint(),
+                bracket.width / 2,
+                self.config.anchor_max_age,
+            )
+        };
         Ok(Anchor::new(bracket, placement, chain))
     }
 
@@ -519,8 +555,9 @@ impl<A: EventApi> EventProfiler<A> {
         match A::event_elapsed(previous.event(), bracket.event.raw()) {
             Ok(step) => (
                 previous.chain_ns() + step.as_nanos() as f64,
-                previous.chain_error_ns()
-                    + reading_error(step, self.config.timer_resolution).as_nanos() as f64,
+                // Stamps are quantised, so the resolution telescopes out of
+                // a sum of readings; the `f32` rounding of each does not.
+                previous.chain_error_ns() + reading_error(step, Duration::ZERO).as_nanos() as f64,
             ),
             Err(err) => {
                 log::warn!("{}: drift estimate restarted: {err}", A::BACKEND);
@@ -553,7 +590,7 @@ impl<A: EventApi> EventProfiler<A> {
     }
 }
 
-impl<A: EventApi> Drop for EventProfiler<A> {
+impl<A: AnchorApi> Drop for EventProfiler<A> {
     /// Windows still open go back to the pool; an error one of them holds
     /// would otherwise reach no one, so it is logged.
     fn drop(&mut self) {
@@ -565,7 +602,7 @@ impl<A: EventApi> Drop for EventProfiler<A> {
     }
 }
 
-impl<A: EventApi> std::fmt::Debug for EventProfiler<A> {
+impl<A: AnchorApi> std::fmt::Debug for EventProfiler<A> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EventProfiler")
             .field("backend", &A::BACKEND)

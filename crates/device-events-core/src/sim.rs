@@ -231,6 +231,9 @@ impl Sim {
     }
 }
 
+/// No gate and no host-clock stamps: the profiler brackets.
+impl crate::AnchorApi for Sim {}
+
 impl EventApi for Sim {
     type Event = SimEvent;
     type Stream = SimStream;

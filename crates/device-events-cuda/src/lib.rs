@@ -487,3 +487,6 @@ impl EventQuery for Cuda {
         })
     }
 }
+
+/// Anchoring calls: none yet.
+impl device_events_core::AnchorApi for Cuda {}

@@ -431,6 +431,8 @@ fn a_driver_laid_out_as_libcuda_so_1_only_is_found() {
 /// The CUDA backend with one deliberate bug: it never releases an event.
 struct SkipsReleases;
 
+impl device_events_core::AnchorApi for SkipsReleases {}
+
 impl EventApi for SkipsReleases {
     type Event = <Cuda as EventApi>::Event;
     type Stream = <Cuda as EventApi>::Stream;

@@ -6,7 +6,7 @@ use std::ffi::{CStr, c_void};
 
 use cubecl_hip_sys as hip;
 use cudarc::driver::result;
-use device_events_core::EventApi;
+use device_events_core::AnchorApi;
 use device_events_core::OwnedStream;
 use device_events_cuda::{Cuda, CudaStream, driver_error};
 use device_events_hip::{Hip, HipStream, check};
@@ -14,7 +14,7 @@ use device_events_opencl::ClStream;
 
 pub type Failure = Box<dyn Error>;
 
-pub trait Device: EventApi {
+pub trait Device: AnchorApi {
     type Buffer;
     /// Initialise, bind device 0 to this thread, and name it.
     fn open() -> Result<String, Failure>;

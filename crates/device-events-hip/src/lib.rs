@@ -599,3 +599,6 @@ impl EventQuery for Hip {
         })
     }
 }
+
+/// Anchoring calls: none yet.
+impl device_events_core::AnchorApi for Hip {}

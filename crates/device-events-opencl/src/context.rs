@@ -23,6 +23,8 @@ pub const DEVICE_VAR: &str = "DEVICE_EVENTS_OPENCL_DEVICE";
 const CL_DEVICE_TYPE_ALL: u64 = 0xFFFF_FFFF;
 const CL_DEVICE_NAME: u32 = 0x102B;
 const CL_PLATFORM_NAME: u32 = 0x0902;
+const CL_DEVICE_TYPE: u32 = 0x1000;
+const CL_DEVICE_TYPE_CPU: u64 = 1 << 1;
 const CL_DEVICE_VERSION: u32 = 0x102F;
 
 /// An OpenCL context on one device, released when the last event, queue
@@ -34,6 +36,9 @@ pub(crate) struct ClContext {
     /// Tells contexts apart without comparing raw pointers, which the
     /// driver may reuse once one is released.
     pub(crate) id: u64,
+    /// The device stamps events on the host's `CLOCK_MONOTONIC_RAW`
+    /// (PoCL's CPU device).
+    pub(crate) raw_clock: bool,
 }
 
 // SAFETY: `cl_context` and `cl_device_id` are opaque handles, never
@@ -137,10 +142,17 @@ pub(crate) fn create(platform: usize, device: usize) -> Result<Arc<ClContext>, D
     };
     let raw = cl3::context::create_context(&[device], std::ptr::null(), None, std::ptr::null_mut())
         .map_err(|c| error("clCreateContext", c))?;
+    // PoCL's CPU driver stamps profiling times with `clock_gettime(
+    // CLOCK_MONOTONIC_RAW)`; no other platform is known to name its clock.
+    let pocl = text(cl3::platform::get_platform_info(chosen, CL_PLATFORM_NAME))
+        .contains("Portable Computing Language");
+    let cpu = cl3::device::get_device_info(device, CL_DEVICE_TYPE)
+        .is_ok_and(|kind| u64::from(kind) & CL_DEVICE_TYPE_CPU != 0);
     Ok(Arc::new(ClContext {
         raw,
         device,
         id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+        raw_clock: pocl && cpu,
     }))
 }
 

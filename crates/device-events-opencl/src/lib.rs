@@ -51,6 +51,7 @@
 //! last of them. No loader, no platform or no device is an
 //! [`ErrorKind::NoDevice`] error, never a panic.
 
+mod anchor;
 mod context;
 mod status;
 

@@ -200,19 +200,16 @@ fn main() {
             })
         }
         What::PlacementOpencl { seconds } => {
-            let report = |errors: device_events_bench::pocl::Errors| {
-                json!({
-                    "windows": errors.windows,
-                    "median_us": errors.quantile_us(0.5),
-                    "p99_us": errors.quantile_us(0.99),
-                    "worst_us": errors.quantile_us(1.0),
-                })
-            };
-            json!({
-                "seconds": seconds,
-                "on": report(device_events_bench::pocl::placement(seconds, true)),
-                "off": report(device_events_bench::pocl::placement(seconds, false)),
-            })
+            use device_events_core::ProfilerConfig;
+            let sessions = placement_sessions();
+            let configs: Vec<ProfilerConfig> = sessions.iter().map(|(_, c)| *c).collect();
+            let measured = device_events_bench::pocl::placement(seconds, &configs);
+            let mut report = serde_json::Map::new();
+            report.insert("seconds".into(), json!(seconds));
+            for ((key, _), errors) in sessions.iter().zip(measured) {
+                report.insert((*key).into(), errors_json(&errors));
+            }
+            serde_json::Value::Object(report)
         }
     };
     println!("{report}");
@@ -246,5 +243,35 @@ fn placement(seconds: u64) -> serde_json::Value {
         "median_ns": errors[errors.len() / 2],
         "p99_ns": errors[errors.len() * 99 / 100],
         "worst_ns": errors[errors.len() - 1],
+    })
+}
+
+/// The placement sessions every driver is measured with, by key: gated or
+/// not, fit on or off, on the bracket every driver has; and the driver's
+/// own clock where it has one.
+fn placement_sessions() -> Vec<(&'static str, device_events_core::ProfilerConfig)> {
+    let config =
+        |gated_anchor, drift_correction, driver_clock| device_events_core::ProfilerConfig {
+            gated_anchor,
+            drift_correction,
+            driver_clock,
+            ..device_events_core::ProfilerConfig::default()
+        };
+    vec![
+        ("gated_fit_on", config(true, true, false)),
+        ("gated_fit_off", config(true, false, false)),
+        ("ungated_fit_on", config(false, true, false)),
+        ("ungated_fit_off", config(false, false, false)),
+        ("driver_clock_fit_on", config(true, true, true)),
+    ]
+}
+
+fn errors_json(errors: &device_events_bench::pocl::Errors) -> serde_json::Value {
+    json!({
+        "windows": errors.windows,
+        "median_us": errors.quantile_us(0.5),
+        "p99_us": errors.quantile_us(0.99),
+        "worst_us": errors.quantile_us(1.0),
+        "outside_bound": errors.outside_bound,
     })
 }

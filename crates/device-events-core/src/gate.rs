@@ -1,0 +1,125 @@
+//! What a backend may offer to place its anchor better than a bracket
+//! around a record and a wait: a gate the anchor's stream waits behind, and
+//! the host clock its device already stamps on.
+
+use cubecl_common::profile::{Duration, Instant};
+
+use crate::EventApi;
+use crate::driver::DriverError;
+
+/// The optional anchoring calls of a backend. Every method has a default
+/// that says "not here", so a backend without them is `impl AnchorApi for
+/// MyBackend {}`, and the profiler falls back to the bracket every driver
+/// allows.
+///
+/// Kept apart from [`EventApi`], whose shape is fixed.
+///
+/// ```
+/// use device_events_core::{AnchorApi, EventApi, sim::Sim};
+///
+/// let stream = Sim::stream_create_non_blocking()?;
+/// // The simulated backend offers neither: its profiler brackets.
+/// assert!(Sim::gate(stream)?.is_none());
+/// # Sim::stream_destroy(stream)?;
+/// # Ok::<(), device_events_core::DriverError>(())
+/// ```
+pub trait AnchorApi: EventApi {
+    /// A gate on `stream`: a host-written value the stream can be made to
+    /// wait on (`cuStreamWaitValue32`, `hipStreamWaitValue32`, an OpenCL
+    /// user event). `Ok(None)` where the driver or device has none.
+    ///
+    /// With it the anchor is recorded behind a closed gate, and the host
+    /// reads its clock just before opening it: the record call and the
+    /// launch latency fall before the bracket opens, not inside it.
+    ///
+    /// # Errors
+    ///
+    /// [`DriverError`] when the driver has gates but refused this one; the
+    /// profiler logs it and brackets without.
+    fn gate(stream: Self::Stream) -> Result<Option<Box<dyn Gate>>, DriverError> {
+        let _ = stream;
+        Ok(None)
+    }
+
+    /// Where the device stamped `event` (reached), on the host's
+    /// [`Instant`] clock, when the driver stamps events on a host clock it
+    /// can name (PoCL: `CLOCK_MONOTONIC_RAW`); `Ok(None)` where it does not.
+    /// An anchor then needs no bracket.
+    ///
+    /// # Errors
+    ///
+    /// [`DriverError`] when the stamp could not be read.
+    fn host_stamp(event: &Self::Event) -> Result<Option<HostStamp>, DriverError> {
+        let _ = event;
+        Ok(None)
+    }
+}
+
+/// An event's stamp on the host clock, and how far the mapping between the
+/// driver's clock and [`Instant`]'s can be off.
+#[derive(Clone, Copy, Debug)]
+pub struct HostStamp {
+    /// The stamp, on the host clock.
+    pub at: Instant,
+    /// A bound on `at`'s error.
+    pub uncertainty: Duration,
+}
+
+/// A host-written value one stream waits on, made by [`AnchorApi::gate`].
+///
+/// Each [`close`](Self::close) queues a wait on the stream that the next
+/// [`open`](Self::open) satisfies. Dropping a gate must leave its stream
+/// waiting on nothing and release what it holds only once the stream no
+/// longer reads it.
+pub trait Gate: Send {
+    /// Queue, on the gate's stream, a wait until the next `open`.
+    ///
+    /// # Errors
+    ///
+    /// [`DriverError`] when the driver refused the wait; nothing is queued.
+    fn close(&mut self) -> Result<(), DriverError>;
+
+    /// Let the stream past every wait queued so far.
+    ///
+    /// # Errors
+    ///
+    /// [`DriverError`] when the driver refused; the stream may still wait.
+    fn open(&mut self) -> Result<(), DriverError>;
+}
+
+/// A closed gate that opens when dropped, on every path: a wait the host
+/// never satisfies would hold the stream, and all work behind it, forever.
+pub(crate) struct Closed<'a, A: EventApi> {
+    gate: Option<&'a mut (dyn Gate + 'static)>,
+    _backend: std::marker::PhantomData<fn() -> A>,
+}
+
+impl<'a, A: EventApi> Closed<'a, A> {
+    pub(crate) fn close(gate: &'a mut (dyn Gate + 'static)) -> Result<Self, DriverError> {
+        gate.close()?;
+        Ok(Self {
+            gate: Some(gate),
+            _backend: std::marker::PhantomData,
+        })
+    }
+
+    pub(crate) fn open(mut self) -> Result<(), DriverError> {
+        match self.gate.take() {
+            Some(gate) => gate.open(),
+            None => Ok(()),
+        }
+    }
+}
+
+impl<A: EventApi> Drop for Closed<'_, A> {
+    fn drop(&mut self) {
+        if let Some(gate) = self.gate.take()
+            && let Err(err) = gate.open()
+        {
+            log::error!(
+                "{}: an anchor gate could not be opened; its stream may wait: {err}",
+                A::BACKEND
+            );
+        }
+    }
+}

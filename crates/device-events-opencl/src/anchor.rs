@@ -1,0 +1,143 @@
+//! Anchoring on OpenCL: a user event as the gate, and PoCL's stamps read
+//! on the host clock they are taken on.
+
+use std::sync::Arc;
+
+use cl3::types::cl_event;
+use device_events_core::profile::{Duration, Instant};
+use device_events_core::{AnchorApi, DriverError, Gate, HostStamp};
+
+use crate::context::ClContext;
+use crate::status::{check, error};
+use crate::{ClEvent, ClStream, OpenCl, end_time, on_queue};
+
+/// `CL_COMPLETE`.
+const COMPLETE: i32 = 0;
+
+/// A queue held behind user events: each `close` enqueues a barrier on a
+/// new user event, each `open` completes them all.
+struct UserEventGate {
+    queue: ClStream,
+    context: Arc<ClContext>,
+    /// User events the queue waits on, not yet completed.
+    closed: Vec<cl_event>,
+}
+
+// SAFETY: `cl_event` is an opaque handle, used only through the thread-safe
+// OpenCL API; the gate is used by one thread at a time (`&mut self`).
+unsafe impl Send for UserEventGate {}
+
+impl Gate for UserEventGate {
+    fn close(&mut self) -> Result<(), DriverError> {
+        const CALL: &str = "clEnqueueBarrierWithWaitList";
+        let user = cl3::event::create_user_event(self.context.raw)
+            .map_err(|code| error("clCreateUserEvent", code))?;
+        // Held before anything can fail, so that `open` completes it.
+        self.closed.push(user);
+        on_queue(self.queue, CALL, |live| {
+            // SAFETY: the queue is live while the table holds it; the wait
+            // list is the one user event made above, of the queue's
+            // context.
+            let barrier = unsafe {
+                cl3::command_queue::enqueue_barrier_with_wait_list(live.queue, 1, &raw const user)
+            }
+            .map_err(|code| error(CALL, code))?;
+            // SAFETY: the barrier's own event, not kept: released once.
+            check("clReleaseEvent", unsafe {
+                cl3::event::release_event(barrier)
+            })?;
+            check("clFlush", cl3::command_queue::flush(live.queue))
+        })
+    }
+
+    fn open(&mut self) -> Result<(), DriverError> {
+        let mut first = Ok(());
+        for user in self.closed.drain(..) {
+            let set = cl3::event::set_user_event_status(user, COMPLETE)
+                .map_err(|code| error("clSetUserEventStatus", code));
+            // SAFETY: made by `clCreateUserEvent` and drained from the list
+            // above: released exactly once, after its status is set.
+            let released = check("clReleaseEvent", unsafe { cl3::event::release_event(user) });
+            first = first.and(set).and(released);
+        }
+        first
+    }
+}
+
+impl Drop for UserEventGate {
+    fn drop(&mut self) {
+        if let Err(err) = self.open() {
+            log::error!(
+                "{}: a gate could not be opened: {err}",
+                OpenCl::BACKEND_NAME
+            );
+        }
+    }
+}
+
+fn clock_ns(clock: libc::clockid_t) -> i128 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is writable, and both clocks this is called with exist
+    // on every Linux.
+    unsafe { libc::clock_gettime(clock, &raw mut t) };
+    i128::from(t.tv_sec) * 1_000_000_000 + i128::from(t.tv_nsec)
+}
+
+/// `CLOCK_MONOTONIC_RAW` now, as an [`Instant`]: the tightest of three raw
+/// reads between two `Instant` reads, and half that pair's width.
+fn raw_now() -> (i128, Instant, Duration) {
+    (0..3)
+        .map(|_| {
+            let before = Instant::now();
+            let raw = clock_ns(libc::CLOCK_MONOTONIC_RAW);
+            let width = before.elapsed();
+            (width, raw, before + width / 2)
+        })
+        .min_by_key(|(width, _, _)| *width)
+        .map(|(width, raw, at)| (raw, at, width / 2))
+        .unwrap_or_else(|| {
+            (
+                clock_ns(libc::CLOCK_MONOTONIC_RAW),
+                Instant::now(),
+                Duration::ZERO,
+            )
+        })
+}
+
+impl AnchorApi for OpenCl {
+    fn gate(stream: ClStream) -> Result<Option<Box<dyn Gate>>, DriverError> {
+        let context = on_queue(stream, "clCreateUserEvent", |live| {
+            Ok(Arc::clone(&live.context))
+        })?;
+        Ok(Some(Box::new(UserEventGate {
+            queue: stream,
+            context,
+            closed: Vec::new(),
+        })))
+    }
+
+    /// On PoCL's CPU device, the marker's `CL_PROFILING_COMMAND_END` read
+    /// on `CLOCK_MONOTONIC_RAW` and moved to `Instant`'s clock by paired
+    /// reads. (`clGetDeviceAndHostTimer` would name the pairing, but
+    /// Debian's PoCL 3.1 answers it with `CL_INVALID_OPERATION`.)
+    fn host_stamp(event: &ClEvent) -> Result<Option<HostStamp>, DriverError> {
+        if !event.context.raw_clock {
+            return Ok(None);
+        }
+        let Some(stamp) = event.with_marker(|marker| (!marker.is_null()).then(|| end_time(marker)))
+        else {
+            return Ok(None);
+        };
+        let stamp = i128::from(stamp?);
+        let (raw, now, uncertainty) = raw_now();
+        let ago = Duration::from_nanos(u64::try_from((raw - stamp).abs()).unwrap_or(u64::MAX));
+        Ok(Some(HostStamp {
+            at: if raw >= stamp { now - ago } else { now + ago },
+            // The pairing's half-width, and the 1 ns of the stamp itself.
+            uncertainty: uncertainty + Duration::from_nanos(1),
+        }))
+    }
+}
