@@ -25,6 +25,7 @@
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod cpu;
+pub mod gate;
 pub mod noting;
 pub mod soft;
 pub mod sweep;

@@ -311,6 +311,23 @@ impl SoftDriver {
         unsafe { f(ns) }
     }
 
+    /// Turn the devices' stream memory operations (the anchor's gate) on
+    /// or off; on by default.
+    pub fn set_stream_mem_ops(&self, on: bool) {
+        type F = unsafe extern "C" fn(i32);
+        let f = self.symbol::<F>(b"soft_driver_set_stream_mem_ops\0");
+        // SAFETY: a plain value; the driver stores it.
+        unsafe { f(i32::from(on)) }
+    }
+
+    /// Stream waits on a value that are queued and held now.
+    pub fn blocked_value_waits(&self) -> u64 {
+        type F = unsafe extern "C" fn() -> u64;
+        let f = self.symbol::<F>(b"soft_driver_blocked_value_waits\0");
+        // SAFETY: no arguments; the driver counts.
+        unsafe { f() }
+    }
+
     /// Set the memset speed, in bytes per second.
     pub fn set_bandwidth(&self, bytes_per_second: f64) {
         type F = unsafe extern "C" fn(f64);

@@ -13,7 +13,7 @@ use crate::{BACKEND, api, check};
 #[derive(Debug)]
 pub(crate) struct Context {
     pub(crate) raw: CUcontext,
-    device: CUdevice,
+    pub(crate) device: CUdevice,
 }
 
 // SAFETY: `raw` is an opaque driver handle, never dereferenced here, and

@@ -51,7 +51,12 @@
 //! `cuEventCreate`, `cuEventRecord`, `cuEventSynchronize`, `cuEventQuery`,
 //! `cuEventElapsedTime`, `cuEventDestroy_v2`, `cuStreamCreate`,
 //! `cuStreamWaitEvent`, `cuStreamSynchronize`, `cuStreamDestroy_v2` and
-//! `cuStreamIsCapturing`, all present since CUDA 11. They are resolved from
+//! `cuStreamIsCapturing`, all present since CUDA 11; and, for the
+//! profiler's anchor gate where the device has stream memory operations
+//! (`CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS`), `cuDeviceGetAttribute`,
+//! `cuMemHostAlloc`, `cuMemHostGetDevicePointer_v2`, `cuMemFreeHost` and
+//! `cuStreamWaitValue32_v2` (else `cuStreamWaitValue32`), resolved apart:
+//! a driver without them still loads. They are resolved from
 //! the library cudarc loads, bound at the CUDA 12.9 level, but declared
 //! here with their status as a plain integer: cudarc's `CUresult` is an
 //! enum, and a code newer than it (CUDA 13 returns 917–919) would be
@@ -94,6 +99,7 @@
 
 mod context;
 mod ffi;
+mod gate;
 mod stream;
 
 use std::ffi::CStr;
@@ -488,5 +494,11 @@ impl EventQuery for Cuda {
     }
 }
 
-/// Anchoring calls: none yet.
-impl device_events_core::AnchorApi for Cuda {}
+/// A gate where the driver has stream memory operations; stamps only as
+/// device time.
+impl device_events_core::AnchorApi for Cuda {
+    fn gate(stream: CudaStream) -> Result<Option<Box<dyn device_events_core::Gate>>, DriverError> {
+        Ok(gate::CudaGate::new(stream)?
+            .map(|gate| Box::new(gate) as Box<dyn device_events_core::Gate>))
+    }
+}

@@ -33,7 +33,10 @@
 //! `hipEventDestroy`, `hipStreamCreateWithFlags`, `hipStreamWaitEvent`,
 //! `hipStreamSynchronize`, `hipStreamDestroy`, `hipStreamIsCapturing`,
 //! `hipGetErrorName`, `hipRuntimeGetVersion` and `hipDriverGetVersion`, all
-//! in ROCm 5's runtime, and resolves nothing else. Nothing of ROCm is built
+//! in ROCm 5's runtime; and, where the runtime has them, for the profiler's
+//! anchor gate, `hipDeviceGetAttribute`, `hipExtMallocWithFlags`,
+//! `hipStreamWaitValue32` and `hipFree` (a runtime without them loads, and
+//! its profiler anchors without a gate). It resolves nothing else. Nothing of ROCm is built
 //! or linked at build time: the runtime is opened on first use from the
 //! places [`runtime::search_path`] lists (`$ROCM_PATH/lib`, `$HIP_PATH/lib`,
 //! `/opt/rocm/lib`, then the loader's search; `libamdhip64.so` or the
@@ -52,6 +55,7 @@
 //! Screen a stream with [`Hip::capture_status`] before profiling on it:
 //! inside a capture, records are graph nodes, not timestamps.
 
+mod gate;
 pub mod runtime;
 
 use std::ffi::{CStr, c_int};
@@ -600,5 +604,11 @@ impl EventQuery for Hip {
     }
 }
 
-/// Anchoring calls: none yet.
-impl device_events_core::AnchorApi for Hip {}
+/// A gate where the runtime and device have stream memory operations;
+/// stamps only as device time.
+impl device_events_core::AnchorApi for Hip {
+    fn gate(stream: HipStream) -> Result<Option<Box<dyn device_events_core::Gate>>, DriverError> {
+        Ok(gate::HipGate::new(stream)?
+            .map(|gate| Box::new(gate) as Box<dyn device_events_core::Gate>))
+    }
+}

@@ -120,8 +120,45 @@ functions! {
 }
 
 /// A loaded runtime: its functions, and where it was found.
+/// Stream memory operations, which a runtime may lack (they came in ROCm
+/// 4.2-4.4 and are marked beta): resolved apart, so that a runtime without
+/// them still loads and has no gate.
+#[allow(non_snake_case)]
+pub(crate) struct MemOps {
+    pub(crate) hipDeviceGetAttribute: unsafe extern "C" fn(*mut c_int, c_int, c_int) -> Status,
+    pub(crate) hipExtMallocWithFlags:
+        unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> Status,
+    pub(crate) hipFree: unsafe extern "C" fn(*mut c_void) -> Status,
+    pub(crate) hipStreamWaitValue32:
+        unsafe extern "C" fn(RawStream, *mut c_void, u32, c_uint, u32) -> Status,
+}
+
+impl MemOps {
+    /// # Safety
+    ///
+    /// As for [`Functions::resolve`].
+    unsafe fn resolve(lib: &Library) -> Option<Self> {
+        macro_rules! get {
+            ($name:literal) => {
+                // SAFETY: as the caller promises: HIP's C signature of the
+                // function of that name, status as an integer.
+                unsafe { lib.get(concat!($name, "\0").as_bytes()) }
+                    .ok()
+                    .map(|f| *f)
+            };
+        }
+        Some(Self {
+            hipDeviceGetAttribute: get!("hipDeviceGetAttribute")?,
+            hipExtMallocWithFlags: get!("hipExtMallocWithFlags")?,
+            hipFree: get!("hipFree")?,
+            hipStreamWaitValue32: get!("hipStreamWaitValue32")?,
+        })
+    }
+}
+
 pub(crate) struct Runtime {
     pub(crate) fns: Functions,
+    pub(crate) mem_ops: Option<MemOps>,
     pub(crate) path: PathBuf,
     /// Kept open for the process: the functions point into it.
     _lib: Library,
@@ -147,6 +184,8 @@ fn load() -> Result<Runtime, String> {
             Ok(fns) => {
                 return Ok(Runtime {
                     fns,
+                    // SAFETY: as for `Functions::resolve` just above.
+                    mem_ops: unsafe { MemOps::resolve(&lib) },
                     path,
                     _lib: lib,
                 });

@@ -95,8 +95,43 @@ fn only_the_documented_functions_are_called() {
             "hipStreamDestroy",
             "hipStreamIsCapturing",
             "hipGetErrorName",
+            "hipDeviceGetAttribute",
+            "hipExtMallocWithFlags",
+            "hipStreamWaitValue32",
+            "hipFree",
         ],
         Hip::capture_status,
+    );
+}
+
+const GATE: device_events_conformance::gate::GateCalls =
+    device_events_conformance::gate::GateCalls {
+        wait_value: "hipStreamWaitValue32",
+        record: "hipEventRecord",
+    };
+
+#[test]
+fn the_anchor_is_recorded_behind_a_gate() {
+    let soft = SoftDriver::exclusive();
+    bind(0);
+    device_events_conformance::gate::the_anchor_is_recorded_behind_a_gate::<Hip>(&soft, GATE);
+}
+
+#[test]
+fn without_stream_memory_operations_the_anchor_is_bracketed() {
+    let soft = SoftDriver::exclusive();
+    bind(0);
+    device_events_conformance::gate::without_stream_memory_operations_the_anchor_is_bracketed::<Hip>(
+        &soft, GATE,
+    );
+}
+
+#[test]
+fn a_failure_behind_a_closed_gate_leaves_no_stream_waiting() {
+    let soft = SoftDriver::exclusive();
+    bind(0);
+    device_events_conformance::gate::a_failure_behind_a_closed_gate_leaves_no_stream_waiting::<Hip>(
+        &soft, GATE,
     );
 }
 

@@ -155,3 +155,28 @@ pub(crate) fn set_bandwidth(bytes_per_second: f64) {
         .bytes_per_second
         .store(to_u64(bytes_per_second), Ordering::Relaxed);
 }
+
+/// Whether devices offer stream memory operations (`cuStreamWaitValue32`,
+/// `hipStreamWaitValue32`): on, as CUDA 11.7 and later drivers have them by
+/// default; switched off to test a backend's fallback.
+static STREAM_MEM_OPS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+pub(crate) fn stream_mem_ops() -> bool {
+    STREAM_MEM_OPS.load(Ordering::Relaxed)
+}
+
+pub(crate) fn set_stream_mem_ops(on: bool) {
+    STREAM_MEM_OPS.store(on, Ordering::Relaxed);
+}
+
+/// How long a stream takes, after the value it waits on is written, to see
+/// it and go on: a GPU polling host memory over the bus, ~1 µs.
+static WAIT_VALUE_NS: AtomicU64 = AtomicU64::new(1_000);
+
+pub(crate) fn wait_value_latency() -> u64 {
+    WAIT_VALUE_NS.load(Ordering::Relaxed)
+}
+
+pub(crate) fn set_wait_value_latency(ns: u64) {
+    WAIT_VALUE_NS.store(ns, Ordering::Relaxed);
+}

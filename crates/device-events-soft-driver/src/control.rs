@@ -294,6 +294,29 @@ pub extern "C" fn soft_driver_set_blocking_wake_ns(ns: u64) {
     clock::set_blocking_wake_latency(ns);
 }
 
+/// Turn the devices' stream memory operations on or off (default on):
+/// off, the capability attributes read 0 and a wait on a value is refused
+/// as not supported.
+#[unsafe(no_mangle)]
+pub extern "C" fn soft_driver_set_stream_mem_ops(on: i32) {
+    clock::set_stream_mem_ops(on != 0);
+}
+
+/// How many stream waits on a value are queued and held now: their value
+/// does not let them pass. A host that never writes it holds its stream,
+/// and everything behind it, forever.
+#[unsafe(no_mangle)]
+pub extern "C" fn soft_driver_blocked_value_waits() -> u64 {
+    crate::engine::ENGINE.blocked_value_waits()
+}
+
+/// Set how long a stream waiting on a value takes to go on once it is
+/// written, in ns (default 1,000).
+#[unsafe(no_mangle)]
+pub extern "C" fn soft_driver_set_wait_value_ns(ns: u64) {
+    clock::set_wait_value_latency(ns);
+}
+
 /// Set the memset speed, in bytes per second.
 #[unsafe(no_mangle)]
 pub extern "C" fn soft_driver_set_bandwidth(bytes_per_second: f64) {

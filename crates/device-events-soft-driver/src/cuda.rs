@@ -51,6 +51,7 @@ fn code(fault: Fault) -> CUresult {
         Fault::CaptureUnjoined => 904,
         Fault::CaptureIsolation => 905,
         Fault::CapturedEvent => 907,
+        Fault::NotSupported => 801,
         Fault::ContextDestroyed => 709,
         Fault::Injected(status) => status,
     }
@@ -195,7 +196,9 @@ unsafe extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: CUdevic
     })
 }
 
-/// Every attribute reads as 0 but the compute capability, reported as 9.0.
+/// Every attribute reads as 0 but the compute capability, reported as 9.0,
+/// and `CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS` (92; `_V1` since CUDA
+/// 12), 1 unless switched off.
 ///
 /// # Safety
 ///
@@ -207,10 +210,15 @@ unsafe extern "C" fn cuDeviceGetAttribute(
     dev: CUdevice,
 ) -> CUresult {
     const MAJOR: c_int = 75;
+    const STREAM_MEM_OPS: c_int = 92;
     call("cuDeviceGetAttribute", || {
         initialized()?;
         device(dev)?;
-        let reading = if attribute == MAJOR { 9 } else { 0 };
+        let reading = match attribute {
+            MAJOR => 9,
+            STREAM_MEM_OPS => c_int::from(crate::clock::stream_mem_ops()),
+            _ => 0,
+        };
         // SAFETY: the caller passes null or a pointer valid for a write.
         unsafe { out::put(value, reading) }
     })
@@ -545,6 +553,99 @@ extern "C" fn cuMemsetD8Async(
         initialized()?;
         ENGINE.memset_async(dst, count, stream_ref(stream)?)
     })
+}
+
+/// # Safety
+///
+/// `pp` is null or valid for a write.
+#[unsafe(no_mangle)]
+unsafe extern "C" fn cuMemHostAlloc(
+    pp: *mut *mut c_void,
+    bytes: usize,
+    _flags: c_uint,
+) -> CUresult {
+    call("cuMemHostAlloc", || {
+        current()?;
+        if pp.is_null() {
+            return Err(Fault::InvalidValue);
+        }
+        let address = ENGINE.host_alloc(bytes)?;
+        // SAFETY: non-null, and the caller passes a pointer valid for a write.
+        unsafe { out::put(pp, address as usize as *mut c_void) }
+    })
+}
+
+/// # Safety
+///
+/// `dptr` is null or valid for a write.
+#[unsafe(no_mangle)]
+unsafe extern "C" fn cuMemHostGetDevicePointer_v2(
+    dptr: *mut CUdeviceptr,
+    p: *mut c_void,
+    flags: c_uint,
+) -> CUresult {
+    call("cuMemHostGetDevicePointer_v2", || {
+        current()?;
+        if dptr.is_null() || flags != 0 {
+            return Err(Fault::InvalidValue);
+        }
+        let address = ENGINE.host_device_pointer(p as u64)?;
+        // SAFETY: non-null, and the caller passes a pointer valid for a write.
+        unsafe { out::put(dptr, address) }
+    })
+}
+
+#[unsafe(no_mangle)]
+extern "C" fn cuMemFreeHost(p: *mut c_void) -> CUresult {
+    release("cuMemFreeHost", || {
+        initialized()?;
+        ENGINE.host_free(p as u64)
+    })
+}
+
+fn wait_value(
+    name: &'static str,
+    stream: CUstream,
+    addr: CUdeviceptr,
+    value: u32,
+    flags: c_uint,
+) -> CUresult {
+    call(name, || {
+        initialized()?;
+        // CU_STREAM_WAIT_VALUE_GEQ, _EQ, _AND, _NOR, optionally with
+        // CU_STREAM_WAIT_VALUE_FLUSH (1 << 30).
+        let kind = flags & !(1 << 30);
+        if kind > 3 {
+            return Err(Fault::InvalidValue);
+        }
+        context_alive(stream)?;
+        let test = crate::engine::ValueTest {
+            kind,
+            value,
+            mask: u32::MAX,
+        };
+        ENGINE.stream_wait_value(stream_ref(stream)?, addr, test)
+    })
+}
+
+#[unsafe(no_mangle)]
+extern "C" fn cuStreamWaitValue32(
+    stream: CUstream,
+    addr: CUdeviceptr,
+    value: u32,
+    flags: c_uint,
+) -> CUresult {
+    wait_value("cuStreamWaitValue32", stream, addr, value, flags)
+}
+
+#[unsafe(no_mangle)]
+extern "C" fn cuStreamWaitValue32_v2(
+    stream: CUstream,
+    addr: CUdeviceptr,
+    value: u32,
+    flags: c_uint,
+) -> CUresult {
+    wait_value("cuStreamWaitValue32_v2", stream, addr, value, flags)
 }
 
 fn error_text(

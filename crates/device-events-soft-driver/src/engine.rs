@@ -25,7 +25,8 @@
 //! counted, so that tests can assert there were none.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::{Sender, channel};
 use std::sync::{Condvar, LazyLock, Mutex, MutexGuard, PoisonError};
 use std::thread::ThreadId;
@@ -43,6 +44,8 @@ pub(crate) enum Fault {
     NotInitialized,
     NotReady,
     CapturedEvent,
+    /// The device does not offer the operation.
+    NotSupported,
     CaptureUnsupported,
     CaptureInvalidated,
     /// Ending a capture on a stream that did not begin it.
@@ -131,6 +134,45 @@ enum Op {
         generation: u64,
     },
     WaitStreams(Vec<(u64, u64)>),
+    /// Go on once `test` holds of the 32-bit value at `word` of `block`,
+    /// seen a wait-value latency after it is written.
+    WaitValue {
+        id: u64,
+        block: Arc<HostBlock>,
+        word: usize,
+        test: ValueTest,
+        at: u64,
+    },
+}
+
+/// Host memory a stream can wait on: page-locked and mapped for the
+/// device, as `cuMemHostAlloc` and `hipExtMallocWithFlags(...,
+/// hipMallocSignalMemory)` give it. The caller writes it through the
+/// pointer it was handed; the stream reads it atomically.
+pub(crate) struct HostBlock {
+    words: Box<[AtomicU32]>,
+}
+
+/// The comparison of a stream wait on a value, as both ABIs define it:
+/// `>=`, `==`, `&`, and NOR (CUDA's flags 0-3, HIP's the same, HIP's with
+/// a mask applied to the value read).
+#[derive(Clone, Copy)]
+pub(crate) struct ValueTest {
+    pub(crate) kind: u32,
+    pub(crate) value: u32,
+    pub(crate) mask: u32,
+}
+
+impl ValueTest {
+    fn holds(self, read: u32) -> bool {
+        let read = read & self.mask;
+        match self.kind {
+            0 => read >= self.value,
+            1 => read == self.value,
+            2 => read & self.value != 0,
+            _ => !(read | (self.value & self.mask)) != 0,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -142,6 +184,10 @@ struct State {
     per_thread: HashMap<(ThreadId, usize), u64>,
     /// Allocation base address to its size.
     allocations: HashMap<u64, (usize, u64)>,
+    /// Host memory mapped for the devices, by its address.
+    host_blocks: HashMap<u64, Arc<HostBlock>>,
+    /// Stream waits on a value, queued and not yet passed.
+    value_waits: HashMap<u64, (Arc<HostBlock>, usize, ValueTest)>,
     graphs: HashSet<u64>,
     /// Events and streams freed with their context's teardown.
     orphans: HashSet<u64>,
@@ -225,7 +271,7 @@ impl Engine {
                 .values()
                 .filter(|s| !s.internal && !s.destroyed)
                 .count() as u64,
-            allocations: state.allocations.len() as u64,
+            allocations: (state.allocations.len() + state.host_blocks.len()) as u64,
             graphs: state.graphs.len() as u64,
             misuses: self.misuses.load(Ordering::Relaxed),
         }
@@ -395,7 +441,7 @@ impl Engine {
             let mut spins = 0u32;
             while self.progress.load(Ordering::Acquire) == seen {
                 spins = spins.wrapping_add(1);
-                if spins.is_multiple_of(4096) {
+                if spins.is_multiple_of(64) {
                     std::thread::yield_now();
                 } else {
                     std::hint::spin_loop();
@@ -621,12 +667,97 @@ impl Engine {
 
     pub(crate) fn mem_free(&self, base: u64) -> Outcome<()> {
         let mut state = self.lock();
-        if state.allocations.remove(&base).is_some() {
+        if state.allocations.remove(&base).is_some() || free_host(&mut state, base) {
             Ok(())
         } else {
             misuse();
             Err(Fault::InvalidValue)
         }
+    }
+
+    /// Page-locked host memory of at least `bytes`, mapped for the devices;
+    /// its address is the host's and the device's (unified addressing).
+    pub(crate) fn host_alloc(&self, bytes: usize) -> Outcome<u64> {
+        if bytes == 0 {
+            return Err(Fault::InvalidValue);
+        }
+        let words = (0..bytes.div_ceil(4)).map(|_| AtomicU32::new(0)).collect();
+        let block = Arc::new(HostBlock { words });
+        let address = block.words.as_ptr() as u64;
+        self.lock().host_blocks.insert(address, block);
+        Ok(address)
+    }
+
+    /// Free host memory from [`host_alloc`](Self::host_alloc); a misuse for
+    /// any other address. A stream still waiting on it is a misuse too: a
+    /// real device would go on reading freed memory.
+    pub(crate) fn host_free(&self, address: u64) -> Outcome<()> {
+        let mut state = self.lock();
+        if free_host(&mut state, address) {
+            Ok(())
+        } else {
+            Err(misuse())
+        }
+    }
+
+    /// The device address of host memory at `address`: the same, when it
+    /// lies inside a mapped block.
+    pub(crate) fn host_device_pointer(&self, address: u64) -> Outcome<u64> {
+        let state = self.lock();
+        host_word(&state, address).map(|_| address)
+    }
+
+    /// Make `stream` wait until `test` holds of the 32-bit value at
+    /// `address`, which must lie in mapped host memory.
+    pub(crate) fn stream_wait_value(
+        &self,
+        stream: StreamRef,
+        address: u64,
+        test: ValueTest,
+    ) -> Outcome<()> {
+        if !clock::stream_mem_ops() {
+            return Err(Fault::NotSupported);
+        }
+        let mut state = self.lock();
+        let (block, word) = host_word(&state, address)?;
+        let stream = resolve(&mut state, stream)?;
+        match state
+            .streams
+            .get(&stream)
+            .ok_or(Fault::InvalidHandle)?
+            .capture
+        {
+            Capture::Active(_) => return Ok(()),
+            Capture::Invalidated(_) => return Err(Fault::CaptureInvalidated),
+            Capture::None => {}
+        }
+        let at = start_time(&state, stream);
+        let id = next_id(&mut state);
+        enqueue(
+            &mut state,
+            stream,
+            at,
+            Op::WaitValue {
+                id,
+                block: Arc::clone(&block),
+                word,
+                test,
+                at,
+            },
+        )?;
+        state.value_waits.insert(id, (block, word, test));
+        Ok(())
+    }
+
+    /// Stream waits on a value, queued and not passed, whose value does
+    /// not let them pass now: streams held by the host.
+    pub(crate) fn blocked_value_waits(&self) -> u64 {
+        let state = self.lock();
+        state
+            .value_waits
+            .values()
+            .filter(|(block, word, test)| !test.holds(block.words[*word].load(Ordering::Acquire)))
+            .count() as u64
     }
 
     /// Fill `bytes` at `address`: it takes `bytes` over the configured
@@ -661,6 +792,35 @@ impl Engine {
             }
         }
     }
+}
+
+/// Whether `address` was a mapped block, now freed.
+fn free_host(state: &mut State, address: u64) -> bool {
+    match state.host_blocks.remove(&address) {
+        Some(block) => {
+            if Arc::strong_count(&block) > 1 {
+                // A stream's queued wait holds it: counted, and kept alive
+                // for that wait, which a real device would not do.
+                misuse();
+            }
+            true
+        }
+        None => false,
+    }
+}
+
+/// The block and 32-bit word `address` names; a 4-byte aligned address
+/// inside a mapped block.
+fn host_word(state: &State, address: u64) -> Outcome<(Arc<HostBlock>, usize)> {
+    state
+        .host_blocks
+        .iter()
+        .find_map(|(base, block)| {
+            let offset = address.checked_sub(*base)?;
+            let word = usize::try_from(offset / 4).ok()?;
+            (offset % 4 == 0 && word < block.words.len()).then(|| (Arc::clone(block), word))
+        })
+        .ok_or(Fault::InvalidValue)
 }
 
 fn next_id(state: &mut State) -> u64 {
@@ -828,8 +988,11 @@ fn spawn_stream(state: &mut State, device: usize, blocking: bool, internal: bool
         },
     );
     let worker = move || {
+        // When the last wait on a value let the stream go on: work queued
+        // behind it cannot have run before, whatever its schedule said.
+        let mut released = 0;
         for op in ops {
-            run(id, op);
+            run(id, op, &mut released);
         }
     };
     if std::thread::Builder::new()
@@ -856,21 +1019,42 @@ fn stamp(ev: &mut Event, generation: u64, at: u64) {
     }
 }
 
-/// One operation, on the stream's worker thread.
-fn run(stream: u64, op: Op) {
+/// One operation, on the stream's worker thread; `released` is when the
+/// stream's last wait on a value ended.
+fn run(stream: u64, op: Op, released: &mut u64) {
     let engine = &*ENGINE;
     match op {
-        Op::Busy { until } => busy_until(until),
+        Op::Busy { until } => busy_until(until.max(*released)),
         Op::Record {
             event,
             generation,
             at,
         } => {
+            let at = at.max(*released);
             busy_until(at);
             let mut state = engine.lock();
             if let Some(ev) = state.events.get_mut(&event) {
                 stamp(ev, generation, at);
             }
+        }
+        Op::WaitValue {
+            id,
+            block,
+            word,
+            test,
+            at,
+        } => {
+            busy_until(at.max(*released));
+            let cell = &block.words[word];
+            while !test.holds(cell.load(Ordering::Acquire)) {
+                // Poll as a device polls host memory, yielding every time:
+                // a device polls without taking a host core, and on a small
+                // machine this thread may share one with the host thread
+                // that writes the value.
+                std::thread::yield_now();
+            }
+            *released = clock::host_now_ns() + clock::wait_value_latency();
+            engine.lock().value_waits.remove(&id);
         }
         Op::WaitEvent { event, generation } => {
             let state = engine.lock();

@@ -41,6 +41,7 @@ fn code(fault: Fault) -> i32 {
         Fault::CaptureUnjoined => 904,
         Fault::CaptureIsolation => 905,
         Fault::CapturedEvent => 907,
+        Fault::NotSupported => 801,
         Fault::ContextDestroyed => 709,
         Fault::Injected(status) => status,
     }
@@ -330,6 +331,80 @@ unsafe extern "C" fn hipMalloc(ptr: *mut *mut c_void, size: usize) -> HipError {
         let base = ENGINE.mem_alloc(device, size)?;
         // SAFETY: non-null, and the caller passes a pointer valid for a write.
         unsafe { out::put(ptr, handle(base)) }
+    })
+}
+
+/// `hipDeviceAttributeCanUseStreamWaitValue` (10013) reads 1 unless
+/// switched off; every other attribute reads 0.
+///
+/// # Safety
+///
+/// `value` is null or valid for a write.
+#[unsafe(no_mangle)]
+unsafe extern "C" fn hipDeviceGetAttribute(
+    value: *mut c_int,
+    attribute: c_int,
+    device: c_int,
+) -> HipError {
+    const CAN_USE_STREAM_WAIT_VALUE: c_int = 10013;
+    call("hipDeviceGetAttribute", || {
+        current()?;
+        usize::try_from(device)
+            .ok()
+            .filter(|d| *d < clock::devices())
+            .ok_or(Fault::InvalidDevice)?;
+        let reading = match attribute {
+            CAN_USE_STREAM_WAIT_VALUE => c_int::from(clock::stream_mem_ops()),
+            _ => 0,
+        };
+        // SAFETY: the caller passes null or a pointer valid for a write.
+        unsafe { out::put(value, reading) }
+    })
+}
+
+/// Only `hipMallocSignalMemory` (2): host memory mapped for the device,
+/// which streams can wait on and `hipFree` releases.
+///
+/// # Safety
+///
+/// `ptr` is null or valid for a write.
+#[unsafe(no_mangle)]
+unsafe extern "C" fn hipExtMallocWithFlags(
+    ptr: *mut *mut c_void,
+    size: usize,
+    flags: c_uint,
+) -> HipError {
+    const SIGNAL_MEMORY: c_uint = 2;
+    call("hipExtMallocWithFlags", || {
+        current()?;
+        if ptr.is_null() || flags != SIGNAL_MEMORY {
+            return Err(Fault::InvalidValue);
+        }
+        let address = ENGINE.host_alloc(size)?;
+        // SAFETY: non-null, and the caller passes a pointer valid for a write.
+        unsafe { out::put(ptr, address as usize as *mut c_void) }
+    })
+}
+
+#[unsafe(no_mangle)]
+extern "C" fn hipStreamWaitValue32(
+    stream: HipStream,
+    ptr: *mut c_void,
+    value: u32,
+    flags: c_uint,
+    mask: u32,
+) -> HipError {
+    call("hipStreamWaitValue32", || {
+        // hipStreamWaitValueGte, _Eq, _And, _Nor.
+        if flags > 3 {
+            return Err(Fault::InvalidValue);
+        }
+        let test = crate::engine::ValueTest {
+            kind: flags,
+            value,
+            mask,
+        };
+        ENGINE.stream_wait_value(stream_ref(stream)?, ptr as u64, test)
     })
 }
 

@@ -1,0 +1,191 @@
+//! The anchor's gate on CUDA: the anchor stream waits
+//! (`cuStreamWaitValue32`) on a word of host memory mapped for the device
+//! (`cuMemHostAlloc`, `cuMemHostGetDevicePointer`), which the host writes to
+//! open it.
+//!
+//! Stream memory operations are optional: a driver without the functions,
+//! or a device whose `CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS` reads 0,
+//! has no gate, and the profiler brackets without one.
+
+use std::ffi::{c_int, c_uint, c_void};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use cudarc::driver::sys::{self, CUdevice, CUdeviceptr, CUstream};
+use device_events_core::{DriverError, Gate};
+
+use crate::context::Context;
+use crate::{BACKEND, CudaStream, api, check, in_context, on_stream};
+
+/// `CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS` (`_V1` in CUDA 12's header).
+const CAN_USE_STREAM_MEM_OPS: c_int = 92;
+/// `CU_MEMHOSTALLOC_DEVICEMAP`.
+const DEVICEMAP: c_uint = 0x2;
+/// `CU_STREAM_WAIT_VALUE_GEQ`.
+const WAIT_GEQ: c_uint = 0x0;
+
+/// The optional functions, each with its status as a plain `u32` (see
+/// `ffi`).
+#[allow(non_snake_case)]
+struct MemOps {
+    cuDeviceGetAttribute: unsafe extern "C" fn(*mut c_int, c_int, CUdevice) -> u32,
+    cuMemHostAlloc: unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> u32,
+    cuMemHostGetDevicePointer_v2:
+        unsafe extern "C" fn(*mut CUdeviceptr, *mut c_void, c_uint) -> u32,
+    cuMemFreeHost: unsafe extern "C" fn(*mut c_void) -> u32,
+    /// `cuStreamWaitValue32_v2` where the driver has it (CUDA 11.7 on, the
+    /// entry point CUDA 12's header names), else the first version.
+    wait_value: unsafe extern "C" fn(CUstream, CUdeviceptr, u32, c_uint) -> u32,
+    /// Which of the two `wait_value` is, for errors.
+    wait_value_name: &'static str,
+}
+
+/// The functions, or `None` when the driver lacks one.
+fn mem_ops() -> Option<&'static MemOps> {
+    static OPS: OnceLock<Option<MemOps>> = OnceLock::new();
+    OPS.get_or_init(|| {
+        api().ok()?;
+        // SAFETY: `api()` succeeded, so cudarc has the library loaded, and
+        // keeps it for the process.
+        let lib = unsafe { sys::culib() };
+        macro_rules! get {
+            ($name:literal) => {
+                // SAFETY: the type the caller gives is the C signature of the
+                // CUDA driver function of that name, status as `u32`; the
+                // library stays loaded, so the pointer copied out stays valid.
+                unsafe { lib.get(concat!($name, "\0").as_bytes()) }
+                    .ok()
+                    .map(|f| *f)
+            };
+        }
+        let (wait_value, wait_value_name) = match get!("cuStreamWaitValue32_v2") {
+            Some(v2) => (v2, "cuStreamWaitValue32_v2"),
+            None => (get!("cuStreamWaitValue32")?, "cuStreamWaitValue32"),
+        };
+        Some(MemOps {
+            cuDeviceGetAttribute: get!("cuDeviceGetAttribute")?,
+            cuMemHostAlloc: get!("cuMemHostAlloc")?,
+            cuMemHostGetDevicePointer_v2: get!("cuMemHostGetDevicePointer_v2")?,
+            cuMemFreeHost: get!("cuMemFreeHost")?,
+            wait_value,
+            wait_value_name,
+        })
+    })
+    .as_ref()
+}
+
+/// A word of mapped host memory the stream waits on: each `close` waits
+/// for the next count, each `open` writes the count.
+pub(crate) struct CudaGate {
+    stream: CudaStream,
+    ctx: Arc<Context>,
+    host: *mut c_void,
+    device: CUdeviceptr,
+    /// The count the last `close` waits for.
+    count: u32,
+}
+
+// SAFETY: `host` is page-locked memory this gate alone owns, written only
+// through an `AtomicU32`; the handles are opaque and the driver API is
+// thread-safe.
+unsafe impl Send for CudaGate {}
+
+impl CudaGate {
+    /// A gate on `stream`, or `None` where stream memory operations are
+    /// missing or switched off.
+    pub(crate) fn new(stream: CudaStream) -> Result<Option<Self>, DriverError> {
+        let Some(ops) = mem_ops() else {
+            return Ok(None);
+        };
+        let ctx = stream.live("cuMemHostAlloc", |live| Arc::clone(&live.ctx))?;
+        in_context(ctx.raw, || {
+            let mut can = 0;
+            // SAFETY: `can` is writable; the device is the context's.
+            check("cuDeviceGetAttribute", unsafe {
+                (ops.cuDeviceGetAttribute)(&mut can, CAN_USE_STREAM_MEM_OPS, ctx.device)
+            })?;
+            if can == 0 {
+                return Ok(None);
+            }
+            let mut host = std::ptr::null_mut();
+            // SAFETY: `host` is writable; the context is bound.
+            check("cuMemHostAlloc", unsafe {
+                (ops.cuMemHostAlloc)(&mut host, size_of::<u32>(), DEVICEMAP)
+            })?;
+            let mut device = 0;
+            // SAFETY: `device` is writable; `host` was mapped just above.
+            let mapped = check("cuMemHostGetDevicePointer_v2", unsafe {
+                (ops.cuMemHostGetDevicePointer_v2)(&mut device, host, 0)
+            });
+            let gate = Self {
+                stream,
+                ctx: Arc::clone(&ctx),
+                host,
+                device,
+                count: 0,
+            };
+            // `gate` frees `host` if the mapping failed.
+            mapped.map(|()| Some(gate))
+        })
+    }
+
+    fn word(&self) -> &AtomicU32 {
+        // SAFETY: `host` is a live, 4-byte aligned (page-aligned) block of
+        // at least four bytes that this gate owns until it is dropped.
+        unsafe { AtomicU32::from_ptr(self.host.cast()) }
+    }
+}
+
+impl Gate for CudaGate {
+    fn close(&mut self) -> Result<(), DriverError> {
+        let ops = mem_ops().ok_or_else(|| crate::stream::dead("cuStreamWaitValue32"))?;
+        let call = ops.wait_value_name;
+        let next = self.count.wrapping_add(1);
+        let device = self.device;
+        on_stream(self.stream, call, |live| {
+            // SAFETY: the stream is live, its context bound; `device` maps
+            // this gate's host word, alive until the stream has passed.
+            check(call, unsafe {
+                (ops.wait_value)(live.raw, device, next, WAIT_GEQ)
+            })
+        })?;
+        self.count = next;
+        Ok(())
+    }
+
+    fn open(&mut self) -> Result<(), DriverError> {
+        self.word().store(self.count, Ordering::Release);
+        Ok(())
+    }
+}
+
+impl Drop for CudaGate {
+    /// Open, let the stream pass every wait, then free the word: the
+    /// device must not read it after it is freed.
+    fn drop(&mut self) {
+        let _ = self.open();
+        let Some(ops) = mem_ops() else { return };
+        let Ok(api) = api() else { return };
+        let host = self.host;
+        let drained = on_stream(self.stream, "cuStreamSynchronize", |live| {
+            // SAFETY: the stream is live, its context bound.
+            check("cuStreamSynchronize", unsafe {
+                (api.cuStreamSynchronize)(live.raw)
+            })
+        });
+        if let Err(err) = drained {
+            // The stream is gone or failed: its waits are satisfied (opened
+            // above) or will never run; keeping four bytes is the safe side.
+            log::warn!("{BACKEND}: a gate's word is kept, its stream could not be drained: {err}");
+            return;
+        }
+        let freed = in_context(self.ctx.raw, || {
+            // SAFETY: allocated by `cuMemHostAlloc` in `new`, freed once,
+            // after the stream has passed every wait on it.
+            check("cuMemFreeHost", unsafe { (ops.cuMemFreeHost)(host) })
+        });
+        if let Err(err) = freed {
+            log::error!("{BACKEND}: could not free a gate's host word: {err}");
+        }
+    }
+}
