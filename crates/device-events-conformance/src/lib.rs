@@ -24,8 +24,8 @@
 //! launch jitter a window's two ends can see.
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod anchoring;
 pub mod cpu;
-pub mod gate;
 pub mod noting;
 pub mod soft;
 pub mod sweep;

@@ -62,8 +62,8 @@ pub(crate) struct Calibration<'a> {
     /// Where the stream waits behind a host-written value.
     pub(crate) gate: Option<&'a mut (dyn Gate + 'static)>,
     /// How long the host lets a gated record reach the stream before
-    /// opening the gate.
-    pub(crate) settle: Duration,
+    /// opening the gate; `None`: as long as the gate says.
+    pub(crate) settle: Option<Duration>,
     /// Ask the driver for its own host-clock stamp first.
     pub(crate) driver_clock: bool,
 }
@@ -125,8 +125,9 @@ impl<A: AnchorApi> Bracket<A> {
         stream: A::Stream,
         gate: &mut (dyn Gate + 'static),
         clock: fn() -> Instant,
-        settle: Duration,
+        settle: Option<Duration>,
     ) -> Result<(Instant, Duration), DriverError> {
+        let settle = settle.unwrap_or_else(|| gate.settle());
         let closed = Closed::<A>::close(gate)?;
         A::event_record(event.raw(), stream)?;
         if !settle.is_zero() {

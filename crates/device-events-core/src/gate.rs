@@ -85,6 +85,13 @@ pub trait Gate: Send {
     ///
     /// [`DriverError`] when the driver refused; the stream may still wait.
     fn open(&mut self) -> Result<(), DriverError>;
+
+    /// How long a record queued behind the closed gate needs to reach the
+    /// device before the gate opens: the driver's launch latency, or what
+    /// is left of it falls inside the bracket again. Too long costs only
+    /// calibration time on a GPU; on a runtime whose worker threads sleep
+    /// while idle (PoCL) any wait lets them fall asleep, so it says zero.
+    fn settle(&self) -> Duration;
 }
 
 /// A closed gate that opens when dropped, on every path: a wait the host

@@ -79,8 +79,10 @@ pub struct ProfilerConfig {
     pub gated_anchor: bool,
     /// How long a gated anchor's record is given to reach its stream before
     /// the gate opens: longer than the driver's usual launch latency, or
-    /// the rest of it falls inside the bracket again. Default: 50 µs.
-    pub gate_settle: Duration,
+    /// the rest of it falls inside the bracket again. Default: `None`, the
+    /// gate's own ([`Gate::settle`]: 50 µs on CUDA and HIP, none on
+    /// OpenCL).
+    pub gate_settle: Option<Duration>,
     /// Take the anchor's time from the driver's own host-clock stamp where
     /// it has one ([`AnchorApi::host_stamp`]), instead of a bracket.
     /// Default: on.
@@ -98,7 +100,7 @@ impl Default for ProfilerConfig {
             timer_resolution: Duration::from_micros(1),
             drift_correction: true,
             gated_anchor: true,
-            gate_settle: Duration::from_micros(50),
+            gate_settle: None,
             driver_clock: true,
         }
     }

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use cudarc::driver::sys::{self, CUdevice, CUdeviceptr, CUstream};
+use device_events_core::profile::Duration;
 use device_events_core::{DriverError, Gate};
 
 use crate::context::Context;
@@ -156,6 +157,11 @@ impl Gate for CudaGate {
     fn open(&mut self) -> Result<(), DriverError> {
         self.word().store(self.count, Ordering::Release);
         Ok(())
+    }
+
+    /// A GPU's launch latency is a few microseconds, tens under load.
+    fn settle(&self) -> Duration {
+        Duration::from_micros(50)
     }
 }
 

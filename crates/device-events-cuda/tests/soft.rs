@@ -244,8 +244,8 @@ fn only_the_documented_functions_are_called() {
     );
 }
 
-const GATE: device_events_conformance::gate::GateCalls =
-    device_events_conformance::gate::GateCalls {
+const GATE: device_events_conformance::anchoring::GateCalls =
+    device_events_conformance::anchoring::GateCalls {
         wait_value: "cuStreamWaitValue32_v2",
         record: "cuEventRecord",
     };
@@ -254,15 +254,24 @@ const GATE: device_events_conformance::gate::GateCalls =
 fn the_anchor_is_recorded_behind_a_gate() {
     let soft = SoftDriver::exclusive();
     bind(0);
-    device_events_conformance::gate::the_anchor_is_recorded_behind_a_gate::<Cuda>(&soft, GATE);
+    device_events_conformance::anchoring::the_anchor_is_recorded_behind_a_gate::<Cuda>(&soft, GATE);
 }
 
 #[test]
 fn without_stream_memory_operations_the_anchor_is_bracketed() {
     let soft = SoftDriver::exclusive();
     bind(0);
-    device_events_conformance::gate::without_stream_memory_operations_the_anchor_is_bracketed::<Cuda>(
-        &soft, GATE,
+    device_events_conformance::anchoring::without_stream_memory_operations_the_anchor_is_bracketed::<
+        Cuda,
+    >(&soft, GATE);
+}
+
+#[test]
+fn the_drift_fit_never_places_worse_than_anchors_alone() {
+    let soft = SoftDriver::exclusive();
+    bind(0);
+    device_events_conformance::anchoring::the_drift_fit_never_places_worse_than_anchors_alone::<Cuda>(
+        &soft,
     );
 }
 
@@ -270,9 +279,9 @@ fn without_stream_memory_operations_the_anchor_is_bracketed() {
 fn a_failure_behind_a_closed_gate_leaves_no_stream_waiting() {
     let soft = SoftDriver::exclusive();
     bind(0);
-    device_events_conformance::gate::a_failure_behind_a_closed_gate_leaves_no_stream_waiting::<Cuda>(
-        &soft, GATE,
-    );
+    device_events_conformance::anchoring::a_failure_behind_a_closed_gate_leaves_no_stream_waiting::<
+        Cuda,
+    >(&soft, GATE);
 }
 
 #[test]

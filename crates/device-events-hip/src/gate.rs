@@ -10,6 +10,7 @@
 use std::ffi::{c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use device_events_core::profile::Duration;
 use device_events_core::{DriverError, EventApi, Gate};
 
 use crate::{Hip, HipStream, check, on_device, on_stream};
@@ -95,6 +96,11 @@ impl Gate for HipGate {
     fn open(&mut self) -> Result<(), DriverError> {
         self.word().store(self.count, Ordering::Release);
         Ok(())
+    }
+
+    /// A GPU's launch latency is a few microseconds, tens under load.
+    fn settle(&self) -> Duration {
+        Duration::from_micros(50)
     }
 }
 

@@ -345,3 +345,101 @@ fn a_default_wait_spins_and_a_blocking_sync_wait_sleeps_and_wakes_late() {
         "woke {block_late:?} late"
     );
 }
+
+/// Stream memory operations (CUDA driver API, "Stream Memory Operations"):
+/// `cuStreamWaitValue32` makes the stream wait until the 32-bit value at a
+/// device address satisfies the test; host memory from `cuMemHostAlloc`
+/// with `CU_MEMHOSTALLOC_DEVICEMAP` is reached through
+/// `cuMemHostGetDevicePointer`. Work behind the wait runs once the host
+/// writes the value, and not before: here an event behind it is stamped
+/// after the write, within the driver's wait latency (1 µs) and the
+/// worker's poll.
+#[test]
+fn a_stream_waits_on_host_mapped_memory_until_the_host_writes_it() {
+    let soft = SoftDriver::exclusive();
+    context();
+    let s = result::stream::create(StreamKind::NonBlocking).unwrap();
+    let e = event();
+    let mut supported = 0;
+    let (mut host, mut device) = (std::ptr::null_mut(), 0);
+    // SAFETY: live handles and writable outputs; the host word outlives
+    // the stream's wait (freed after the synchronize).
+    unsafe {
+        use sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1 as MEM_OPS;
+        assert_eq!(
+            sys::cuDeviceGetAttribute(&mut supported, MEM_OPS, 0),
+            CUresult::CUDA_SUCCESS
+        );
+        assert_eq!(
+            sys::cuMemHostAlloc(&mut host, 4, 0x2),
+            CUresult::CUDA_SUCCESS
+        );
+        assert_eq!(
+            sys::cuMemHostGetDevicePointer_v2(&mut device, host, 0),
+            CUresult::CUDA_SUCCESS
+        );
+        assert_eq!(
+            sys::cuStreamWaitValue32_v2(s, device, 1, 0),
+            CUresult::CUDA_SUCCESS
+        );
+        result::event::record(e, s).unwrap();
+        std::thread::sleep(Duration::from_millis(2));
+        assert_eq!(
+            result::event::query(e),
+            Err(DriverError(CUresult::CUDA_ERROR_NOT_READY))
+        );
+        assert_eq!(soft.blocked_value_waits(), 1);
+        let written = soft.host_now_ns();
+        std::sync::atomic::AtomicU32::from_ptr(host.cast())
+            .store(1, std::sync::atomic::Ordering::Release);
+        result::event::synchronize(e).unwrap();
+        let stamped = soft.event_truth_ns(e as usize).unwrap();
+        assert_eq!(soft.blocked_value_waits(), 0);
+        assert!(
+            stamped >= written + 1_000,
+            "stamped {} ns after the write",
+            stamped - written
+        );
+        result::event::destroy(e).unwrap();
+        result::stream::destroy(s).unwrap();
+        assert_eq!(sys::cuMemFreeHost(host), CUresult::CUDA_SUCCESS);
+    }
+    assert_eq!(supported, 1);
+}
+
+/// `CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS` reads 0 on a device
+/// without stream memory operations, and a wait on a value there is
+/// refused (`CUDA_ERROR_NOT_SUPPORTED`): switched off, the software driver
+/// says both, for a backend's fallback to be tested.
+#[test]
+fn switched_off_stream_memory_operations_are_not_supported() {
+    let soft = SoftDriver::exclusive();
+    context();
+    soft.set_stream_mem_ops(false);
+    let s = result::stream::create(StreamKind::NonBlocking).unwrap();
+    let mut supported = 1;
+    let (mut host, mut device) = (std::ptr::null_mut(), 0);
+    // SAFETY: live handles and writable outputs.
+    let refused = unsafe {
+        use sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1 as MEM_OPS;
+        assert_eq!(
+            sys::cuDeviceGetAttribute(&mut supported, MEM_OPS, 0),
+            CUresult::CUDA_SUCCESS
+        );
+        assert_eq!(
+            sys::cuMemHostAlloc(&mut host, 4, 0x2),
+            CUresult::CUDA_SUCCESS
+        );
+        assert_eq!(
+            sys::cuMemHostGetDevicePointer_v2(&mut device, host, 0),
+            CUresult::CUDA_SUCCESS
+        );
+        let refused = sys::cuStreamWaitValue32_v2(s, device, 1, 0);
+        result::stream::destroy(s).unwrap();
+        assert_eq!(sys::cuMemFreeHost(host), CUresult::CUDA_SUCCESS);
+        refused
+    };
+    soft.set_stream_mem_ops(true);
+    assert_eq!(supported, 0);
+    assert_eq!(refused, CUresult::CUDA_ERROR_NOT_SUPPORTED);
+}

@@ -276,3 +276,81 @@ fn a_forked_stream_must_join_before_the_capture_ends() {
         }
     }
 }
+
+/// `hipStreamWaitValue32`: "all operations enqueued on this stream after
+/// this, will not execute until the defined wait condition is true", on
+/// memory from `hipExtMallocWithFlags(..., hipMallocSignalMemory)`;
+/// support is read from `hipDeviceAttributeCanUseStreamWaitValue`.
+#[test]
+fn a_stream_waits_on_signal_memory_until_the_host_writes_it() {
+    let soft = SoftDriver::exclusive();
+    let (s, e) = (stream(), event());
+    let mut supported = 0;
+    let mut word: *mut c_void = ptr::null_mut();
+    // SAFETY: live handles and writable outputs; the word outlives the
+    // stream's wait (freed after the synchronize).
+    unsafe {
+        check(hip::hipDeviceGetAttribute(
+            &mut supported,
+            hip::hipDeviceAttribute_t_hipDeviceAttributeCanUseStreamWaitValue,
+            0,
+        ));
+        check(hip::hipExtMallocWithFlags(
+            &mut word,
+            4,
+            hip::hipMallocSignalMemory,
+        ));
+        check(hip::hipStreamWaitValue32(
+            s,
+            word,
+            1,
+            hip::hipStreamWaitValueGte,
+            u32::MAX,
+        ));
+        check(hip::hipEventRecord(e, s));
+        std::thread::sleep(Duration::from_millis(2));
+        assert_eq!(hip::hipEventQuery(e), hip::hipError_t_hipErrorNotReady);
+        assert_eq!(soft.blocked_value_waits(), 1);
+        let written = Instant::now();
+        std::sync::atomic::AtomicU32::from_ptr(word.cast())
+            .store(1, std::sync::atomic::Ordering::Release);
+        check(hip::hipEventSynchronize(e));
+        assert!(written.elapsed() >= Duration::from_micros(1));
+        assert_eq!(soft.blocked_value_waits(), 0);
+        check(hip::hipEventDestroy(e));
+        check(hip::hipStreamDestroy(s));
+        check(hip::hipFree(word));
+    }
+    assert_eq!(supported, 1);
+}
+
+/// Switched off, the attribute reads 0 and a wait on a value is refused
+/// as not supported (`hipErrorNotSupported`).
+#[test]
+fn switched_off_stream_wait_values_are_not_supported() {
+    let soft = SoftDriver::exclusive();
+    soft.set_stream_mem_ops(false);
+    let s = stream();
+    let mut supported = 1;
+    let mut word: *mut c_void = ptr::null_mut();
+    // SAFETY: live handles and writable outputs.
+    let refused = unsafe {
+        check(hip::hipDeviceGetAttribute(
+            &mut supported,
+            hip::hipDeviceAttribute_t_hipDeviceAttributeCanUseStreamWaitValue,
+            0,
+        ));
+        check(hip::hipExtMallocWithFlags(
+            &mut word,
+            4,
+            hip::hipMallocSignalMemory,
+        ));
+        let refused = hip::hipStreamWaitValue32(s, word, 1, hip::hipStreamWaitValueGte, u32::MAX);
+        check(hip::hipStreamDestroy(s));
+        check(hip::hipFree(word));
+        refused
+    };
+    soft.set_stream_mem_ops(true);
+    assert_eq!(supported, 0);
+    assert_eq!(refused, hip::hipError_t_hipErrorNotSupported);
+}
