@@ -14,37 +14,7 @@ use device_events_conformance::noting::{Note, Noting};
 use device_events_core::{EventProfiler, OwnedStream, ProfilerConfig};
 use device_events_opencl::{ClEvent, OpenCl};
 
-/// What a session measured: errors in ns, sorted, of both ends of every
-/// window, and how many ends lay outside the window's stated bound.
-#[derive(Debug, Default)]
-pub struct Errors {
-    /// Windows placed.
-    pub windows: usize,
-    /// |placed − truth| of each start and end, ns, sorted.
-    pub ns: Vec<u64>,
-    /// Ends further from the truth than the window's stated bound.
-    pub outside_bound: usize,
-}
-
-impl Errors {
-    /// The `q`-quantile, in µs.
-    pub fn quantile_us(&self, q: f64) -> f64 {
-        let i = ((self.ns.len() as f64 - 1.0) * q).round() as usize;
-        self.ns.get(i).copied().unwrap_or(u64::MAX) as f64 / 1e3
-    }
-
-    /// One line: windows, median, p99, worst, ends outside their bound.
-    pub fn summary(&self) -> String {
-        format!(
-            "{} windows, median {:.2} µs, p99 {:.2} µs, worst {:.2} µs, {} ends outside their bound",
-            self.windows,
-            self.quantile_us(0.5),
-            self.quantile_us(0.99),
-            self.quantile_us(1.0),
-            self.outside_bound
-        )
-    }
-}
+pub use crate::placement::Errors;
 
 /// Notes the marker of each record.
 struct LastMarker;
@@ -140,18 +110,12 @@ pub fn placement(seconds: u64, configs: &[ProfilerConfig]) -> Vec<Errors> {
                 let truth = marker_end_ns(marker).expect("a completed marker's time") - offset;
                 let error = (to_monotonic(at) - truth).unsigned_abs() as u64;
                 // The truth's own pairing is good to ~100 ns.
-                if error > placed.uncertainty.as_nanos() as u64 + 200 {
-                    errors[i].outside_bound += 1;
-                }
-                errors[i].ns.push(error);
+                errors[i].add(error, placed.uncertainty, 200);
             }
             errors[i].windows += 1;
         }
     }
-    for e in &mut errors {
-        e.ns.sort_unstable();
-    }
-    errors
+    errors.into_iter().map(Errors::finish).collect()
 }
 
 /// A fence behind about 100 ms of buffer fills on this thread's OpenCL

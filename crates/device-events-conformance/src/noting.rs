@@ -59,4 +59,7 @@ impl<A: AnchorApi, N: Note<A>> AnchorApi for Noting<A, N> {
     fn host_stamp(event: &A::Event) -> Result<Option<HostStamp>, DriverError> {
         A::host_stamp(event)
     }
+    fn poll(event: &A::Event) -> Option<Result<bool, DriverError>> {
+        A::poll(event)
+    }
 }

@@ -85,7 +85,7 @@ impl<A: AnchorApi> Bracket<A> {
                 None => {
                     let before = (how.clock)();
                     A::event_record(event.raw(), stream)?;
-                    A::event_wait(event.raw())?;
+                    reach(&event)?;
                     (before, (how.clock)().saturating_duration_since(before))
                 }
             };
@@ -135,9 +135,31 @@ impl<A: AnchorApi> Bracket<A> {
         }
         let before = clock();
         closed.open()?;
-        A::event_wait(event.raw())?;
+        reach(event)?;
         Ok((before, clock().saturating_duration_since(before)))
     }
+}
+
+/// How long a calibration polls before it waits: past a launch latency,
+/// short enough to cost no core to speak of.
+const POLL_FOR: Duration = Duration::from_micros(100);
+
+/// Return once the device has reached `event`: polling first, where the
+/// backend can, for [`POLL_FOR`], then waiting.
+fn reach<A: AnchorApi>(event: &PooledEvent<A>) -> Result<(), DriverError> {
+    let started = std::time::Instant::now();
+    while let Some(reached) = A::poll(event.raw()) {
+        if reached? {
+            return Ok(());
+        }
+        if started.elapsed() > POLL_FOR {
+            break;
+        }
+        // Leaves the core to a thread that shares it, the driver's own
+        // among them on a small machine.
+        std::thread::yield_now();
+    }
+    A::event_wait(event.raw())
 }
 
 impl<A: EventApi> Bracket<A> {

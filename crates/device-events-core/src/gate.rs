@@ -41,6 +41,20 @@ pub trait AnchorApi: EventApi {
         Ok(None)
     }
 
+    /// Whether the device has reached `event`, asked without waiting;
+    /// `None` where the backend cannot ask. A calibration polls this for a
+    /// short while before it waits, so that a wait created for blocking
+    /// synchronization, which wakes tens of microseconds late, does not
+    /// widen the bracket.
+    ///
+    /// # Errors
+    ///
+    /// Inside the `Some`: the driver's error for anything but "not ready".
+    fn poll(event: &Self::Event) -> Option<Result<bool, DriverError>> {
+        let _ = event;
+        None
+    }
+
     /// Where the device stamped `event` (reached), on the host's
     /// [`Instant`] clock, when the driver stamps events on a host clock it
     /// can name (PoCL: `CLOCK_MONOTONIC_RAW`); `Ok(None)` where it does not.

@@ -494,9 +494,13 @@ impl EventQuery for Cuda {
     }
 }
 
-/// A gate where the driver has stream memory operations; stamps only as
-/// device time.
+/// A gate where the driver has stream memory operations, and polls through
+/// `cuEventQuery`; stamps only as device time.
 impl device_events_core::AnchorApi for Cuda {
+    fn poll(event: &CudaEvent) -> Option<Result<bool, DriverError>> {
+        Some(Self::event_query(event))
+    }
+
     fn gate(stream: CudaStream) -> Result<Option<Box<dyn device_events_core::Gate>>, DriverError> {
         Ok(gate::CudaGate::new(stream)?
             .map(|gate| Box::new(gate) as Box<dyn device_events_core::Gate>))

@@ -227,6 +227,7 @@ fn only_the_documented_functions_are_called() {
             "cuEventCreate",
             "cuEventRecord",
             "cuEventSynchronize",
+            "cuEventQuery",
             "cuEventElapsedTime",
             "cuEventDestroy_v2",
             "cuStreamCreate",

@@ -604,9 +604,13 @@ impl EventQuery for Hip {
     }
 }
 
-/// A gate where the runtime and device have stream memory operations;
-/// stamps only as device time.
+/// A gate where the runtime and device have stream memory operations, and
+/// polls through `hipEventQuery`; stamps only as device time.
 impl device_events_core::AnchorApi for Hip {
+    fn poll(event: &HipEvent) -> Option<Result<bool, DriverError>> {
+        Some(Self::event_query(event))
+    }
+
     fn gate(stream: HipStream) -> Result<Option<Box<dyn device_events_core::Gate>>, DriverError> {
         Ok(gate::HipGate::new(stream)?
             .map(|gate| Box::new(gate) as Box<dyn device_events_core::Gate>))

@@ -87,6 +87,7 @@ fn only_the_documented_functions_are_called() {
             "hipEventCreateWithFlags",
             "hipEventRecord",
             "hipEventSynchronize",
+            "hipEventQuery",
             "hipEventElapsedTime",
             "hipEventDestroy",
             "hipStreamCreateWithFlags",

@@ -7,7 +7,6 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 use device_events_bench::{CudaPair, Null, NullStream, fence, pooled_fence, resolve, window};
@@ -62,8 +61,13 @@ enum What {
     /// Heap bytes per window in flight, on the null backend.
     Memory,
     /// Placement error against the software driver's truth over a session
-    /// with the clock offset and drifting 100 ppm.
-    Placement { seconds: u64 },
+    /// with the clock offset and drifting 100 ppm, every placement setting
+    /// taking turns; `blocking` waits sleep instead of spinning.
+    Placement {
+        seconds: u64,
+        #[arg(long)]
+        blocking: bool,
+    },
     /// Placement against PoCL's marker times, drift correction on and off,
     /// `seconds` each.
     PlacementOpencl { seconds: u64 },
@@ -182,7 +186,21 @@ fn main() {
             }
             serde_json::Value::Object(sizes)
         }
-        What::Placement { seconds } => placement(seconds),
+        What::Placement { seconds, blocking } => {
+            let soft = SoftDriver::get().unwrap_or_else(|e| panic!("{e}"));
+            let pair = CudaPair::new();
+            // The driver's own clock is OpenCL's alone: four sessions here.
+            let sessions: Vec<_> = placement_sessions().into_iter().take(4).collect();
+            let configs: Vec<_> = sessions.iter().map(|(_, c)| *c).collect();
+            let measured =
+                device_events_bench::placement::soft(soft, pair.ours, seconds, blocking, &configs);
+            let mut report = serde_json::Map::new();
+            report.insert("seconds".into(), json!(seconds));
+            for ((key, _), errors) in sessions.iter().zip(measured) {
+                report.insert((*key).into(), errors_json(&errors));
+            }
+            serde_json::Value::Object(report)
+        }
         What::WaitCost => {
             let soft = SoftDriver::get().unwrap_or_else(|e| panic!("{e}"));
             let pair = CudaPair::new();
@@ -215,37 +233,6 @@ fn main() {
     println!("{report}");
 }
 
-fn placement(seconds: u64) -> serde_json::Value {
-    let soft = SoftDriver::get().unwrap_or_else(|e| panic!("{e}"));
-    let mut pair = CudaPair::new();
-    soft.set_clock(3_700_000_000_123, 100.0);
-    let driver_epoch = soft.host_instant(0);
-    let mut errors = Vec::new();
-    let session = Instant::now();
-    while session.elapsed() < Duration::from_secs(seconds) {
-        std::thread::sleep(Duration::from_millis(4));
-        let token = pair.profiler.start(pair.ours);
-        let start_event = soft.last_recorded_event();
-        let ticks = resolve(pair.profiler.stop(pair.ours, token).unwrap()).unwrap();
-        let truth = driver_epoch + Duration::from_nanos(soft.event_truth_ns(start_event).unwrap());
-        let reference = truth - Duration::from_secs(1);
-        let placed = reference + ticks.start_duration_since(reference);
-        let error = placed
-            .saturating_duration_since(truth)
-            .max(truth.saturating_duration_since(placed));
-        errors.push(error.as_nanos() as u64);
-    }
-    soft.set_clock(1_000_000_000_000, 0.0);
-    errors.sort_unstable();
-    json!({
-        "seconds": seconds,
-        "windows": errors.len(),
-        "median_ns": errors[errors.len() / 2],
-        "p99_ns": errors[errors.len() * 99 / 100],
-        "worst_ns": errors[errors.len() - 1],
-    })
-}
-
 /// The placement sessions every driver is measured with, by key: gated or
 /// not, fit on or off, on the bracket every driver has; and the driver's
 /// own clock where it has one.
@@ -266,7 +253,7 @@ fn placement_sessions() -> Vec<(&'static str, device_events_core::ProfilerConfig
     ]
 }
 
-fn errors_json(errors: &device_events_bench::pocl::Errors) -> serde_json::Value {
+fn errors_json(errors: &device_events_bench::placement::Errors) -> serde_json::Value {
     json!({
         "windows": errors.windows,
         "median_us": errors.quantile_us(0.5),

@@ -1,0 +1,117 @@
+//! Placement sessions: windows placed on the host clock, each end measured
+//! against a driver's own truth, for several profiler settings taking turns
+//! in one session so that each meets the same machine.
+
+use std::time::{Duration, Instant};
+
+use device_events_conformance::soft::SoftDriver;
+use device_events_core::{EventProfiler, ProfilerConfig};
+use device_events_cuda::{Cuda, CudaStream};
+
+/// What a session measured: errors in ns, sorted, of both ends of every
+/// window, and how many ends lay outside the window's stated bound.
+#[derive(Debug, Default)]
+pub struct Errors {
+    /// Windows placed.
+    pub windows: usize,
+    /// |placed − truth| of each start and end, ns, sorted.
+    pub ns: Vec<u64>,
+    /// Ends further from the truth than the window's stated bound.
+    pub outside_bound: usize,
+}
+
+impl Errors {
+    /// The `q`-quantile, in µs.
+    pub fn quantile_us(&self, q: f64) -> f64 {
+        let i = ((self.ns.len() as f64 - 1.0) * q).round() as usize;
+        self.ns.get(i).copied().unwrap_or(u64::MAX) as f64 / 1e3
+    }
+
+    /// One line: windows, median, p99, worst, ends outside their bound.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} windows, median {:.2} µs, p99 {:.2} µs, worst {:.2} µs, {} ends outside their bound",
+            self.windows,
+            self.quantile_us(0.5),
+            self.quantile_us(0.99),
+            self.quantile_us(1.0),
+            self.outside_bound
+        )
+    }
+
+    /// Count one end placed `error_ns` from the truth under `bound`; the
+    /// truth's own clock pairing is good to `slack_ns`.
+    pub fn add(&mut self, error_ns: u64, bound: Duration, slack_ns: u64) {
+        if error_ns > bound.as_nanos() as u64 + slack_ns {
+            self.outside_bound += 1;
+        }
+        self.ns.push(error_ns);
+    }
+
+    /// Sort, once the session is over.
+    pub fn finish(mut self) -> Self {
+        self.ns.sort_unstable();
+        self
+    }
+}
+
+/// Place windows for `seconds` on the software driver's CUDA device 0 (its
+/// clock offset and drifting 100 ppm, its default launch latency), one
+/// profiler per entry of `configs` taking turns on `stream`, each end
+/// against the driver's ground-truth stamp. With `blocking`, events wait
+/// by sleeping (`CU_EVENT_BLOCKING_SYNC`).
+///
+/// # Panics
+///
+/// When a window cannot be read.
+pub fn soft(
+    soft: &SoftDriver,
+    stream: CudaStream,
+    seconds: u64,
+    blocking: bool,
+    configs: &[ProfilerConfig],
+) -> Vec<Errors> {
+    Cuda::set_blocking_sync(blocking);
+    soft.set_clock(3_700_000_000_123, 100.0);
+    let epoch = soft.host_instant(0);
+    let mut profilers: Vec<_> = configs
+        .iter()
+        .map(|config| EventProfiler::<Cuda>::with_config(*config))
+        .collect();
+    let mut errors: Vec<Errors> = configs.iter().map(|_| Errors::default()).collect();
+    let gap = Duration::from_micros(3000) / profilers.len().max(1) as u32;
+    let session = Instant::now();
+    let mut round = 0usize;
+    while session.elapsed() < Duration::from_secs(seconds) {
+        round += 1;
+        for k in 0..profilers.len() {
+            let i = (k + round) % profilers.len();
+            std::thread::sleep(gap);
+            let profiler = &mut profilers[i];
+            let token = profiler.start(stream);
+            let start = soft.last_recorded_event();
+            let window = profiler.stop_placed(stream, token).unwrap();
+            let end = soft.last_recorded_event();
+            let placed = pollster::block_on(window.resolve()).expect("a window read");
+            let reference = epoch;
+            for (event, at) in [
+                (
+                    start,
+                    reference + placed.ticks.start_duration_since(reference),
+                ),
+                (end, reference + placed.ticks.end_duration_since(reference)),
+            ] {
+                let truth = epoch + Duration::from_nanos(soft.event_truth_ns(event).unwrap());
+                let error = at
+                    .saturating_duration_since(truth)
+                    .max(truth.saturating_duration_since(at));
+                errors[i].add(error.as_nanos() as u64, placed.uncertainty, 1_000);
+            }
+            errors[i].windows += 1;
+        }
+    }
+    drop(profilers);
+    soft.set_clock(1_000_000_000_000, 0.0);
+    Cuda::set_blocking_sync(false);
+    errors.into_iter().map(Errors::finish).collect()
+}
