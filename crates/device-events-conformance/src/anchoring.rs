@@ -145,7 +145,10 @@ pub fn the_anchor_is_recorded_behind_a_gate<A: AnchorApi>(driver: &SoftDriver, c
 }
 
 /// Where the device has none, the profiler brackets without a gate, and
-/// windows stay inside their bound.
+/// windows stay inside their bound. A backend that can tell from an
+/// attribute (HIP; CUDA's V1 entry point) never tries; one whose driver
+/// refuses the wait (CUDA's V2, documented as always there) tries once and
+/// is not asked again.
 pub fn without_stream_memory_operations_the_anchor_is_bracketed<A: AnchorApi>(
     driver: &SoftDriver,
     calls: GateCalls,
@@ -156,7 +159,11 @@ pub fn without_stream_memory_operations_the_anchor_is_bracketed<A: AnchorApi>(
     windows_inside_their_bound(driver, &mut profiler, streams.get(0), 20);
     drop(profiler);
     driver.set_stream_mem_ops(true);
-    assert_eq!(driver.call_count(calls.wait_value), 0, "no gate was tried");
+    assert!(
+        driver.call_count(calls.wait_value) <= 1,
+        "the gate was tried {} times",
+        driver.call_count(calls.wait_value)
+    );
 }
 
 /// A record that fails behind a closed gate, in an anchor refresh, leaves

@@ -51,7 +51,7 @@ pub trait Workload<A: AnchorApi> {
     fn max_bytes(&self) -> usize;
 }
 
-/// The backend calls the suite needs beyond [`EventApi`].
+/// The backend calls the suite needs beyond [`EventApi`](device_events_core::EventApi).
 pub struct Capture<A: AnchorApi> {
     /// Begin capturing a graph on the stream.
     pub begin: fn(A::Stream) -> Result<(), DriverError>,

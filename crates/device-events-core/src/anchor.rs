@@ -72,17 +72,29 @@ impl<A: AnchorApi> Bracket<A> {
     /// Record and wait for an anchor event `samples` times on `stream`,
     /// keeping the reading with the tightest host bracket. A driver that
     /// stamps on a host clock it names needs one sample and no bracket.
+    ///
+    /// Also says whether the gate refused to close (a driver that exports
+    /// the call but cannot serve it): the calibration went on without it,
+    /// and the caller should drop it.
     pub(crate) fn take(
         pool: &Arc<EventPool<A>>,
         stream: A::Stream,
         mut how: Calibration<'_>,
-    ) -> Result<Self, DriverError> {
+    ) -> Result<(Self, bool), DriverError> {
         let mut best: Option<Self> = None;
+        let mut refused = false;
         for _ in 0..how.samples.max(1) {
             let event = pool.take()?;
-            let (before, width) = match how.gate.as_deref_mut() {
+            let gated = match how.gate.as_deref_mut() {
                 Some(gate) => Self::gated(&event, stream, gate, how.clock, how.settle)?,
+                None => None,
+            };
+            let (before, width) = match gated {
+                Some(bracket) => bracket,
                 None => {
+                    if how.gate.take().is_some() {
+                        refused = true;
+                    }
                     let before = (how.clock)();
                     A::event_record(event.raw(), stream)?;
                     reach(&event)?;
@@ -92,11 +104,12 @@ impl<A: AnchorApi> Bracket<A> {
             if how.driver_clock
                 && let Some(stamp) = A::host_stamp(event.raw())?
             {
-                return Ok(Self {
+                let stamped = Self {
                     event,
                     before: stamp.at - stamp.uncertainty,
                     width: stamp.uncertainty * 2,
-                });
+                };
+                return Ok((stamped, refused));
             }
             if best.as_ref().is_none_or(|best| width < best.width) {
                 // The previous best, if any, goes back to the pool here.
@@ -107,28 +120,39 @@ impl<A: AnchorApi> Bracket<A> {
                 });
             }
         }
-        best.ok_or_else(|| {
+        let best = best.ok_or_else(|| {
             DriverError::refused(
                 A::BACKEND,
                 "anchor calibration",
                 crate::ErrorKind::Other,
                 "no sample taken",
             )
-        })
+        })?;
+        Ok((best, refused))
     }
 
     /// The record queued behind the closed gate; after `settle`, the host
     /// reads its clock, opens the gate and waits. The gate opens on every
-    /// path, errors included.
+    /// path, errors included. `None` when the gate refused to close:
+    /// nothing was queued.
     fn gated(
         event: &PooledEvent<A>,
         stream: A::Stream,
         gate: &mut (dyn Gate + 'static),
         clock: fn() -> Instant,
         settle: Option<Duration>,
-    ) -> Result<(Instant, Duration), DriverError> {
+    ) -> Result<Option<(Instant, Duration)>, DriverError> {
         let settle = settle.unwrap_or_else(|| gate.settle());
-        let closed = Closed::<A>::close(gate)?;
+        let closed = match Closed::<A>::close(gate) {
+            Ok(closed) => closed,
+            Err(err) => {
+                log::warn!(
+                    "{}: the anchor's gate is refused, anchoring without: {err}",
+                    A::BACKEND
+                );
+                return Ok(None);
+            }
+        };
         A::event_record(event.raw(), stream)?;
         if !settle.is_zero() {
             std::thread::sleep(settle);
@@ -136,7 +160,7 @@ impl<A: AnchorApi> Bracket<A> {
         let before = clock();
         closed.open()?;
         reach(event)?;
-        Ok((before, clock().saturating_duration_since(before)))
+        Ok(Some((before, clock().saturating_duration_since(before))))
     }
 }
 

@@ -120,32 +120,41 @@ impl Default for ProfilerConfig {
 /// # Placement
 ///
 /// The device reaches the anchor event somewhere between the host clock read
-/// just before it is recorded and the read just after the wait for it
-/// returns. The common shortcut, reading the clock after the wait, puts the
-/// anchor at the late edge of that bracket, so every window lands late by the
-/// wait's wake-up latency: microseconds when the wait spins, far more when
-/// the thread was descheduled, and a different amount at each refresh. Here
-/// the bracket is taken [`calibration_samples`](ProfilerConfig::calibration_samples)
-/// times, the tightest is kept, the anchor sits at its midpoint, and its
-/// half-width is [`anchor_uncertainty`](Self::anchor_uncertainty): a bound
-/// that can be checked, not a bias.
+/// just before it could and the read just after the wait for it returns.
+/// The common shortcut, reading the clock after the wait, puts the anchor at
+/// the late edge of that bracket, so every window lands late by the wait's
+/// wake-up latency, a different amount at each refresh. Here:
+///
+/// - **Gated** where the backend has a gate ([`AnchorApi::gate`]: CUDA's and
+///   HIP's stream wait on a host-written value, an OpenCL user event): the
+///   anchor is recorded behind the closed gate, and the host reads its clock
+///   just before opening it, so the record call and the launch latency fall
+///   before the bracket opens. Otherwise the bracket opens before the record.
+/// - The bracket is taken [`calibration_samples`](ProfilerConfig::calibration_samples)
+///   times and the tightest kept; the calibration polls the anchor event
+///   briefly before it waits, so a blocking-sync wait's late wake-up does
+///   not widen it.
+/// - Where the driver stamps on a host clock it can name
+///   ([`AnchorApi::host_stamp`]: PoCL's `CLOCK_MONOTONIC_RAW`), that stamp
+///   is the anchor, and no bracket is needed.
 ///
 /// Device and host clocks drift apart (crystals differ by up to ±100 ppm:
 /// 100 µs per second). Successive anchors are fitted as one line, host time
-/// against device time, as Tracy's calibration does, from the anchors whose
-/// bracket is within 1.5x the tightest kept: the fit's rate scales
-/// each window's offset and span, and smooths each anchor's position. Until
-/// the rate is known, anchors are refreshed every few milliseconds; as the
-/// fit firms up the period grows to [`anchor_max_age`](ProfilerConfig::anchor_max_age).
-/// On the software driver, its clock offset and drifting 100 ppm, windows
-/// over a 60-second session land within 6.6 µs of the truth at the median,
-/// 7.7 µs at p99 and 45 µs at worst; on PoCL, a real OpenCL runtime on the
-/// CPU, within 0.9 µs, 6.1 µs and 6.9 µs of its own marker times
-/// (`cargo xtask bench`). What limits the first is an asymmetric bracket:
-/// the host clock is read before the record call, whose cost comes before
-/// the driver's launch latency (2–5 µs), while its default wait spins and
-/// returns within a microsecond of the stamp, so the midpoint sits early.
-/// Each window's [`Placement::uncertainty`] covers it.
+/// against device time, each weighted by its bracket's width, for the rate
+/// and a worst-case bound on it; a line once trusted is kept until a better
+/// one replaces it. Each anchor's interval is carried forward by the exact
+/// device step to the next and intersected with that anchor's bracket, so a
+/// bracket stretched by a stalled wake-up is cut back to what the anchors
+/// before it allow, and an anchor never leaves its own bracket: the fit can
+/// narrow a placement, never widen it. Until the rate is known, anchors are
+/// refreshed every few milliseconds; as the fit firms up the period grows
+/// to [`anchor_max_age`](ProfilerConfig::anchor_max_age). With the fit off
+/// ([`drift_correction`](ProfilerConfig::drift_correction)), each anchor
+/// stands alone at rate 1.
+///
+/// Each window's [`Placement::uncertainty`] bounds both ends' error. The
+/// README's "Placement" section has the figures `cargo xtask bench`
+/// measured, and what limits them.
 ///
 /// Windows nest and overlap freely, on one stream or several. A window that
 /// cannot be read resolves to `None`, logged: never a zero and never a
@@ -393,12 +402,13 @@ impl<A: AnchorApi> EventProfiler<A> {
         self.open
     }
 
-    /// Half-width of the current anchor's bracket: how far the anchor
-    /// measurement itself can be off. `None` before the first anchor.
+    /// How far the current anchor's placement can be off: the half-width of
+    /// its bracket, or of what the anchors before it leave of that bracket
+    /// (see the placement notes). `None` before the first anchor.
     ///
     /// It bounds the anchor, not a window: a window's placement also carries
-    /// the drift fit's adjustment of the anchor, the rate's error over the
-    /// window's distance from it and the readings' resolution.
+    /// the rate's error over the window's distance from it and the
+    /// readings' resolution.
     /// [`stop_placed`](Self::stop_placed) gives that bound per window.
     pub fn anchor_uncertainty(&self) -> Option<Duration> {
         self.anchor.as_ref().map(|anchor| anchor.uncertainty())
@@ -510,7 +520,12 @@ impl<A: AnchorApi> EventProfiler<A> {
             driver_clock: self.config.driver_clock,
         };
         let bracket = match Bracket::take(&self.pool, stream, how) {
-            Ok(bracket) => bracket,
+            Ok((bracket, gate_refused)) => {
+                if gate_refused {
+                    self.gate = None;
+                }
+                bracket
+            }
             Err(err) => {
                 if made_stream {
                     self.gate = None;

@@ -3,9 +3,13 @@
 //! (`cuMemHostAlloc`, `cuMemHostGetDevicePointer`), which the host writes to
 //! open it.
 //!
-//! Stream memory operations are optional: a driver without the functions,
-//! or a device whose `CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS` reads 0,
-//! has no gate, and the profiler brackets without one.
+//! Stream memory operations are optional. As the driver API documents
+//! them: the V2 entry points (`cuStreamWaitValue32_v2`, CUDA 11.7 on) are
+//! available by default on all platforms; the V1 ones are off unless the
+//! kernel module enables them, which `CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS`
+//! (`_V1` in CUDA 12's header) says. A driver with neither has no gate, and
+//! the profiler brackets without one; so does a driver that refuses the
+//! wait (`CUDA_ERROR_NOT_SUPPORTED`), the first time it does.
 
 use std::ffi::{c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -39,6 +43,8 @@ struct MemOps {
     wait_value: unsafe extern "C" fn(CUstream, CUdeviceptr, u32, c_uint) -> u32,
     /// Which of the two `wait_value` is, for errors.
     wait_value_name: &'static str,
+    /// `wait_value` is V1, usable only where the attribute says so.
+    v1: bool,
 }
 
 /// The functions, or `None` when the driver lacks one.
@@ -59,9 +65,9 @@ fn mem_ops() -> Option<&'static MemOps> {
                     .map(|f| *f)
             };
         }
-        let (wait_value, wait_value_name) = match get!("cuStreamWaitValue32_v2") {
-            Some(v2) => (v2, "cuStreamWaitValue32_v2"),
-            None => (get!("cuStreamWaitValue32")?, "cuStreamWaitValue32"),
+        let (wait_value, wait_value_name, v1) = match get!("cuStreamWaitValue32_v2") {
+            Some(v2) => (v2, "cuStreamWaitValue32_v2", false),
+            None => (get!("cuStreamWaitValue32")?, "cuStreamWaitValue32", true),
         };
         Some(MemOps {
             cuDeviceGetAttribute: get!("cuDeviceGetAttribute")?,
@@ -70,6 +76,7 @@ fn mem_ops() -> Option<&'static MemOps> {
             cuMemFreeHost: get!("cuMemFreeHost")?,
             wait_value,
             wait_value_name,
+            v1,
         })
     })
     .as_ref()
@@ -100,13 +107,15 @@ impl CudaGate {
         };
         let ctx = stream.live("cuMemHostAlloc", |live| Arc::clone(&live.ctx))?;
         in_context(ctx.raw, || {
-            let mut can = 0;
-            // SAFETY: `can` is writable; the device is the context's.
-            check("cuDeviceGetAttribute", unsafe {
-                (ops.cuDeviceGetAttribute)(&mut can, CAN_USE_STREAM_MEM_OPS, ctx.device)
-            })?;
-            if can == 0 {
-                return Ok(None);
+            if ops.v1 {
+                let mut can = 0;
+                // SAFETY: `can` is writable; the device is the context's.
+                check("cuDeviceGetAttribute", unsafe {
+                    (ops.cuDeviceGetAttribute)(&mut can, CAN_USE_STREAM_MEM_OPS, ctx.device)
+                })?;
+                if can == 0 {
+                    return Ok(None);
+                }
             }
             let mut host = std::ptr::null_mut();
             // SAFETY: `host` is writable; the context is bound.

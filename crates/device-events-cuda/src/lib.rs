@@ -52,11 +52,11 @@
 //! `cuEventElapsedTime`, `cuEventDestroy_v2`, `cuStreamCreate`,
 //! `cuStreamWaitEvent`, `cuStreamSynchronize`, `cuStreamDestroy_v2` and
 //! `cuStreamIsCapturing`, all present since CUDA 11; and, for the
-//! profiler's anchor gate where the device has stream memory operations
-//! (`CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS`), `cuDeviceGetAttribute`,
-//! `cuMemHostAlloc`, `cuMemHostGetDevicePointer_v2`, `cuMemFreeHost` and
-//! `cuStreamWaitValue32_v2` (else `cuStreamWaitValue32`), resolved apart:
-//! a driver without them still loads. They are resolved from
+//! profiler's anchor gate, `cuMemHostAlloc`, `cuMemHostGetDevicePointer_v2`,
+//! `cuMemFreeHost` and `cuStreamWaitValue32_v2` (on by default since CUDA
+//! 11.7), else `cuStreamWaitValue32` where `cuDeviceGetAttribute` says the
+//! kernel module enabled it, resolved apart: a driver without them still
+//! loads, and its profiler anchors without a gate. They are resolved from
 //! the library cudarc loads, bound at the CUDA 12.9 level, but declared
 //! here with their status as a plain integer: cudarc's `CUresult` is an
 //! enum, and a code newer than it (CUDA 13 returns 917–919) would be
