@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use device_events_conformance::soft::SoftDriver;
-use device_events_core::{EventProfiler, ProfilerConfig};
+use device_events_core::{AnchorApi, EventProfiler, ProfilerConfig};
 use device_events_cuda::{Cuda, CudaStream};
 
 /// What a session measured: errors in ns, sorted, of both ends of every
@@ -55,6 +55,59 @@ impl Errors {
     }
 }
 
+/// Windows on `stream` for `seconds`, one profiler per entry of `configs`
+/// taking turns (each round in another order, so that no profiler always
+/// follows the same one), each profiler a window about every `period`.
+/// `marker()` names the driver's record just made; `error_ns(marker, at)`
+/// is how far `at`, where that record was placed, lies from the driver's
+/// truth. An end further than its window's bound plus `slack_ns` (the
+/// truth's own clock pairing) counts as outside it.
+///
+/// # Panics
+///
+/// When a window cannot be read.
+pub fn take_turns<A: AnchorApi, M: Copy>(
+    stream: A::Stream,
+    seconds: u64,
+    period: Duration,
+    configs: &[ProfilerConfig],
+    marker: impl Fn() -> M,
+    error_ns: impl Fn(M, Instant) -> u64,
+    slack_ns: u64,
+) -> Vec<Errors> {
+    let mut profilers: Vec<_> = configs
+        .iter()
+        .map(|config| EventProfiler::<A>::with_config(*config))
+        .collect();
+    let mut errors: Vec<Errors> = configs.iter().map(|_| Errors::default()).collect();
+    let gap = period / profilers.len().max(1) as u32;
+    let reference = Instant::now();
+    let session = Instant::now();
+    let mut round = 0usize;
+    while session.elapsed() < Duration::from_secs(seconds) {
+        round += 1;
+        for k in 0..profilers.len() {
+            let i = (k + round) % profilers.len();
+            std::thread::sleep(gap);
+            let profiler = &mut profilers[i];
+            let token = profiler.start(stream);
+            let start = marker();
+            let window = profiler.stop_placed(stream, token).expect("a window");
+            let end = marker();
+            let placed = pollster::block_on(window.resolve()).expect("a window read");
+            let ticks = &placed.ticks;
+            for (marker, at) in [
+                (start, reference + ticks.start_duration_since(reference)),
+                (end, reference + ticks.end_duration_since(reference)),
+            ] {
+                errors[i].add(error_ns(marker, at), placed.uncertainty, slack_ns);
+            }
+            errors[i].windows += 1;
+        }
+    }
+    errors.into_iter().map(Errors::finish).collect()
+}
+
 /// Place windows for `seconds` on the software driver's CUDA device 0 (its
 /// clock offset and drifting 100 ppm, its default launch latency), one
 /// profiler per entry of `configs` taking turns on `stream`, each end
@@ -74,44 +127,22 @@ pub fn soft(
     Cuda::set_blocking_sync(blocking);
     soft.set_clock(3_700_000_000_123, 100.0);
     let epoch = soft.host_instant(0);
-    let mut profilers: Vec<_> = configs
-        .iter()
-        .map(|config| EventProfiler::<Cuda>::with_config(*config))
-        .collect();
-    let mut errors: Vec<Errors> = configs.iter().map(|_| Errors::default()).collect();
-    let gap = Duration::from_micros(3000) / profilers.len().max(1) as u32;
-    let session = Instant::now();
-    let mut round = 0usize;
-    while session.elapsed() < Duration::from_secs(seconds) {
-        round += 1;
-        for k in 0..profilers.len() {
-            let i = (k + round) % profilers.len();
-            std::thread::sleep(gap);
-            let profiler = &mut profilers[i];
-            let token = profiler.start(stream);
-            let start = soft.last_recorded_event();
-            let window = profiler.stop_placed(stream, token).unwrap();
-            let end = soft.last_recorded_event();
-            let placed = pollster::block_on(window.resolve()).expect("a window read");
-            let reference = epoch;
-            for (event, at) in [
-                (
-                    start,
-                    reference + placed.ticks.start_duration_since(reference),
-                ),
-                (end, reference + placed.ticks.end_duration_since(reference)),
-            ] {
-                let truth = epoch + Duration::from_nanos(soft.event_truth_ns(event).unwrap());
-                let error = at
-                    .saturating_duration_since(truth)
-                    .max(truth.saturating_duration_since(at));
-                errors[i].add(error.as_nanos() as u64, placed.uncertainty, 1_000);
-            }
-            errors[i].windows += 1;
-        }
-    }
-    drop(profilers);
+    let errors = take_turns::<Cuda, usize>(
+        stream,
+        seconds,
+        Duration::from_millis(3),
+        configs,
+        || soft.last_recorded_event(),
+        |event, at| {
+            let truth = epoch + Duration::from_nanos(soft.event_truth_ns(event).unwrap_or(0));
+            let error = at
+                .saturating_duration_since(truth)
+                .max(truth.saturating_duration_since(at));
+            error.as_nanos() as u64
+        },
+        1_000,
+    );
     soft.set_clock(1_000_000_000_000, 0.0);
     Cuda::set_blocking_sync(false);
-    errors.into_iter().map(Errors::finish).collect()
+    errors
 }

@@ -7,11 +7,11 @@
 //! `CL_PROFILING_COMMAND_END`, mapped to `CLOCK_MONOTONIC` with paired clock
 //! reads taken here, per window, outside the profiler.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::cell::Cell;
 use std::time::{Duration, Instant};
 
 use device_events_conformance::noting::{Note, Noting};
-use device_events_core::{EventProfiler, OwnedStream, ProfilerConfig};
+use device_events_core::{OwnedStream, ProfilerConfig};
 use device_events_opencl::{ClEvent, OpenCl};
 
 pub use crate::placement::Errors;
@@ -19,11 +19,16 @@ pub use crate::placement::Errors;
 /// Notes the marker of each record.
 struct LastMarker;
 
-static LAST: AtomicUsize = AtomicUsize::new(0);
+thread_local! {
+    /// The marker of this thread's last record: per thread, since sessions
+    /// on two threads (two tests of one binary) would otherwise read each
+    /// other's markers, which their owners may have released.
+    static LAST: Cell<usize> = const { Cell::new(0) };
+}
 
 impl Note<OpenCl> for LastMarker {
     fn recorded(event: &ClEvent) {
-        event.with_marker(|marker| LAST.store(marker as usize, Ordering::Relaxed));
+        event.with_marker(|marker| LAST.set(marker as usize));
     }
 }
 
@@ -76,46 +81,23 @@ fn marker_end_ns(marker: usize) -> Option<i128> {
 )]
 pub fn placement(seconds: u64, configs: &[ProfilerConfig]) -> Vec<Errors> {
     let stream = OwnedStream::<Observed>::new().expect("an OpenCL queue");
-    let mut profilers: Vec<_> = configs
-        .iter()
-        .map(|config| EventProfiler::<Observed>::with_config(*config))
-        .collect();
     // `Instant` and `CLOCK_MONOTONIC` are one clock; pair them once.
     let (epoch, epoch_ns) = (Instant::now(), clock_ns(libc::CLOCK_MONOTONIC));
     let to_monotonic = |at: Instant| epoch_ns + at.duration_since(epoch).as_nanos() as i128;
-    let mut errors: Vec<Errors> = configs.iter().map(|_| Errors::default()).collect();
-    let session = Instant::now();
-    let gap = Duration::from_micros(2500) / profilers.len().max(1) as u32;
-    let mut round = 0usize;
-    while session.elapsed() < Duration::from_secs(seconds) {
-        // Each round in another order, so that no profiler always follows
-        // the same one.
-        round += 1;
-        for k in 0..profilers.len() {
-            let i = (k + round) % profilers.len();
-            std::thread::sleep(gap);
-            let profiler = &mut profilers[i];
-            let token = profiler.start(stream.get());
-            let start = LAST.load(Ordering::Relaxed);
-            let window = profiler.stop_placed(stream.get(), token).expect("a window");
-            let end = LAST.load(Ordering::Relaxed);
-            let placed = pollster::block_on(window.resolve()).expect("a window read");
-            let offset = raw_minus_monotonic();
-            let reference = epoch;
-            let ticks = &placed.ticks;
-            for (marker, at) in [
-                (start, reference + ticks.start_duration_since(reference)),
-                (end, reference + ticks.end_duration_since(reference)),
-            ] {
-                let truth = marker_end_ns(marker).expect("a completed marker's time") - offset;
-                let error = (to_monotonic(at) - truth).unsigned_abs() as u64;
-                // The truth's own pairing is good to ~100 ns.
-                errors[i].add(error, placed.uncertainty, 200);
-            }
-            errors[i].windows += 1;
-        }
-    }
-    errors.into_iter().map(Errors::finish).collect()
+    crate::placement::take_turns::<Observed, usize>(
+        stream.get(),
+        seconds,
+        Duration::from_micros(2500),
+        configs,
+        || LAST.get(),
+        |marker, at| {
+            let truth =
+                marker_end_ns(marker).expect("a completed marker's time") - raw_minus_monotonic();
+            (to_monotonic(at) - truth).unsigned_abs() as u64
+        },
+        // The truth's own pairing is good to ~100 ns.
+        200,
+    )
 }
 
 /// A fence behind about 100 ms of buffer fills on this thread's OpenCL
@@ -150,7 +132,7 @@ pub fn wait_cost() -> crate::wait::WaitCost {
         cl_fill(queue, buffer, BYTES);
     }
     let fence = device_events_core::EventFence::<Observed>::new(stream.get());
-    let marker = LAST.load(Ordering::Relaxed);
+    let marker = LAST.get();
     let (epoch, epoch_ns) = (Instant::now(), clock_ns(libc::CLOCK_MONOTONIC));
     let (cpu, started) = (thread_cpu(), Instant::now());
     fence.wait_sync().expect("a wait");

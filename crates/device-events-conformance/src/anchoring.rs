@@ -196,3 +196,34 @@ pub fn a_failure_behind_a_closed_gate_leaves_no_stream_waiting<A: AnchorApi>(
         "the window is placed on the previous anchor"
     );
 }
+
+/// Makes each anchoring check a named `#[test]` of a backend's
+/// software-driver suite. `$calls` is the backend's [`GateCalls`];
+/// `$setup` runs first in each test, with the driver held exclusively
+/// (binding a device, say).
+#[macro_export]
+macro_rules! anchoring_suite {
+    ($backend:ty, $calls:expr, $setup:expr) => {
+        $crate::anchoring_suite!(@with_calls $backend, $calls, $setup,
+            the_anchor_is_recorded_behind_a_gate,
+            without_stream_memory_operations_the_anchor_is_bracketed,
+            a_failure_behind_a_closed_gate_leaves_no_stream_waiting
+        );
+        #[test]
+        fn the_drift_fit_never_places_worse_than_anchors_alone() {
+            let soft = $crate::soft::SoftDriver::exclusive();
+            $setup;
+            $crate::anchoring::the_drift_fit_never_places_worse_than_anchors_alone::<$backend>(&soft);
+        }
+    };
+    (@with_calls $backend:ty, $calls:expr, $setup:expr, $($check:ident),+) => {
+        $(
+            #[test]
+            fn $check() {
+                let soft = $crate::soft::SoftDriver::exclusive();
+                $setup;
+                $crate::anchoring::$check::<$backend>(&soft, $calls);
+            }
+        )+
+    };
+}

@@ -54,7 +54,7 @@ mod stream;
 pub use api::{EventApi, EventQuery};
 pub use driver::{CaptureStatus, DriverError, ErrorKind};
 pub use fence::{EventFence, FencePool};
-pub use gate::{AnchorApi, Gate, HostStamp};
+pub use gate::{AnchorApi, Gate, HostStamp, HostWord, WordGate};
 pub use profiler::{
     EventProfiler, PlacedWindow, Placement, ProfileError, ProfileToken, ProfilerConfig,
 };

@@ -12,12 +12,12 @@
 //! wait (`CUDA_ERROR_NOT_SUPPORTED`), the first time it does.
 
 use std::ffi::{c_int, c_uint, c_void};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, OnceLock};
 
 use cudarc::driver::sys::{self, CUdevice, CUdeviceptr, CUstream};
 use device_events_core::profile::Duration;
-use device_events_core::{DriverError, Gate};
+use device_events_core::{DriverError, HostWord};
 
 use crate::context::Context;
 use crate::{BACKEND, CudaStream, api, check, in_context, on_stream};
@@ -82,24 +82,21 @@ fn mem_ops() -> Option<&'static MemOps> {
     .as_ref()
 }
 
-/// A word of mapped host memory the stream waits on: each `close` waits
-/// for the next count, each `open` writes the count.
-pub(crate) struct CudaGate {
+/// A word of mapped host memory the stream waits on.
+pub(crate) struct CudaWord {
     stream: CudaStream,
     ctx: Arc<Context>,
     host: *mut c_void,
     device: CUdeviceptr,
-    /// The count the last `close` waits for.
-    count: u32,
 }
 
-// SAFETY: `host` is page-locked memory this gate alone owns, written only
+// SAFETY: `host` is page-locked memory this value alone owns, touched only
 // through an `AtomicU32`; the handles are opaque and the driver API is
 // thread-safe.
-unsafe impl Send for CudaGate {}
+unsafe impl Send for CudaWord {}
 
-impl CudaGate {
-    /// A gate on `stream`, or `None` where stream memory operations are
+impl CudaWord {
+    /// A word on `stream`, or `None` where stream memory operations are
     /// missing or switched off.
     pub(crate) fn new(stream: CudaStream) -> Result<Option<Self>, DriverError> {
         let Some(ops) = mem_ops() else {
@@ -127,45 +124,36 @@ impl CudaGate {
             let mapped = check("cuMemHostGetDevicePointer_v2", unsafe {
                 (ops.cuMemHostGetDevicePointer_v2)(&mut device, host, 0)
             });
-            let gate = Self {
+            let word = Self {
                 stream,
                 ctx: Arc::clone(&ctx),
                 host,
                 device,
-                count: 0,
             };
-            // `gate` frees `host` if the mapping failed.
-            mapped.map(|()| Some(gate))
+            // `word` frees `host` if the mapping failed.
+            mapped.map(|()| Some(word))
         })
-    }
-
-    fn word(&self) -> &AtomicU32 {
-        // SAFETY: `host` is a live, 4-byte aligned (page-aligned) block of
-        // at least four bytes that this gate owns until it is dropped.
-        unsafe { AtomicU32::from_ptr(self.host.cast()) }
     }
 }
 
-impl Gate for CudaGate {
-    fn close(&mut self) -> Result<(), DriverError> {
+impl HostWord for CudaWord {
+    fn word(&self) -> &AtomicU32 {
+        // SAFETY: `host` is a live, page-aligned block of at least four
+        // bytes that this value owns until it is dropped.
+        unsafe { AtomicU32::from_ptr(self.host.cast()) }
+    }
+
+    fn wait_at_least(&mut self, value: u32) -> Result<(), DriverError> {
         let ops = mem_ops().ok_or_else(|| crate::stream::dead("cuStreamWaitValue32"))?;
         let call = ops.wait_value_name;
-        let next = self.count.wrapping_add(1);
         let device = self.device;
         on_stream(self.stream, call, |live| {
             // SAFETY: the stream is live, its context bound; `device` maps
-            // this gate's host word, alive until the stream has passed.
+            // this value's host word, alive until the stream has passed.
             check(call, unsafe {
-                (ops.wait_value)(live.raw, device, next, WAIT_GEQ)
+                (ops.wait_value)(live.raw, device, value, WAIT_GEQ)
             })
-        })?;
-        self.count = next;
-        Ok(())
-    }
-
-    fn open(&mut self) -> Result<(), DriverError> {
-        self.word().store(self.count, Ordering::Release);
-        Ok(())
+        })
     }
 
     /// A GPU's launch latency is a few microseconds, tens under load.
@@ -174,11 +162,10 @@ impl Gate for CudaGate {
     }
 }
 
-impl Drop for CudaGate {
-    /// Open, let the stream pass every wait, then free the word: the
-    /// device must not read it after it is freed.
+impl Drop for CudaWord {
+    /// Let the stream pass every wait (the gate is open by now), then free
+    /// the word: the device must not read it after it is freed.
     fn drop(&mut self) {
-        let _ = self.open();
         let Some(ops) = mem_ops() else { return };
         let Ok(api) = api() else { return };
         let host = self.host;
@@ -190,7 +177,8 @@ impl Drop for CudaGate {
         });
         if let Err(err) = drained {
             // The stream is gone or failed: its waits are satisfied (opened
-            // above) or will never run; keeping four bytes is the safe side.
+            // before this) or will never run; keeping four bytes is the
+            // safe side.
             log::warn!("{BACKEND}: a gate's word is kept, its stream could not be drained: {err}");
             return;
         }

@@ -502,7 +502,8 @@ impl device_events_core::AnchorApi for Cuda {
     }
 
     fn gate(stream: CudaStream) -> Result<Option<Box<dyn device_events_core::Gate>>, DriverError> {
-        Ok(gate::CudaGate::new(stream)?
-            .map(|gate| Box::new(gate) as Box<dyn device_events_core::Gate>))
+        Ok(gate::CudaWord::new(stream)?.map(|word| {
+            Box::new(device_events_core::WordGate::new(word)) as Box<dyn device_events_core::Gate>
+        }))
     }
 }

@@ -96,61 +96,6 @@ fn elapsed_time_across_contexts_is_refused() {
     Cuda::stream_destroy(s1).unwrap();
 }
 
-/// The demo's drift bound, end to end on a shortened session: with the
-/// software driver's clock offset and drifting 100 ppm, each window's start
-/// is placed within 10 µs of the driver's ground truth at the median and
-/// 50 µs at worst (uncorrected, the drift alone would be 800 µs by the end).
-/// The bounds are there to catch a broken drift fit, not to measure it:
-/// with the anchor gated (its record queued behind a host-written value, so
-/// the launch latency falls before the bracket opens) this debug build
-/// measured 1.1 µs at the median and 2.0–2.3 µs at worst; `cargo xtask
-/// bench` holds the figures, and `each_windows_stated_bound_contains_the_truth`
-/// the promise.
-#[test]
-fn placement_holds_on_a_drifting_offset_device_clock() {
-    let soft = SoftDriver::exclusive();
-    bind(0);
-    soft.set_clock(3_700_000_000_123, 100.0);
-    let driver_epoch = soft.host_instant(0);
-    let s = stream();
-    let mut profiler = EventProfiler::<Cuda>::new();
-    let mut errors = Vec::new();
-    let session = std::time::Instant::now();
-    while session.elapsed() < std::time::Duration::from_secs(8) {
-        std::thread::sleep(std::time::Duration::from_millis(4));
-        let token = profiler.start(s);
-        let start_event = soft.last_recorded_event();
-        let ticks = pollster::block_on(profiler.stop(s, token).unwrap().resolve()).unwrap();
-        let truth = driver_epoch
-            + std::time::Duration::from_nanos(soft.event_truth_ns(start_event).unwrap());
-        let placed = truth - std::time::Duration::from_secs(1)
-            + ticks.start_duration_since(truth - std::time::Duration::from_secs(1));
-        errors.push(
-            placed
-                .saturating_duration_since(truth)
-                .max(truth.saturating_duration_since(placed)),
-        );
-    }
-    soft.set_clock(1_000_000_000_000, 0.0);
-    drop(profiler);
-    Cuda::stream_destroy(s).unwrap();
-    errors.sort();
-    let (median, worst) = (errors[errors.len() / 2], errors[errors.len() - 1]);
-    eprintln!(
-        "{} windows: placement error median {median:?}, worst {worst:?}",
-        errors.len()
-    );
-    assert!(errors.len() > 500);
-    assert!(
-        median <= std::time::Duration::from_micros(10),
-        "median {median:?}"
-    );
-    assert!(
-        worst <= std::time::Duration::from_micros(50),
-        "worst {worst:?}"
-    );
-}
-
 /// Each window's stated bound holds against the driver's ground truth:
 /// both ends, with the clock offset and drifting 100 ppm, windows of work
 /// and empty ones, across the anchor refreshes of a few seconds.
@@ -245,45 +190,14 @@ fn only_the_documented_functions_are_called() {
     );
 }
 
-const GATE: device_events_conformance::anchoring::GateCalls =
+device_events_conformance::anchoring_suite!(
+    Cuda,
     device_events_conformance::anchoring::GateCalls {
         wait_value: "cuStreamWaitValue32_v2",
         record: "cuEventRecord",
-    };
-
-#[test]
-fn the_anchor_is_recorded_behind_a_gate() {
-    let soft = SoftDriver::exclusive();
-    bind(0);
-    device_events_conformance::anchoring::the_anchor_is_recorded_behind_a_gate::<Cuda>(&soft, GATE);
-}
-
-#[test]
-fn without_stream_memory_operations_the_anchor_is_bracketed() {
-    let soft = SoftDriver::exclusive();
-    bind(0);
-    device_events_conformance::anchoring::without_stream_memory_operations_the_anchor_is_bracketed::<
-        Cuda,
-    >(&soft, GATE);
-}
-
-#[test]
-fn the_drift_fit_never_places_worse_than_anchors_alone() {
-    let soft = SoftDriver::exclusive();
-    bind(0);
-    device_events_conformance::anchoring::the_drift_fit_never_places_worse_than_anchors_alone::<Cuda>(
-        &soft,
-    );
-}
-
-#[test]
-fn a_failure_behind_a_closed_gate_leaves_no_stream_waiting() {
-    let soft = SoftDriver::exclusive();
-    bind(0);
-    device_events_conformance::anchoring::a_failure_behind_a_closed_gate_leaves_no_stream_waiting::<
-        Cuda,
-    >(&soft, GATE);
-}
+    },
+    bind(0)
+);
 
 #[test]
 fn fences_and_profilers_leak_nothing() {

@@ -8,10 +8,10 @@
 //! profiler brackets without one.
 
 use std::ffi::{c_int, c_uint, c_void};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::AtomicU32;
 
 use device_events_core::profile::Duration;
-use device_events_core::{DriverError, EventApi, Gate};
+use device_events_core::{DriverError, EventApi, HostWord};
 
 use crate::{Hip, HipStream, check, on_device, on_stream};
 
@@ -22,23 +22,20 @@ const SIGNAL_MEMORY: c_uint = 2;
 /// `hipStreamWaitValueGte`.
 const WAIT_GTE: c_uint = 0;
 
-/// A word of signal memory the stream waits on: each `close` waits for the
-/// next count, each `open` writes the count.
-pub(crate) struct HipGate {
+/// A word of signal memory the stream waits on.
+pub(crate) struct HipWord {
     stream: HipStream,
     device: c_int,
     word: *mut c_void,
-    /// The count the last `close` waits for.
-    count: u32,
 }
 
-// SAFETY: `word` is signal memory this gate alone owns, written only
+// SAFETY: `word` is signal memory this value alone owns, touched only
 // through an `AtomicU32`; the handles are opaque and the runtime is
 // thread-safe.
-unsafe impl Send for HipGate {}
+unsafe impl Send for HipWord {}
 
-impl HipGate {
-    /// A gate on `stream`, or `None` where the runtime or device has no
+impl HipWord {
+    /// A word on `stream`, or `None` where the runtime or device has no
     /// stream memory operations.
     pub(crate) fn new(stream: HipStream) -> Result<Option<Self>, DriverError> {
         let device = on_stream(stream, "hipDeviceGetAttribute", |_, live| Ok(live.device))?;
@@ -63,39 +60,30 @@ impl HipGate {
                 stream,
                 device,
                 word,
-                count: 0,
             }))
         })
     }
+}
 
+impl HostWord for HipWord {
     fn word(&self) -> &AtomicU32 {
         // SAFETY: `word` is live, host-visible signal memory of at least
-        // four bytes, aligned by the allocator, owned by this gate until
+        // four bytes, aligned by the allocator, owned by this value until
         // it is dropped.
         unsafe { AtomicU32::from_ptr(self.word.cast()) }
     }
-}
 
-impl Gate for HipGate {
-    fn close(&mut self) -> Result<(), DriverError> {
+    fn wait_at_least(&mut self, value: u32) -> Result<(), DriverError> {
         const CALL: &str = "hipStreamWaitValue32";
-        let next = self.count.wrapping_add(1);
         let word = self.word;
         on_stream(self.stream, CALL, |rt, live| {
             let ops = rt.mem_ops.as_ref().ok_or_else(|| crate::dead(CALL))?;
             // SAFETY: the stream is live, its device bound; `word` is this
-            // gate's signal memory, alive until the stream has passed.
+            // value's signal memory, alive until the stream has passed.
             check(CALL, unsafe {
-                (ops.hipStreamWaitValue32)(live.raw, word, next, WAIT_GTE, u32::MAX)
+                (ops.hipStreamWaitValue32)(live.raw, word, value, WAIT_GTE, u32::MAX)
             })
-        })?;
-        self.count = next;
-        Ok(())
-    }
-
-    fn open(&mut self) -> Result<(), DriverError> {
-        self.word().store(self.count, Ordering::Release);
-        Ok(())
+        })
     }
 
     /// A GPU's launch latency is a few microseconds, tens under load.
@@ -104,11 +92,10 @@ impl Gate for HipGate {
     }
 }
 
-impl Drop for HipGate {
-    /// Open, let the stream pass every wait, then free the word: the
-    /// device must not read it after it is freed.
+impl Drop for HipWord {
+    /// Let the stream pass every wait (the gate is open by now), then free
+    /// the word: the device must not read it after it is freed.
     fn drop(&mut self) {
-        let _ = self.open();
         let drained = on_stream(self.stream, "hipStreamSynchronize", |rt, live| {
             // SAFETY: the stream is live, its device bound.
             check("hipStreamSynchronize", unsafe {

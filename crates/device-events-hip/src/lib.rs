@@ -612,7 +612,8 @@ impl device_events_core::AnchorApi for Hip {
     }
 
     fn gate(stream: HipStream) -> Result<Option<Box<dyn device_events_core::Gate>>, DriverError> {
-        Ok(gate::HipGate::new(stream)?
-            .map(|gate| Box::new(gate) as Box<dyn device_events_core::Gate>))
+        Ok(gate::HipWord::new(stream)?.map(|word| {
+            Box::new(device_events_core::WordGate::new(word)) as Box<dyn device_events_core::Gate>
+        }))
     }
 }

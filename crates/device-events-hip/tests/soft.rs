@@ -105,45 +105,14 @@ fn only_the_documented_functions_are_called() {
     );
 }
 
-const GATE: device_events_conformance::anchoring::GateCalls =
+device_events_conformance::anchoring_suite!(
+    Hip,
     device_events_conformance::anchoring::GateCalls {
         wait_value: "hipStreamWaitValue32",
         record: "hipEventRecord",
-    };
-
-#[test]
-fn the_anchor_is_recorded_behind_a_gate() {
-    let soft = SoftDriver::exclusive();
-    bind(0);
-    device_events_conformance::anchoring::the_anchor_is_recorded_behind_a_gate::<Hip>(&soft, GATE);
-}
-
-#[test]
-fn without_stream_memory_operations_the_anchor_is_bracketed() {
-    let soft = SoftDriver::exclusive();
-    bind(0);
-    device_events_conformance::anchoring::without_stream_memory_operations_the_anchor_is_bracketed::<
-        Hip,
-    >(&soft, GATE);
-}
-
-#[test]
-fn the_drift_fit_never_places_worse_than_anchors_alone() {
-    let soft = SoftDriver::exclusive();
-    bind(0);
-    device_events_conformance::anchoring::the_drift_fit_never_places_worse_than_anchors_alone::<Hip>(
-        &soft,
-    );
-}
-
-#[test]
-fn a_failure_behind_a_closed_gate_leaves_no_stream_waiting() {
-    let soft = SoftDriver::exclusive();
-    bind(0);
-    device_events_conformance::anchoring::a_failure_behind_a_closed_gate_leaves_no_stream_waiting::<
-        Hip,
-    >(&soft, GATE);
-}
+    },
+    bind(0)
+);
 
 #[test]
 fn fences_and_profilers_leak_nothing() {

@@ -441,7 +441,7 @@ impl Engine {
             let mut spins = 0u32;
             while self.progress.load(Ordering::Acquire) == seen {
                 spins = spins.wrapping_add(1);
-                if spins.is_multiple_of(64) {
+                if spins.is_multiple_of(4096) {
                     std::thread::yield_now();
                 } else {
                     std::hint::spin_loop();

@@ -346,6 +346,29 @@ fn a_default_wait_spins_and_a_blocking_sync_wait_sleeps_and_wakes_late() {
     );
 }
 
+/// Whether the device reports stream memory operations, and a word of
+/// host memory mapped for it: its host and device addresses.
+fn mapped_word() -> (bool, *mut std::ffi::c_void, sys::CUdeviceptr) {
+    use sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1 as MEM_OPS;
+    let (mut supported, mut host, mut device) = (0, std::ptr::null_mut(), 0);
+    // SAFETY: writable outputs; the caller frees the word.
+    unsafe {
+        assert_eq!(
+            sys::cuDeviceGetAttribute(&mut supported, MEM_OPS, 0),
+            CUresult::CUDA_SUCCESS
+        );
+        assert_eq!(
+            sys::cuMemHostAlloc(&mut host, 4, 0x2),
+            CUresult::CUDA_SUCCESS
+        );
+        assert_eq!(
+            sys::cuMemHostGetDevicePointer_v2(&mut device, host, 0),
+            CUresult::CUDA_SUCCESS
+        );
+    }
+    (supported == 1, host, device)
+}
+
 /// Stream memory operations (CUDA driver API, "Stream Memory Operations"):
 /// `cuStreamWaitValue32` makes the stream wait until the 32-bit value at a
 /// device address satisfies the test; host memory from `cuMemHostAlloc`
@@ -360,24 +383,10 @@ fn a_stream_waits_on_host_mapped_memory_until_the_host_writes_it() {
     context();
     let s = result::stream::create(StreamKind::NonBlocking).unwrap();
     let e = event();
-    let mut supported = 0;
-    let (mut host, mut device) = (std::ptr::null_mut(), 0);
-    // SAFETY: live handles and writable outputs; the host word outlives
-    // the stream's wait (freed after the synchronize).
+    let (supported, host, device) = mapped_word();
+    // SAFETY: live handles; the host word outlives the stream's wait
+    // (freed after the synchronize).
     unsafe {
-        use sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1 as MEM_OPS;
-        assert_eq!(
-            sys::cuDeviceGetAttribute(&mut supported, MEM_OPS, 0),
-            CUresult::CUDA_SUCCESS
-        );
-        assert_eq!(
-            sys::cuMemHostAlloc(&mut host, 4, 0x2),
-            CUresult::CUDA_SUCCESS
-        );
-        assert_eq!(
-            sys::cuMemHostGetDevicePointer_v2(&mut device, host, 0),
-            CUresult::CUDA_SUCCESS
-        );
         assert_eq!(
             sys::cuStreamWaitValue32_v2(s, device, 1, 0),
             CUresult::CUDA_SUCCESS
@@ -404,7 +413,7 @@ fn a_stream_waits_on_host_mapped_memory_until_the_host_writes_it() {
         result::stream::destroy(s).unwrap();
         assert_eq!(sys::cuMemFreeHost(host), CUresult::CUDA_SUCCESS);
     }
-    assert_eq!(supported, 1);
+    assert!(supported);
 }
 
 /// `CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS` reads 0 on a device
@@ -417,29 +426,15 @@ fn switched_off_stream_memory_operations_are_not_supported() {
     context();
     soft.set_stream_mem_ops(false);
     let s = result::stream::create(StreamKind::NonBlocking).unwrap();
-    let mut supported = 1;
-    let (mut host, mut device) = (std::ptr::null_mut(), 0);
-    // SAFETY: live handles and writable outputs.
+    let (supported, host, device) = mapped_word();
+    // SAFETY: live handles; the word is freed once, here.
     let refused = unsafe {
-        use sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1 as MEM_OPS;
-        assert_eq!(
-            sys::cuDeviceGetAttribute(&mut supported, MEM_OPS, 0),
-            CUresult::CUDA_SUCCESS
-        );
-        assert_eq!(
-            sys::cuMemHostAlloc(&mut host, 4, 0x2),
-            CUresult::CUDA_SUCCESS
-        );
-        assert_eq!(
-            sys::cuMemHostGetDevicePointer_v2(&mut device, host, 0),
-            CUresult::CUDA_SUCCESS
-        );
         let refused = sys::cuStreamWaitValue32_v2(s, device, 1, 0);
         result::stream::destroy(s).unwrap();
         assert_eq!(sys::cuMemFreeHost(host), CUresult::CUDA_SUCCESS);
         refused
     };
     soft.set_stream_mem_ops(true);
-    assert_eq!(supported, 0);
+    assert!(!supported);
     assert_eq!(refused, CUresult::CUDA_ERROR_NOT_SUPPORTED);
 }

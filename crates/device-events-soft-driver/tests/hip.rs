@@ -277,18 +277,11 @@ fn a_forked_stream_must_join_before_the_capture_ends() {
     }
 }
 
-/// `hipStreamWaitValue32`: "all operations enqueued on this stream after
-/// this, will not execute until the defined wait condition is true", on
-/// memory from `hipExtMallocWithFlags(..., hipMallocSignalMemory)`;
-/// support is read from `hipDeviceAttributeCanUseStreamWaitValue`.
-#[test]
-fn a_stream_waits_on_signal_memory_until_the_host_writes_it() {
-    let soft = SoftDriver::exclusive();
-    let (s, e) = (stream(), event());
-    let mut supported = 0;
-    let mut word: *mut c_void = ptr::null_mut();
-    // SAFETY: live handles and writable outputs; the word outlives the
-    // stream's wait (freed after the synchronize).
+/// Whether the device reports stream waits on values, and a word of
+/// signal memory for them.
+fn signal_word() -> (bool, *mut c_void) {
+    let (mut supported, mut word) = (0, ptr::null_mut());
+    // SAFETY: writable outputs; the caller frees the word.
     unsafe {
         check(hip::hipDeviceGetAttribute(
             &mut supported,
@@ -300,6 +293,22 @@ fn a_stream_waits_on_signal_memory_until_the_host_writes_it() {
             4,
             hip::hipMallocSignalMemory,
         ));
+    }
+    (supported == 1, word)
+}
+
+/// `hipStreamWaitValue32`: "all operations enqueued on this stream after
+/// this, will not execute until the defined wait condition is true", on
+/// memory from `hipExtMallocWithFlags(..., hipMallocSignalMemory)`;
+/// support is read from `hipDeviceAttributeCanUseStreamWaitValue`.
+#[test]
+fn a_stream_waits_on_signal_memory_until_the_host_writes_it() {
+    let soft = SoftDriver::exclusive();
+    let (s, e) = (stream(), event());
+    let (supported, word) = signal_word();
+    // SAFETY: live handles; the word outlives the stream's wait (freed
+    // after the synchronize).
+    unsafe {
         check(hip::hipStreamWaitValue32(
             s,
             word,
@@ -321,7 +330,7 @@ fn a_stream_waits_on_signal_memory_until_the_host_writes_it() {
         check(hip::hipStreamDestroy(s));
         check(hip::hipFree(word));
     }
-    assert_eq!(supported, 1);
+    assert!(supported);
 }
 
 /// Switched off, the attribute reads 0 and a wait on a value is refused
@@ -331,26 +340,15 @@ fn switched_off_stream_wait_values_are_not_supported() {
     let soft = SoftDriver::exclusive();
     soft.set_stream_mem_ops(false);
     let s = stream();
-    let mut supported = 1;
-    let mut word: *mut c_void = ptr::null_mut();
-    // SAFETY: live handles and writable outputs.
+    let (supported, word) = signal_word();
+    // SAFETY: live handles; the word is freed once, here.
     let refused = unsafe {
-        check(hip::hipDeviceGetAttribute(
-            &mut supported,
-            hip::hipDeviceAttribute_t_hipDeviceAttributeCanUseStreamWaitValue,
-            0,
-        ));
-        check(hip::hipExtMallocWithFlags(
-            &mut word,
-            4,
-            hip::hipMallocSignalMemory,
-        ));
         let refused = hip::hipStreamWaitValue32(s, word, 1, hip::hipStreamWaitValueGte, u32::MAX);
         check(hip::hipStreamDestroy(s));
         check(hip::hipFree(word));
         refused
     };
     soft.set_stream_mem_ops(true);
-    assert_eq!(supported, 0);
+    assert!(!supported);
     assert_eq!(refused, hip::hipError_t_hipErrorNotSupported);
 }
