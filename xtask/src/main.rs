@@ -153,10 +153,19 @@ fn test() -> Result<()> {
     for backend in [CUDA, HIP] {
         tests.args(["--exclude", backend.package]);
     }
-    tests.args(["--exclude", OPENCL_PACKAGE]);
+    tests.args(["--exclude", OPENCL_PACKAGE, "--exclude", BENCH_PACKAGE]);
     run(
         "cargo test (everything but the backends)",
         soft_env(&mut tests, &soft),
+    )?;
+    // Its placement tests print what they measured (the fit against no
+    // fit, every setting's error): shown, as CI's record of them.
+    run(
+        "placement truth on PoCL",
+        soft_env(
+            cargo().args(["test", "--package", BENCH_PACKAGE, "--", "--show-output"]),
+            &soft,
+        ),
     )?;
     for backend in [CUDA, HIP] {
         run_backend_tests(backend, Some(&soft))?;
@@ -278,6 +287,9 @@ fn test_opencl() -> Result<()> {
         ]),
     )
 }
+
+/// The bench crate, whose tests are the placement truth on PoCL.
+const BENCH_PACKAGE: &str = "device-events-bench";
 
 /// Variables that point the HIP backend's search somewhere: cleared to
 /// run it against what is installed.
@@ -445,7 +457,8 @@ fn real_driver(backend: Backend) -> Result<std::result::Result<String, String>> 
 fn run_backend_tests(backend: Backend, soft: Option<&Path>) -> Result<()> {
     let name = backend.name;
     let mut cmd = cargo();
-    cmd.args(["test", "--package", backend.package]);
+    // Shown: what the placement checks measured, the fit against no fit.
+    cmd.args(["test", "--package", backend.package, "--", "--show-output"]);
     if let Some(dir) = soft {
         soft_env(&mut cmd, dir);
         run(&format!("{name} tests on the software driver"), &mut cmd)
