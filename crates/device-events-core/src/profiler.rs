@@ -848,6 +848,17 @@ impl<A: EventApi> Job for Pending<A> {
         drop(inputs);
         self.answer.fill(placed);
     }
+
+    fn abandon(&self) {
+        // The events go back (or are released) whatever the reading left.
+        drop(
+            self.inputs
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take(),
+        );
+        self.answer.fill(None);
+    }
 }
 
 // Nothing of it is ever pinned in place: the inputs move to the resolver.

@@ -15,6 +15,19 @@ use std::task::Waker;
 pub(crate) trait Job: Send + Sync {
     /// Do the blocking part and wake whoever waits for it.
     fn run(&self);
+
+    /// `run` panicked: answer whoever waits all the same, with nothing.
+    fn abandon(&self);
+}
+
+/// Run `job`; a job never panics by design, and one that did must neither
+/// take the thread (and every waiter behind it) down nor leave its own
+/// waiter pending forever.
+fn run_job(job: &dyn Job) {
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.run())).is_err() {
+        log::warn!("device-events: a window's resolution panicked; it reads as None");
+        job.abandon();
+    }
 }
 
 struct Queue {
@@ -41,6 +54,16 @@ fn queue() -> MutexGuard<'static, Queue> {
 /// thread can be started the job runs here, blocking: a late answer beats
 /// none.
 pub(crate) fn submit(job: Arc<dyn Job>) {
+    submit_via(job, |serve| {
+        std::thread::Builder::new()
+            .name("device-events-resolver".into())
+            .spawn(serve)
+            .map(drop)
+    });
+}
+
+/// [`submit`], starting the thread with `spawn`.
+fn submit_via(job: Arc<dyn Job>, spawn: impl FnOnce(fn()) -> std::io::Result<()>) {
     let mut q = queue();
     q.jobs.push_back(job);
     if q.running {
@@ -50,14 +73,15 @@ pub(crate) fn submit(job: Arc<dyn Job>) {
     }
     q.running = true;
     drop(q);
-    let started = std::thread::Builder::new()
-        .name("device-events-resolver".into())
-        .spawn(serve);
-    if started.is_err() {
+    if spawn(serve).is_err() {
         log::warn!("device-events: no resolver thread could be started; waiting in place");
         queue().running = false;
-        while let Some(job) = queue().jobs.pop_front() {
-            job.run();
+        loop {
+            // Out of the queue first: the lock is not held while a job
+            // waits, or every other profiler's `submit` would wait too.
+            let next = queue().jobs.pop_front();
+            let Some(job) = next else { break };
+            run_job(&*job);
         }
     }
 }
@@ -67,11 +91,7 @@ fn serve() {
     loop {
         if let Some(job) = q.jobs.pop_front() {
             drop(q);
-            // A job never panics by design; one that did must not take the
-            // thread, and every waiter behind it, down.
-            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.run())).is_err() {
-                log::warn!("device-events: a window's resolution panicked; it reads as None");
-            }
+            run_job(&*job);
             drop(job);
             q = queue();
         } else if q.profilers == 0 {
@@ -154,5 +174,31 @@ impl<T> Answer<T> {
             }
             SlotState::Taken => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Checks, as it runs, that the queue's lock is free.
+    struct LockFree(Mutex<Option<bool>>);
+
+    impl Job for LockFree {
+        fn run(&self) {
+            *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(QUEUE.try_lock().is_ok());
+        }
+        fn abandon(&self) {}
+    }
+
+    #[test]
+    fn without_a_thread_jobs_run_in_place_without_the_queue_lock() {
+        let job = Arc::new(LockFree(Mutex::new(None)));
+        submit_via(Arc::clone(&job) as Arc<dyn Job>, |_| {
+            Err(std::io::Error::other("no threads here"))
+        });
+        let free = *job.0.lock().unwrap_or_else(PoisonError::into_inner);
+        assert_eq!(free, Some(true), "the job ran, with the lock free");
+        assert!(!resolver_running());
     }
 }

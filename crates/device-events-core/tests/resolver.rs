@@ -167,3 +167,83 @@ fn the_resolver_stops_once_no_profiler_is_left() {
     Sim::stream_destroy(s).unwrap();
     assert!(!resolver_running(), "stopped with the last profiler");
 }
+
+/// The simulated backend, but a wait panics while `PANIC_IN_WAIT` is set:
+/// a driver binding with a bug in it.
+struct Panicky;
+
+static PANIC_IN_WAIT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+impl EventApi for Panicky {
+    type Event = <Sim as EventApi>::Event;
+    type Stream = <Sim as EventApi>::Stream;
+    const BACKEND: &'static str = "panicky";
+    fn event_create() -> Result<Self::Event, device_events_core::DriverError> {
+        Sim::event_create()
+    }
+    fn event_destroy(event: &mut Self::Event) -> Result<(), device_events_core::DriverError> {
+        Sim::event_destroy(event)
+    }
+    fn event_record(
+        event: &Self::Event,
+        stream: Self::Stream,
+    ) -> Result<(), device_events_core::DriverError> {
+        Sim::event_record(event, stream)
+    }
+    fn event_wait(event: &Self::Event) -> Result<(), device_events_core::DriverError> {
+        assert!(
+            !PANIC_IN_WAIT.load(std::sync::atomic::Ordering::Relaxed),
+            "a wait that panics"
+        );
+        Sim::event_wait(event)
+    }
+    fn event_elapsed(
+        start: &Self::Event,
+        end: &Self::Event,
+    ) -> Result<device_events_core::profile::Duration, device_events_core::DriverError> {
+        Sim::event_elapsed(start, end)
+    }
+    fn stream_wait_event(
+        stream: Self::Stream,
+        event: &Self::Event,
+    ) -> Result<(), device_events_core::DriverError> {
+        Sim::stream_wait_event(stream, event)
+    }
+    fn stream_synchronize(stream: Self::Stream) -> Result<(), device_events_core::DriverError> {
+        Sim::stream_synchronize(stream)
+    }
+    fn stream_create_non_blocking() -> Result<Self::Stream, device_events_core::DriverError> {
+        Sim::stream_create_non_blocking()
+    }
+    fn stream_destroy(stream: Self::Stream) -> Result<(), device_events_core::DriverError> {
+        Sim::stream_destroy(stream)
+    }
+}
+
+impl device_events_core::AnchorApi for Panicky {}
+
+/// A window whose resolution panics on the resolver thread reads as `None`
+/// (logged), and promptly: its future is answered, not left pending.
+#[test]
+fn a_resolution_that_panics_answers_none() {
+    let _sim = setup();
+    let s = Sim::stream_create_non_blocking().unwrap();
+    let mut profiler = EventProfiler::<Panicky>::new();
+    let token = profiler.start(s);
+    Sim::enqueue_work(s, Duration::from_millis(20));
+    let window = profiler.stop(s, token).unwrap();
+    PANIC_IN_WAIT.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (sent, answer) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = sent.send(pollster::block_on(window.resolve()));
+    });
+    let read = answer.recv_timeout(Duration::from_secs(5));
+    PANIC_IN_WAIT.store(false, std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        matches!(read, Ok(None)),
+        "answered None, not left pending: {read:?}"
+    );
+    assert!(support::logged(&["panicked", "reads as None"]));
+    drop(profiler);
+    Sim::stream_destroy(s).unwrap();
+}
