@@ -253,6 +253,12 @@ impl<A: AnchorApi> EventProfiler<A> {
     ///
     /// Never fails: a driver error here is kept in the window and returned by
     /// [`stop`](Self::stop), where the measurement would have been.
+    ///
+    /// A calibration that failed is not tried again at every `start`: it
+    /// backs off, from 1 ms doubling up to
+    /// [`anchor_max_age`](ProfilerConfig::anchor_max_age). Meanwhile windows
+    /// keep the previous anchor, or, before the first, fail with an error
+    /// of the call "anchor calibration" that says so and quotes the failure.
     pub fn start(&mut self, stream: A::Stream) -> ProfileToken {
         let window = self.open_window(stream);
         if let Err(err) = &window {
@@ -461,7 +467,18 @@ impl<A: AnchorApi> EventProfiler<A> {
         {
             return match &self.anchor {
                 Some(old) => Ok(Arc::clone(old)),
-                None => Err(err.clone()),
+                // Not the old error as it was: it names a call this window
+                // never made. This window had no anchor to be placed on.
+                None => Err(DriverError::refused(
+                    A::BACKEND,
+                    "anchor calibration",
+                    err.kind(),
+                    format!(
+                        "no anchor yet: the last calibration failed ({err}); \
+                         the next is tried in {:?}",
+                        at.saturating_duration_since(now)
+                    ),
+                )),
             };
         }
         match self.calibrate() {

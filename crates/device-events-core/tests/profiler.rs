@@ -585,3 +585,31 @@ fn placement_holds_on_a_device_clock_drifting_100_ppm_for_a_minute() {
     assert!(median <= Duration::from_micros(2), "median {median:?}");
     assert!(worst <= Duration::from_micros(10), "worst {worst:?}");
 }
+
+/// During the back-off after a first calibration failed, a new window is
+/// refused with an error that says why (no anchor yet, quoting the failure,
+/// naming when the next try is), not the old error as if the window's own
+/// call had failed.
+#[test]
+fn a_window_in_the_back_off_before_any_anchor_says_so() {
+    let _sim = setup();
+    let s = stream();
+    let mut profiler = on_sim_clock();
+    Sim::fail_every("simEventSynchronize", ErrorKind::OutOfResources);
+    let first = profiler.start(s);
+    let Err(first) = profiler.stop(s, first) else {
+        panic!("the first window has no anchor")
+    };
+    assert!(first.to_string().contains("simEventSynchronize"), "{first}");
+    let second = profiler.start(s);
+    let Err(ProfileError::Driver(err)) = profiler.stop(s, second) else {
+        panic!("the second window has no anchor either")
+    };
+    assert_eq!(err.call(), "anchor calibration", "{err}");
+    assert_eq!(err.kind(), ErrorKind::OutOfResources);
+    let text = err.to_string();
+    assert!(
+        text.contains("no anchor yet") && text.contains("simEventSynchronize"),
+        "{text}"
+    );
+}
