@@ -85,20 +85,15 @@ impl<A: AnchorApi> Bracket<A> {
         let mut refused = false;
         for _ in 0..how.samples.max(1) {
             let event = pool.take()?;
-            let gated = match how.gate.as_deref_mut() {
-                Some(gate) => Self::gated(&event, stream, gate, how.clock, how.settle)?,
-                None => None,
-            };
-            let (before, width) = match gated {
-                Some(bracket) => bracket,
-                None => {
-                    if how.gate.take().is_some() {
-                        refused = true;
-                    }
-                    let before = (how.clock)();
-                    A::event_record(event.raw(), stream)?;
-                    reach(&event)?;
-                    (before, (how.clock)().saturating_duration_since(before))
+            let sample = Self::sample(&event, stream, &mut how, &mut refused);
+            let (before, width) = match sample {
+                Ok(sample) => sample,
+                Err(err) => {
+                    // Released, never pooled: a record refused because the
+                    // event is of another context would otherwise be handed
+                    // to a window unchecked.
+                    event.discard();
+                    return Err(err);
                 }
             };
             if how.driver_clock
@@ -129,6 +124,27 @@ impl<A: AnchorApi> Bracket<A> {
             )
         })?;
         Ok((best, refused))
+    }
+
+    /// One bracket around `event`: gated where the gate serves, else plain;
+    /// a gate that refuses is dropped from `how`, and `refused` set.
+    fn sample(
+        event: &PooledEvent<A>,
+        stream: A::Stream,
+        how: &mut Calibration<'_>,
+        refused: &mut bool,
+    ) -> Result<(Instant, Duration), DriverError> {
+        if let Some(gate) = how.gate.as_deref_mut() {
+            if let Some(bracket) = Self::gated(event, stream, gate, how.clock, how.settle)? {
+                return Ok(bracket);
+            }
+            how.gate = None;
+            *refused = true;
+        }
+        let before = (how.clock)();
+        A::event_record(event.raw(), stream)?;
+        reach(event)?;
+        Ok((before, (how.clock)().saturating_duration_since(before)))
     }
 
     /// The record queued behind the closed gate; after `settle`, the host

@@ -362,6 +362,46 @@ fn a_profiler_refuses_windows_of_another_context_at_start_every_time() {
     Cuda::stream_destroy(s1).unwrap();
 }
 
+/// An anchor refresh made while another context is current creates its
+/// event there, and the record on the profiler's anchor stream is refused.
+/// That event is released, never pooled: pooled, the next window back on
+/// the profiler's own context would be handed it unchecked, and be refused.
+#[test]
+fn an_anchor_event_refused_as_another_contexts_is_never_handed_to_a_window() {
+    let _soft = SoftDriver::exclusive();
+    bind(0);
+    let s0 = stream();
+    let mut profiler = EventProfiler::<Cuda>::with_config(device_events_core::ProfilerConfig {
+        anchor_max_age: std::time::Duration::from_millis(1),
+        ..device_events_core::ProfilerConfig::default()
+    });
+    let first = profiler.start(s0);
+    pollster::block_on(profiler.stop(s0, first).unwrap().resolve()).unwrap();
+    // Windows left open hold every idle event, so the refresh makes its own.
+    let open: Vec<_> = (0..8).map(|_| profiler.start(s0)).collect();
+    // With device 1 current, the refresh's event is device 1's.
+    bind(1);
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    let token = profiler.start(s0);
+    let _ = profiler.stop(s0, token);
+    // Back on the profiler's context, past the back-off: windows read.
+    bind(0);
+    for _ in 0..4 {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        let token = profiler.start(s0);
+        let window = profiler.stop(s0, token);
+        assert!(
+            window.is_ok_and(|w| pollster::block_on(w.resolve()).is_some()),
+            "a window on the profiler's own context and stream reads"
+        );
+    }
+    for token in open {
+        profiler.abandon(token).unwrap();
+    }
+    drop(profiler);
+    Cuda::stream_destroy(s0).unwrap();
+}
+
 /// Run by `a_driver_laid_out_as_libcuda_so_1_only_is_found`, with the
 /// loader's path holding only that name.
 #[test]
