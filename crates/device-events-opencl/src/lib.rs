@@ -289,11 +289,23 @@ impl EventApi for OpenCl {
     }
 
     fn event_wait(event: &ClEvent) -> Result<(), DriverError> {
-        let marker = event.lock();
-        if marker.is_null() {
-            return Ok(());
-        }
-        check("clWaitForEvents", cl3::event::wait_for_events(&[*marker]))
+        // The marker is retained and the slot's lock released before the
+        // wait: held across it, every other use of the event (a query that
+        // promises never to wait, a stream wait) would wait too.
+        let marker = {
+            let marker = event.lock();
+            if marker.is_null() {
+                return Ok(());
+            }
+            // SAFETY: a live marker, held by the lock meanwhile; retained
+            // here, released below.
+            check("clRetainEvent", unsafe { cl3::event::retain_event(*marker) })?;
+            *marker
+        };
+        let waited = check("clWaitForEvents", cl3::event::wait_for_events(&[marker]));
+        // SAFETY: retained above, released once.
+        let released = check("clReleaseEvent", unsafe { cl3::event::release_event(marker) });
+        waited.and(released)
     }
 
     fn event_elapsed(start: &ClEvent, end: &ClEvent) -> Result<Duration, DriverError> {

@@ -141,3 +141,46 @@ fn stress_on_the_real_runtime_releases_everything() {
     );
     assert_eq!(OpenCl::live_events(), before, "every event released");
 }
+
+/// `EventFence::is_complete` never waits, even while another thread waits
+/// on the same fence: asking takes a moment, not the ~second of fills
+/// ahead of it.
+#[test]
+fn asking_a_fence_never_waits_behind_another_threads_wait_on_it() {
+    const BYTES: usize = 64 << 20;
+    let stream = OwnedStream::<OpenCl>::new().unwrap();
+    let fill = support::Fill::new(BYTES);
+    let enqueue = |bytes| {
+        <support::Fill as device_events_conformance::Workload<OpenCl>>::enqueue_bytes(
+            &fill,
+            stream.get(),
+            bytes,
+        )
+    };
+    // Size about a second of fills from a warm one timed here.
+    enqueue(BYTES).unwrap();
+    OpenCl::stream_synchronize(stream.get()).unwrap();
+    enqueue(BYTES).unwrap();
+    let started = std::time::Instant::now();
+    OpenCl::stream_synchronize(stream.get()).unwrap();
+    let one = started.elapsed().max(std::time::Duration::from_micros(100));
+    let fills = (1.0 / one.as_secs_f64()).ceil() as usize;
+    for _ in 0..fills {
+        enqueue(BYTES).unwrap();
+    }
+    let fence = std::sync::Arc::new(EventFence::<OpenCl>::new(stream.get()));
+    let waiter = {
+        let fence = std::sync::Arc::clone(&fence);
+        std::thread::spawn(move || fence.wait_sync())
+    };
+    // Let the other thread get into its wait.
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let asked = std::time::Instant::now();
+    let complete = fence.is_complete().unwrap();
+    let took = asked.elapsed();
+    waiter.join().unwrap().unwrap();
+    assert!(!complete, "asked with the fills still running");
+    // Tens of milliseconds of slack for a busy machine; the wait it must
+    // not sit behind is most of a second.
+    assert!(took < std::time::Duration::from_millis(200), "asking took {took:?}");
+}
