@@ -143,8 +143,14 @@ impl HipStream {
     ///
     /// # Safety
     ///
-    /// `raw` is a live stream of `device` (or null) and stays live until
-    /// `Hip::stream_destroy` has run on the returned handle.
+    /// `raw` is a live stream of `device` (or null), made by the same copy of
+    /// the HIP runtime this crate loaded, and stays live until
+    /// `Hip::stream_destroy` has run on the returned handle. A stream of
+    /// another copy (another `libamdhip64` opened by path) means nothing to
+    /// this one. This crate uses a runtime already loaded in the process
+    /// before it opens one ([`runtime::search_path`]), so a runtime opened
+    /// by the user's bindings first (as `cubecl-hip-sys` does) is the same;
+    /// [`Hip::runtime`] says which library it is.
     ///
     /// # Errors
     ///

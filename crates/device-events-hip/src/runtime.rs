@@ -43,9 +43,12 @@ pub const LIBRARY_NAMES: [&str; 4] = [
 /// usual places, or to check how a program behaves with none.
 pub const RUNTIME_VAR: &str = "DEVICE_EVENTS_HIP_RUNTIME";
 
-/// Where the runtime is looked for, in order: [`RUNTIME_VAR`] alone when it
-/// is set; else `$ROCM_PATH/lib`, `$HIP_PATH/lib`, `/opt/rocm/lib`, then the
-/// loader's own search, each for every name in [`LIBRARY_NAMES`].
+/// Where the runtime is looked for, in order, after a runtime already
+/// loaded in the process under one of [`LIBRARY_NAMES`] (which is always
+/// used first: a second copy would not know the first's streams):
+/// [`RUNTIME_VAR`] alone when it is set; else `$ROCM_PATH/lib`,
+/// `$HIP_PATH/lib`, `/opt/rocm/lib`, then the loader's own search, each for
+/// every name in [`LIBRARY_NAMES`].
 pub fn search_path() -> Vec<PathBuf> {
     if let Some(only) = std::env::var_os(RUNTIME_VAR) {
         return vec![PathBuf::from(only)];
@@ -170,14 +173,48 @@ pub(crate) fn loaded() -> Result<&'static Runtime, &'static str> {
     RUNTIME.get_or_init(load).as_ref().map_err(String::as_str)
 }
 
+/// `RTLD_NOLOAD` (glibc and musl): open only a library already loaded.
+const RTLD_NOLOAD: std::ffi::c_int = 0x4;
+
+/// A HIP runtime already in the process under one of the names it goes by
+/// (the user's own bindings opened it, as `cubecl-hip-sys` opens the bare
+/// soname): the one to use. A path opened now would be a second copy of the
+/// runtime, in which the user's streams and events mean nothing.
+fn already_loaded() -> Option<(Library, PathBuf)> {
+    LIBRARY_NAMES.iter().find_map(|name| {
+        // SAFETY: with RTLD_NOLOAD nothing is loaded, so no initialiser runs;
+        // a library already loaded is only referenced once more.
+        let lib = unsafe {
+            libloading::os::unix::Library::open(
+                Some(*name),
+                RTLD_NOLOAD | libloading::os::unix::RTLD_NOW,
+            )
+        };
+        lib.ok()
+            .map(|lib| (Library::from(lib), PathBuf::from(name)))
+    })
+}
+
 fn load() -> Result<Runtime, String> {
     let mut lacking = None;
-    for path in search_path() {
-        // SAFETY: loading a HIP runtime runs its initialisers, as linking it
-        // would; nothing else is run.
-        let Ok(lib) = (unsafe { Library::new(&path) }) else {
-            continue;
-        };
+    let loaded = already_loaded();
+    if let (Some((_, path)), Some(named)) = (&loaded, std::env::var_os(RUNTIME_VAR)) {
+        log::warn!(
+            "hip: {RUNTIME_VAR}={} is not used: a HIP runtime ({}) is already loaded, and a \
+             second copy would not know its streams",
+            PathBuf::from(named).display(),
+            path.display()
+        );
+    }
+    let candidates = loaded
+        .into_iter()
+        .chain(search_path().into_iter().filter_map(|path| {
+            // SAFETY: loading a HIP runtime runs its initialisers, as linking it
+            // would; nothing else is run.
+            let lib = unsafe { Library::new(&path) }.ok()?;
+            Some((lib, path))
+        }));
+    for (lib, path) in candidates {
         // SAFETY: a library found under a HIP runtime's name is one; a
         // symbol it lacks is reported, and the next candidate tried.
         match unsafe { Functions::resolve(&lib) } {

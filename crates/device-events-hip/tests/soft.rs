@@ -205,3 +205,40 @@ fn a_runtime_laid_out_as_a_rocm_7_soname_only_is_found_under_rocm_path() {
     );
     let _ = std::fs::remove_dir_all(root);
 }
+
+/// Run by `a_runtime_already_loaded_is_used_not_a_second_copy`.
+#[test]
+#[ignore = "run by a_runtime_already_loaded_is_used_not_a_second_copy, in a child process"]
+fn child_with_the_runtime_already_loaded() {
+    // As the user's own bindings open it (cubecl-hip-sys: the bare soname).
+    // SAFETY: the software driver's initialisers only set up its state.
+    let _users = unsafe { libloading::Library::new("libamdhip64.so") }.unwrap();
+    let found = Hip::runtime().unwrap();
+    assert_eq!(
+        found.path,
+        std::path::PathBuf::from("libamdhip64.so"),
+        "the runtime already loaded, not {}",
+        found.path.display()
+    );
+    Hip::probe().unwrap();
+}
+
+/// With one runtime on the loader's path, already opened by the user's
+/// bindings, and another copy under `$ROCM_PATH/lib` (searched first by
+/// path), the backend uses the one already loaded: a second copy would not
+/// know the user's streams.
+#[test]
+fn a_runtime_already_loaded_is_used_not_a_second_copy() {
+    let root = device_events_conformance::soft::laid_out_as(&[]);
+    let lib = root.join("lib");
+    std::fs::create_dir(&lib).unwrap();
+    let soft = std::env::var_os(device_events_conformance::soft::LIB_VAR).unwrap();
+    // A copy, not a link: another file is another copy of the library.
+    std::fs::copy(soft, lib.join("libamdhip64.so")).unwrap();
+    device_events_conformance::run_without_driver(
+        "child_with_the_runtime_already_loaded",
+        &["HIP_PATH"],
+        &[("ROCM_PATH", root.to_str().unwrap())],
+    );
+    let _ = std::fs::remove_dir_all(root);
+}

@@ -299,12 +299,16 @@ impl EventApi for OpenCl {
             }
             // SAFETY: a live marker, held by the lock meanwhile; retained
             // here, released below.
-            check("clRetainEvent", unsafe { cl3::event::retain_event(*marker) })?;
+            check("clRetainEvent", unsafe {
+                cl3::event::retain_event(*marker)
+            })?;
             *marker
         };
         let waited = check("clWaitForEvents", cl3::event::wait_for_events(&[marker]));
         // SAFETY: retained above, released once.
-        let released = check("clReleaseEvent", unsafe { cl3::event::release_event(marker) });
+        let released = check("clReleaseEvent", unsafe {
+            cl3::event::release_event(marker)
+        });
         waited.and(released)
     }
 

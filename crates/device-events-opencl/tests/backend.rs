@@ -182,5 +182,8 @@ fn asking_a_fence_never_waits_behind_another_threads_wait_on_it() {
     assert!(!complete, "asked with the fills still running");
     // Tens of milliseconds of slack for a busy machine; the wait it must
     // not sit behind is most of a second.
-    assert!(took < std::time::Duration::from_millis(200), "asking took {took:?}");
+    assert!(
+        took < std::time::Duration::from_millis(200),
+        "asking took {took:?}"
+    );
 }
