@@ -32,8 +32,9 @@ fn run_job(job: &dyn Job) {
 
 struct Queue {
     jobs: VecDeque<Arc<dyn Job>>,
-    /// Whether the thread is up.
-    running: bool,
+    /// The process whose resolver thread is up, if one is: a child made by
+    /// `fork` inherits this memory but not the thread.
+    running: Option<u32>,
     /// Live profilers: while there are any, an idle thread stays for the
     /// next window instead of being started again.
     profilers: usize,
@@ -41,7 +42,7 @@ struct Queue {
 
 static QUEUE: Mutex<Queue> = Mutex::new(Queue {
     jobs: VecDeque::new(),
-    running: false,
+    running: None,
     profilers: 0,
 });
 static WORK: Condvar = Condvar::new();
@@ -66,16 +67,16 @@ pub(crate) fn submit(job: Arc<dyn Job>) {
 fn submit_via(job: Arc<dyn Job>, spawn: impl FnOnce(fn()) -> std::io::Result<()>) {
     let mut q = queue();
     q.jobs.push_back(job);
-    if q.running {
+    if q.running == Some(std::process::id()) {
         drop(q);
         WORK.notify_one();
         return;
     }
-    q.running = true;
+    q.running = Some(std::process::id());
     drop(q);
     if spawn(serve).is_err() {
         log::warn!("device-events: no resolver thread could be started; waiting in place");
-        queue().running = false;
+        queue().running = None;
         loop {
             // Out of the queue first: the lock is not held while a job
             // waits, or every other profiler's `submit` would wait too.
@@ -95,7 +96,7 @@ fn serve() {
             drop(job);
             q = queue();
         } else if q.profilers == 0 {
-            q.running = false;
+            q.running = None;
             return;
         } else {
             q = WORK.wait(q).unwrap_or_else(PoisonError::into_inner);
@@ -113,7 +114,7 @@ fn serve() {
 /// assert!(!device_events_core::resolver_running());
 /// ```
 pub fn resolver_running() -> bool {
-    queue().running
+    queue().running == Some(std::process::id())
 }
 
 /// A profiler's hold on the resolver: it keeps an idle thread alive.

@@ -1,0 +1,49 @@
+//! A child made by `fork` has the parent's memory but none of its threads:
+//! the resolver thread the parent runs is not the child's, and a window the
+//! child reads late still gets a thread of its own. Its own binary: a child
+//! of a process with other test threads could inherit a lock one of them
+//! held.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use device_events_core::sim::Sim;
+use device_events_core::{EventApi, EventProfiler, resolver_running};
+
+/// Start a window behind `work` and read it, within two seconds.
+fn read_late_window(profiler: &mut EventProfiler<Sim>, work: Duration) -> bool {
+    let s = Sim::stream_create_non_blocking().unwrap();
+    let token = profiler.start(s);
+    Sim::enqueue_work(s, work);
+    let window = profiler.stop(s, token).unwrap();
+    let (sent, answer) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = sent.send(pollster::block_on(window.resolve()).is_some());
+    });
+    answer.recv_timeout(Duration::from_secs(2)).unwrap_or(false)
+}
+
+#[test]
+fn a_forked_child_resolves_windows_on_a_thread_of_its_own() {
+    let _sim = Sim::exclusive();
+    let mut profiler = EventProfiler::<Sim>::new();
+    assert!(read_late_window(&mut profiler, Duration::from_millis(20)));
+    assert!(resolver_running(), "the parent's resolver thread is up");
+    // SAFETY: the child only reads a window and exits; this binary has no
+    // other test thread that could hold a lock across the fork.
+    let child = unsafe { libc::fork() };
+    assert!(child >= 0, "fork failed");
+    if child == 0 {
+        let read = read_late_window(&mut profiler, Duration::from_millis(20));
+        // SAFETY: leaves the child at once, with the outcome as its status.
+        unsafe { libc::_exit(if read { 0 } else { 1 }) };
+    }
+    let mut status = 0;
+    // SAFETY: `child` is this process's child; `status` is writable.
+    let waited = unsafe { libc::waitpid(child, &mut status, 0) };
+    assert_eq!(waited, child);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "the child read its window (status {status:#x})"
+    );
+}
