@@ -4,10 +4,19 @@ use std::time::Duration;
 
 /// CPU time (user and system) the calling thread has used.
 pub fn thread_cpu() -> Duration {
-    // SAFETY: `usage` is writable; RUSAGE_THREAD reads the calling thread.
+    cpu(libc::RUSAGE_THREAD)
+}
+
+/// CPU time (user and system) every thread of the process has used.
+pub fn process_cpu() -> Duration {
+    cpu(libc::RUSAGE_SELF)
+}
+
+fn cpu(who: libc::c_int) -> Duration {
+    // SAFETY: `usage` is writable; `who` is RUSAGE_THREAD or RUSAGE_SELF.
     let usage = unsafe {
         let mut usage = std::mem::zeroed::<libc::rusage>();
-        libc::getrusage(libc::RUSAGE_THREAD, &mut usage);
+        libc::getrusage(who, &mut usage);
         usage
     };
     let time = |t: libc::timeval| {

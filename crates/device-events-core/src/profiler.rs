@@ -674,7 +674,8 @@ impl PlacedWindow {
 
     /// The placement if the window can be read now, without waiting:
     /// `None` while the device has not reached its end (the resolver thread
-    /// then waits for it), `Some` with the reading once it has. After a
+    /// then asks for it, without waiting, until it has), `Some` with the
+    /// reading once it has. After a
     /// `Some`, the window is spent: `resolve` gives `None`.
     ///
     /// ```
@@ -771,22 +772,23 @@ impl std::fmt::Display for Unread {
     }
 }
 
-fn read_window<A: EventApi>(inputs: &Inputs<A>, may_wait: bool) -> Result<Placement, Unread> {
+/// The window's placement, read without waiting: the driver's "not ready"
+/// when its end (or start) was not reached yet.
+fn read_window<A: EventApi>(inputs: &Inputs<A>) -> Result<Placement, Unread> {
     let Inputs {
         anchor,
         start,
         end,
         limits,
     } = inputs;
-    // The span first: waiting for the end, if it was not reached yet, also
-    // covers the start on one stream, and a window read after the device
-    // got there costs no wait at all.
-    let span = reading::<A>(start.raw(), end.raw(), may_wait)?;
-    let offset = reading::<A>(anchor.event(), start.raw(), may_wait)?;
+    // The span first: the end not reached yet is the common "not ready",
+    // and answers it with one reading.
+    let span = A::event_elapsed(start.raw(), end.raw())?;
+    let offset = A::event_elapsed(anchor.event(), start.raw())?;
     if span.is_zero() {
         // A reversed window reads as zero too (the backends clamp negative
         // readings): its two ends' offsets from the anchor tell it apart.
-        let to_end = reading::<A>(anchor.event(), end.raw(), may_wait)?;
+        let to_end = A::event_elapsed(anchor.event(), end.raw())?;
         if to_end < offset {
             return Err(Unread::Reversed {
                 start: offset,
@@ -832,8 +834,8 @@ fn placement_or_none<A: EventApi>(read: Result<Placement, Unread>) -> Option<Pla
 }
 
 /// A closed window's reading: at once when the device is already past its
-/// end, else by the resolver thread, so the polling thread never blocks in
-/// a driver wait.
+/// end, else by the resolver thread, which asks without waiting until it
+/// is; neither thread blocks in a driver wait.
 struct Resolving<A: EventApi> {
     /// Until the first poll.
     inputs: Option<Inputs<A>>,
@@ -850,20 +852,22 @@ struct Pending<A: EventApi> {
 }
 
 impl<A: EventApi> Job for Pending<A> {
-    fn run(&self) {
-        let inputs = self
-            .inputs
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        let Some(inputs) = inputs else {
-            return;
+    fn attempt(&self) -> bool {
+        let mut inputs = self.inputs.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(taken) = inputs.as_ref() else {
+            // The future was dropped, and released the events itself.
+            return true;
         };
-        let placed = placement_or_none::<A>(read_window(&inputs, true));
+        let read = read_window(taken);
+        if matches!(&read, Err(Unread::Driver(err)) if err.is_not_ready()) {
+            return false;
+        }
         // The events go back before the waiter hears: a caller that counts
         // handles right after resolving sees them released.
+        drop(inputs.take());
         drop(inputs);
-        self.answer.fill(placed);
+        self.answer.fill(placement_or_none::<A>(read));
+        true
     }
 
     fn abandon(&self) {
@@ -887,7 +891,7 @@ impl<A: EventApi> Future for Resolving<A> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Placement>> {
         let this = self.get_mut();
         if let Some(inputs) = this.inputs.take() {
-            match read_window(&inputs, false) {
+            match read_window(&inputs) {
                 Err(Unread::Driver(err)) if err.is_not_ready() => {
                     log::debug!(
                         "{}: window not reached yet, handed to the resolver thread: {err}",
@@ -939,31 +943,4 @@ fn reading_error(reading: Duration, resolution: Duration) -> Duration {
     let ms = (reading.as_secs_f64() * 1e3) as f32;
     let step_ms = f64::from(ms.next_up() - ms);
     resolution + Duration::from_secs_f64(step_ms / 2e3) + Duration::from_nanos(1)
-}
-
-/// Elapsed time from `from` to `to`. If the driver says they were not
-/// reached yet: with `may_wait`, wait and ask again, `to` first (on one
-/// stream it covers `from`), then `from` (a window stopped on another
-/// stream); without, say so.
-fn reading<A: EventApi>(
-    from: &A::Event,
-    to: &A::Event,
-    may_wait: bool,
-) -> Result<Duration, DriverError> {
-    let mut waits = [to, from].into_iter().filter(|_| may_wait);
-    loop {
-        match A::event_elapsed(from, to) {
-            Err(err) if err.is_not_ready() => {
-                let Some(next) = waits.next() else {
-                    return Err(err);
-                };
-                log::debug!(
-                    "{}: window not reached yet, waiting for it: {err}",
-                    A::BACKEND
-                );
-                A::event_wait(next)?;
-            }
-            reading => return reading,
-        }
-    }
 }

@@ -1,36 +1,61 @@
-//! One thread per process that does the blocking waits of windows whose
-//! device work is not done yet, so that the thread polling a window's
-//! future (an async executor's worker) never blocks in a driver wait.
+//! One thread per process that answers windows whose device work was not
+//! done when their futures were first polled, so that the thread polling a
+//! window's future (an async executor's worker) never blocks in a driver
+//! wait.
+//!
+//! It never waits in the driver either: it asks each pending window whether
+//! its end was reached (a reading that says "not ready" costs no wait), and
+//! sleeps in between. So each window is answered on its own, a bounded time
+//! after the device reaches its end, whatever else pends: other streams,
+//! devices, backends, or an event that never completes. Each window is
+//! asked again after an interval that starts at [`FIRST`] and doubles up to
+//! [`LAST`]: windows about to finish are seen within a fraction of a
+//! millisecond, and a thousand windows pending for a second cost a few
+//! hundred readings a second. When a window is answered, every window
+//! handed over after it is asked again soon: on a stream, windows finish in
+//! the order they were closed.
 //!
 //! Bounded: one thread, whatever the number of windows, started on the
-//! first wait it is handed and gone once its queue is empty and no profiler
-//! is left. A job whose future was dropped before it ran is never run: the
+//! first window it is handed and gone once none pends and no profiler is
+//! left. A window whose future was dropped is let go at its next turn: the
 //! future releases its events itself.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
+use std::time::{Duration, Instant};
+
+/// The first interval at which a window is asked again.
+const FIRST: Duration = Duration::from_micros(20);
+/// The longest: the most a long-pending window's answer can lag its end.
+const LAST: Duration = Duration::from_millis(50);
 
 /// Work handed to the resolver thread.
 pub(crate) trait Job: Send + Sync {
-    /// Do the blocking part and wake whoever waits for it.
-    fn run(&self);
+    /// Answer if the device got there, without waiting: `true` once the
+    /// job is answered or no longer wanted, `false` to be asked again.
+    fn attempt(&self) -> bool;
 
-    /// `run` panicked: answer whoever waits all the same, with nothing.
+    /// `attempt` panicked: answer whoever waits all the same, with nothing.
     fn abandon(&self);
 }
 
-/// Run `job`; a job never panics by design, and one that did must neither
+/// Ask `job`; a job never panics by design, and one that did must neither
 /// take the thread (and every waiter behind it) down nor leave its own
 /// waiter pending forever.
-fn run_job(job: &dyn Job) {
-    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.run())).is_err() {
-        log::warn!("device-events: a window's resolution panicked; it reads as None");
-        job.abandon();
+fn attempt(job: &dyn Job) -> bool {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.attempt())) {
+        Ok(done) => done,
+        Err(_) => {
+            log::warn!("device-events: a window's resolution panicked; it reads as None");
+            job.abandon();
+            true
+        }
     }
 }
 
 struct Queue {
+    /// Handed over, not yet taken by the thread.
     jobs: VecDeque<Arc<dyn Job>>,
     /// The process whose resolver thread is up, if one is: a child made by
     /// `fork` inherits this memory but not the thread.
@@ -52,8 +77,8 @@ fn queue() -> MutexGuard<'static, Queue> {
 }
 
 /// Hand `job` to the resolver thread, starting it if needed. Where no
-/// thread can be started the job runs here, blocking: a late answer beats
-/// none.
+/// thread can be started the job is asked here until it is answered: a
+/// late answer beats none.
 pub(crate) fn submit(job: Arc<dyn Job>) {
     submit_via(job, |serve| {
         std::thread::Builder::new()
@@ -82,24 +107,80 @@ fn submit_via(job: Arc<dyn Job>, spawn: impl FnOnce(fn()) -> std::io::Result<()>
             // waits, or every other profiler's `submit` would wait too.
             let next = queue().jobs.pop_front();
             let Some(job) = next else { break };
-            run_job(&*job);
+            let mut interval = FIRST;
+            while !attempt(&*job) {
+                std::thread::sleep(interval);
+                interval = (interval * 2).min(LAST);
+            }
         }
     }
 }
 
+/// A pending window, as the thread tracks it.
+struct Tracked {
+    job: Arc<dyn Job>,
+    /// Order of hand-over.
+    seq: u64,
+    next: Instant,
+    interval: Duration,
+}
+
 fn serve() {
+    let mut tracked: Vec<Tracked> = Vec::new();
+    let mut seq = 0u64;
     let mut q = queue();
     loop {
-        if let Some(job) = q.jobs.pop_front() {
-            drop(q);
-            run_job(&*job);
-            drop(job);
-            q = queue();
-        } else if q.profilers == 0 {
-            q.running = None;
-            return;
-        } else {
+        let now = Instant::now();
+        tracked.extend(q.jobs.drain(..).map(|job| {
+            seq += 1;
+            Tracked {
+                job,
+                seq,
+                next: now,
+                interval: FIRST,
+            }
+        }));
+        if tracked.is_empty() {
+            if q.profilers == 0 {
+                q.running = None;
+                return;
+            }
             q = WORK.wait(q).unwrap_or_else(PoisonError::into_inner);
+            continue;
+        }
+        drop(q);
+        let mut answered = None;
+        tracked.retain_mut(|t| {
+            if t.next > now {
+                return true;
+            }
+            if attempt(&*t.job) {
+                answered = Some(answered.map_or(t.seq, |s: u64| s.min(t.seq)));
+                return false;
+            }
+            t.interval = (t.interval * 2).min(LAST);
+            t.next = now + t.interval;
+            true
+        });
+        // Handed over after one just answered: on its stream, likely next.
+        if let Some(first) = answered {
+            for t in tracked.iter_mut().filter(|t| t.seq > first) {
+                t.interval = FIRST;
+                t.next = t.next.min(now + FIRST);
+            }
+        }
+        let until = tracked.iter().map(|t| t.next).min();
+        q = queue();
+        if q.jobs.is_empty()
+            && let Some(until) = until
+        {
+            let left = until.saturating_duration_since(Instant::now());
+            if !left.is_zero() {
+                q = WORK
+                    .wait_timeout(q, left)
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .0;
+            }
         }
     }
 }
@@ -186,8 +267,9 @@ mod tests {
     struct LockFree(Mutex<Option<bool>>);
 
     impl Job for LockFree {
-        fn run(&self) {
+        fn attempt(&self) -> bool {
             *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(QUEUE.try_lock().is_ok());
+            true
         }
         fn abandon(&self) {}
     }

@@ -402,6 +402,54 @@ fn an_anchor_event_refused_as_another_contexts_is_never_handed_to_a_window() {
     Cuda::stream_destroy(s0).unwrap();
 }
 
+/// Windows pending behind device work cost the process almost no CPU while
+/// they wait, with default events (whose driver waits spin): the resolver
+/// asks without waiting and sleeps in between.
+#[test]
+fn pending_windows_spin_no_core() {
+    use device_events_conformance::Workload as _;
+    let soft = SoftDriver::exclusive();
+    bind(0);
+    let s = stream();
+    let mut profiler = EventProfiler::<Cuda>::new();
+    // Half a second of work, then fifty windows behind it, each handed to
+    // the resolver.
+    soft.set_bandwidth(1e9);
+    let work = support::Memset::new(500_000_000);
+    work.enqueue_bytes(s, 500_000_000).unwrap();
+    soft.set_bandwidth(10e9);
+    let mut windows: Vec<_> = (0..50)
+        .map(|_| {
+            let token = profiler.start(s);
+            profiler.stop_placed(s, token).unwrap()
+        })
+        .collect();
+    for window in &mut windows {
+        assert!(window.try_resolve().is_none(), "handed to the resolver");
+    }
+    let (cpu, wall) = (
+        device_events_conformance::cpu::process_cpu(),
+        std::time::Instant::now(),
+    );
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let (cpu, wall) = (
+        device_events_conformance::cpu::process_cpu() - cpu,
+        wall.elapsed(),
+    );
+    // A spinning wait would take the whole 300 ms; a fifth is room for a
+    // busy machine's accounting.
+    assert!(
+        cpu < wall / 5,
+        "{cpu:?} of CPU in {wall:?} while windows pended"
+    );
+    for window in windows {
+        assert!(pollster::block_on(window.resolve()).is_some());
+    }
+    drop(work);
+    drop(profiler);
+    Cuda::stream_destroy(s).unwrap();
+}
+
 /// Run by `a_driver_laid_out_as_libcuda_so_1_only_is_found`, with the
 /// loader's path holding only that name.
 #[test]
