@@ -2,6 +2,7 @@
 //! counted and traced by the harnesses around it.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+pub mod answer;
 pub mod placement;
 pub mod pocl;
 pub mod wait;

@@ -71,6 +71,9 @@ enum What {
     /// Placement against PoCL's marker times, drift correction on and off,
     /// `seconds` each.
     PlacementOpencl { seconds: u64 },
+    /// How late windows are answered with another pending ahead of them,
+    /// and the CPU the process spends while a thousand pend.
+    Answer,
     /// CPU time and wake-up lateness of a 100 ms fence wait: spinning and
     /// blocking on the software driver, and on PoCL.
     WaitCost,
@@ -200,6 +203,23 @@ fn main() {
                 report.insert((*key).into(), errors_json(&errors));
             }
             serde_json::Value::Object(report)
+        }
+        What::Answer => {
+            let soft = SoftDriver::get().unwrap_or_else(|e| panic!("{e}"));
+            let _pair = CudaPair::new();
+            let late = device_events_bench::answer::head_of_line(soft);
+            let at = |q: f64| {
+                late.get(((late.len().max(1) - 1) as f64 * q).round() as usize)
+                    .map_or(f64::NAN, |d| d.as_secs_f64() * 1e6)
+            };
+            json!({
+                "head_of_line": {
+                    "windows_answered": late.len(),
+                    "late_median_us": at(0.5),
+                    "late_p99_us": at(0.99),
+                },
+                "cpu_share_1000_pending": device_events_bench::answer::cpu_while_pending(soft),
+            })
         }
         What::WaitCost => {
             let soft = SoftDriver::get().unwrap_or_else(|e| panic!("{e}"));

@@ -1,0 +1,158 @@
+//! What answering a window costs, on the software driver through the CUDA
+//! backend: how late a window's future is woken after the device reached
+//! its end, with another window pending ahead of it, and the CPU the
+//! process spends while many windows pend.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Wake, Waker};
+use std::time::{Duration, Instant};
+
+use cudarc::driver::result;
+use device_events_conformance::cpu::process_cpu;
+use device_events_conformance::soft::SoftDriver;
+use device_events_core::{EventApi, EventProfiler, PlacedWindow};
+use device_events_cuda::{Cuda, CudaStream};
+
+/// Notes when it was woken.
+struct Noted(Mutex<Option<Instant>>);
+
+impl Wake for Noted {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get_or_insert_with(Instant::now);
+    }
+}
+
+/// `bytes` of memset on `stream` at the driver's bandwidth.
+fn work(stream: CudaStream, bytes: usize) {
+    // SAFETY: a device allocation only this memset uses; the software
+    // driver's allocations cost no host memory. Leaked: a few per run.
+    unsafe {
+        let ptr = result::malloc_sync(bytes).unwrap();
+        stream
+            .with_raw(|raw| result::memset_d8_async(ptr, 0, bytes, raw).unwrap())
+            .unwrap();
+    }
+}
+
+/// A window handed to the resolver: its future, polled once with a waker
+/// that notes when it is woken, and the driver's truth of its end.
+struct HandedOver {
+    future: std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send>>,
+    woken: Arc<Noted>,
+    end: usize,
+}
+
+impl HandedOver {
+    fn new(window: PlacedWindow, end: usize) -> Self {
+        let woken = Arc::new(Noted(Mutex::new(None)));
+        let mut future: std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send>> =
+            Box::pin(async move { window.resolve().await.is_some() });
+        let waker = Waker::from(Arc::clone(&woken));
+        assert!(
+            future
+                .as_mut()
+                .poll(&mut Context::from_waker(&waker))
+                .is_pending(),
+            "the window's end is not reached yet"
+        );
+        Self { future, woken, end }
+    }
+
+    /// Once woken: when, after the device reached the end.
+    fn late(mut self, soft: &SoftDriver, epoch: Instant) -> Option<Duration> {
+        let woken = (*self.woken.0.lock().unwrap_or_else(PoisonError::into_inner))?;
+        let waker = Waker::from(Arc::clone(&self.woken));
+        let read = self.future.as_mut().poll(&mut Context::from_waker(&waker));
+        assert!(
+            matches!(read, std::task::Poll::Ready(true)),
+            "the window read"
+        );
+        let truth = epoch + Duration::from_nanos(soft.event_truth_ns(self.end).unwrap());
+        Some(woken.saturating_duration_since(truth))
+    }
+}
+
+/// Head of line: a window on stream A behind 1 s of work is handed over
+/// first, then 100 windows on stream B, each behind 1 ms more. How late
+/// each B window's future is woken after the driver's truth of its end,
+/// sorted.
+///
+/// # Panics
+///
+/// When the software driver cannot run it.
+pub fn head_of_line(soft: &SoftDriver) -> Vec<Duration> {
+    soft.set_bandwidth(1e9);
+    let (a, b) = (
+        Cuda::stream_create_non_blocking().unwrap(),
+        Cuda::stream_create_non_blocking().unwrap(),
+    );
+    let mut profiler = EventProfiler::<Cuda>::new();
+    let epoch = soft.host_instant(0);
+    let token = profiler.start(a);
+    work(a, 1_000_000_000);
+    let window = profiler.stop_placed(a, token).unwrap();
+    let first = HandedOver::new(window, soft.last_recorded_event());
+    let mut handed: Vec<HandedOver> = (0..100)
+        .map(|_| {
+            let token = profiler.start(b);
+            work(b, 1_000_000);
+            let window = profiler.stop_placed(b, token).unwrap();
+            HandedOver::new(window, soft.last_recorded_event())
+        })
+        .collect();
+    let mut late = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !handed.is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+        let (woken, pending): (Vec<_>, Vec<_>) = handed.into_iter().partition(|h| {
+            h.woken
+                .0
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .is_some()
+        });
+        late.extend(woken.into_iter().filter_map(|h| h.late(soft, epoch)));
+        handed = pending;
+    }
+    drop(first);
+    drop(profiler);
+    Cuda::stream_destroy(a).unwrap();
+    Cuda::stream_destroy(b).unwrap();
+    soft.set_bandwidth(10e9);
+    late.sort_unstable();
+    late
+}
+
+/// The process's CPU time over 500 ms while 1000 windows pend behind 1 s
+/// of work, as a share of one core.
+///
+/// # Panics
+///
+/// When the software driver cannot run it.
+pub fn cpu_while_pending(soft: &SoftDriver) -> f64 {
+    soft.set_bandwidth(1e9);
+    let s = Cuda::stream_create_non_blocking().unwrap();
+    let mut profiler = EventProfiler::<Cuda>::new();
+    work(s, 1_000_000_000);
+    let handed: Vec<HandedOver> = (0..1000)
+        .map(|_| {
+            let token = profiler.start(s);
+            let window = profiler.stop_placed(s, token).unwrap();
+            HandedOver::new(window, soft.last_recorded_event())
+        })
+        .collect();
+    let (cpu, wall) = (process_cpu(), Instant::now());
+    std::thread::sleep(Duration::from_millis(500));
+    let share = (process_cpu() - cpu).as_secs_f64() / wall.elapsed().as_secs_f64();
+    drop(handed);
+    drop(profiler);
+    Cuda::stream_destroy(s).unwrap();
+    soft.set_bandwidth(10e9);
+    share
+}
