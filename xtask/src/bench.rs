@@ -413,6 +413,13 @@ fn print_table(r: &Value) {
         "<= 1000",
         late_p99 <= 1000.0,
     );
+    let idle = f(&a["right_after_stop"]["late_median_us"]);
+    row(
+        "answer, read right after stop: median late, µs",
+        idle,
+        "<= 30",
+        idle <= 30.0,
+    );
     let share = f(&a["cpu_share_1000_pending"]);
     row(
         "answer: CPU, 1000 windows pending (cores)",

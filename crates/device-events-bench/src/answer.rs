@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use cudarc::driver::result;
 use device_events_conformance::cpu::process_cpu;
 use device_events_conformance::soft::SoftDriver;
-use device_events_core::{EventApi, EventProfiler, PlacedWindow};
+use device_events_core::{EventApi, EventProfiler, PlacedWindow, Placement};
 use device_events_cuda::{Cuda, CudaStream};
 
 /// Notes when it was woken.
@@ -40,19 +40,19 @@ fn work(stream: CudaStream, bytes: usize) {
     }
 }
 
+type Reading = std::pin::Pin<Box<dyn std::future::Future<Output = Option<Placement>> + Send>>;
+
 /// A window handed to the resolver: its future, polled once with a waker
-/// that notes when it is woken, and the driver's truth of its end.
+/// that notes when it is woken.
 struct HandedOver {
-    future: std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send>>,
+    future: Reading,
     woken: Arc<Noted>,
-    end: usize,
 }
 
 impl HandedOver {
-    fn new(window: PlacedWindow, end: usize) -> Self {
+    fn new(window: PlacedWindow) -> Self {
         let woken = Arc::new(Noted(Mutex::new(None)));
-        let mut future: std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send>> =
-            Box::pin(async move { window.resolve().await.is_some() });
+        let mut future: Reading = Box::pin(window.resolve());
         let waker = Waker::from(Arc::clone(&woken));
         assert!(
             future
@@ -61,27 +61,30 @@ impl HandedOver {
                 .is_pending(),
             "the window's end is not reached yet"
         );
-        Self { future, woken, end }
+        Self { future, woken }
     }
 
-    /// Once woken: when, after the device reached the end.
-    fn late(mut self, soft: &SoftDriver, epoch: Instant) -> Option<Duration> {
+    /// Once woken: when, after the window's end as placed on the host
+    /// clock. Its events are back in the pool by then (and may be recorded
+    /// again), so the driver's truth is gone; the placement stands in for
+    /// it, within its stated bound (about a microsecond, gated).
+    fn late(mut self) -> Option<Duration> {
         let woken = (*self.woken.0.lock().unwrap_or_else(PoisonError::into_inner))?;
         let waker = Waker::from(Arc::clone(&self.woken));
-        let read = self.future.as_mut().poll(&mut Context::from_waker(&waker));
-        assert!(
-            matches!(read, std::task::Poll::Ready(true)),
-            "the window read"
-        );
-        let truth = epoch + Duration::from_nanos(soft.event_truth_ns(self.end).unwrap());
-        Some(woken.saturating_duration_since(truth))
+        let std::task::Poll::Ready(Some(placed)) =
+            self.future.as_mut().poll(&mut Context::from_waker(&waker))
+        else {
+            panic!("the window read");
+        };
+        let reference = woken - Duration::from_secs(1);
+        let end = reference + placed.ticks.end_duration_since(reference);
+        Some(woken.saturating_duration_since(end))
     }
 }
 
 /// Head of line: a window on stream A behind 1 s of work is handed over
 /// first, then 100 windows on stream B, each behind 1 ms more. How late
-/// each B window's future is woken after the driver's truth of its end,
-/// sorted.
+/// each B window's future is woken after its end, sorted.
 ///
 /// # Panics
 ///
@@ -93,17 +96,16 @@ pub fn head_of_line(soft: &SoftDriver) -> Vec<Duration> {
         Cuda::stream_create_non_blocking().unwrap(),
     );
     let mut profiler = EventProfiler::<Cuda>::new();
-    let epoch = soft.host_instant(0);
     let token = profiler.start(a);
     work(a, 1_000_000_000);
     let window = profiler.stop_placed(a, token).unwrap();
-    let first = HandedOver::new(window, soft.last_recorded_event());
+    let first = HandedOver::new(window);
     let mut handed: Vec<HandedOver> = (0..100)
         .map(|_| {
             let token = profiler.start(b);
             work(b, 1_000_000);
             let window = profiler.stop_placed(b, token).unwrap();
-            HandedOver::new(window, soft.last_recorded_event())
+            HandedOver::new(window)
         })
         .collect();
     let mut late = Vec::new();
@@ -117,7 +119,7 @@ pub fn head_of_line(soft: &SoftDriver) -> Vec<Duration> {
                 .unwrap_or_else(PoisonError::into_inner)
                 .is_some()
         });
-        late.extend(woken.into_iter().filter_map(|h| h.late(soft, epoch)));
+        late.extend(woken.into_iter().filter_map(HandedOver::late));
         handed = pending;
     }
     drop(first);
@@ -144,7 +146,7 @@ pub fn cpu_while_pending(soft: &SoftDriver) -> f64 {
         .map(|_| {
             let token = profiler.start(s);
             let window = profiler.stop_placed(s, token).unwrap();
-            HandedOver::new(window, soft.last_recorded_event())
+            HandedOver::new(window)
         })
         .collect();
     let (cpu, wall) = (process_cpu(), Instant::now());
@@ -155,4 +157,49 @@ pub fn cpu_while_pending(soft: &SoftDriver) -> f64 {
     Cuda::stream_destroy(s).unwrap();
     soft.set_bandwidth(10e9);
     share
+}
+
+/// Windows on an idle stream, each read right after `stop`: how late each
+/// future is answered after the window's end as placed, sorted. One the
+/// device already passed reads at once.
+///
+/// # Panics
+///
+/// When the software driver cannot run it.
+pub fn right_after_stop(n: usize) -> Vec<Duration> {
+    let s = Cuda::stream_create_non_blocking().unwrap();
+    let mut profiler = EventProfiler::<Cuda>::new();
+    let mut late: Vec<Duration> = (0..n)
+        .map(|_| {
+            std::thread::sleep(Duration::from_micros(200));
+            let token = profiler.start(s);
+            let window = profiler.stop_placed(s, token).unwrap();
+            let woken = Arc::new(Noted(Mutex::new(None)));
+            let waker = Waker::from(Arc::clone(&woken));
+            let mut future: Reading = Box::pin(window.resolve());
+            let placed = loop {
+                if let std::task::Poll::Ready(placed) =
+                    future.as_mut().poll(&mut Context::from_waker(&waker))
+                {
+                    break placed.expect("the window read");
+                }
+                while woken
+                    .0
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .is_none()
+                {
+                    std::thread::yield_now();
+                }
+            };
+            let now = Instant::now();
+            let at = (*woken.0.lock().unwrap_or_else(PoisonError::into_inner)).unwrap_or(now);
+            let reference = at - Duration::from_secs(1);
+            at.saturating_duration_since(reference + placed.ticks.end_duration_since(reference))
+        })
+        .collect();
+    drop(profiler);
+    Cuda::stream_destroy(s).unwrap();
+    late.sort_unstable();
+    late
 }

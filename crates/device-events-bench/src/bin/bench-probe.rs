@@ -208,15 +208,21 @@ fn main() {
             let soft = SoftDriver::get().unwrap_or_else(|e| panic!("{e}"));
             let _pair = CudaPair::new();
             let late = device_events_bench::answer::head_of_line(soft);
-            let at = |q: f64| {
+            let at = |late: &[std::time::Duration], q: f64| {
                 late.get(((late.len().max(1) - 1) as f64 * q).round() as usize)
                     .map_or(f64::NAN, |d| d.as_secs_f64() * 1e6)
             };
+            let idle = device_events_bench::answer::right_after_stop(2000);
             json!({
                 "head_of_line": {
                     "windows_answered": late.len(),
-                    "late_median_us": at(0.5),
-                    "late_p99_us": at(0.99),
+                    "late_median_us": at(&late, 0.5),
+                    "late_p99_us": at(&late, 0.99),
+                },
+                "right_after_stop": {
+                    "windows": idle.len(),
+                    "late_median_us": at(&idle, 0.5),
+                    "late_p99_us": at(&idle, 0.99),
                 },
                 "cpu_share_1000_pending": device_events_bench::answer::cpu_while_pending(soft),
             })
