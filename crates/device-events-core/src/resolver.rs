@@ -11,10 +11,11 @@
 //! asked again after an interval that starts at [`FIRST`] and doubles up to
 //! [`LAST`]: windows about to finish are seen within microseconds (the
 //! thread yields rather than sleeps while an ask is due within [`TIGHT`]),
-//! and a thousand windows pending for a second cost a few hundred
-//! readings a second each, from a sleeping thread. When a window is answered, every window
-//! handed over after it is asked again soon: on a stream, windows finish in
-//! the order they were closed.
+//! and a window pending for a second is asked about twenty times a second,
+//! from a sleeping thread. When a window is answered, every window handed
+//! over after it is asked again soon, and the very next one at most
+//! [`NEXT_LAST`] apart for [`NEXT_FOR`]: on a stream, windows finish in the
+//! order they were closed.
 //!
 //! Bounded: one thread, whatever the number of windows, started on the
 //! first window it is handed and gone once none pends and no profiler is
