@@ -152,7 +152,7 @@ pub(crate) fn bench() -> Result<()> {
             "build",
             "--release",
             "--package",
-            "device-events-bench",
+            crate::BENCH_PACKAGE,
             "--bin",
             "bench-probe",
         ]),
@@ -177,7 +177,7 @@ pub(crate) fn bench() -> Result<()> {
                 .args([
                     "bench",
                     "--package",
-                    "device-events-bench",
+                    crate::BENCH_PACKAGE,
                     "--bench",
                     "wall",
                 ])

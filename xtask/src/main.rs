@@ -281,7 +281,7 @@ fn test_opencl() -> Result<()> {
         cargo().args([
             "test",
             "--package",
-            "device-events-bench",
+            BENCH_PACKAGE,
             "--test",
             "pocl_placement",
         ]),

@@ -82,10 +82,10 @@ impl<A: AnchorApi> Bracket<A> {
         mut how: Calibration<'_>,
     ) -> Result<(Self, bool), DriverError> {
         let mut best: Option<Self> = None;
-        let mut refused = false;
+        let gated = how.gate.is_some();
         for _ in 0..how.samples.max(1) {
             let event = pool.take()?;
-            let sample = Self::sample(&event, stream, &mut how, &mut refused);
+            let sample = Self::sample(&event, stream, &mut how);
             let (before, width) = match sample {
                 Ok(sample) => sample,
                 Err(err) => {
@@ -104,7 +104,7 @@ impl<A: AnchorApi> Bracket<A> {
                     before: stamp.at - stamp.uncertainty,
                     width: stamp.uncertainty * 2,
                 };
-                return Ok((stamped, refused));
+                return Ok((stamped, gated && how.gate.is_none()));
             }
             if best.as_ref().is_none_or(|best| width < best.width) {
                 // The previous best, if any, goes back to the pool here.
@@ -123,23 +123,21 @@ impl<A: AnchorApi> Bracket<A> {
                 "no sample taken",
             )
         })?;
-        Ok((best, refused))
+        Ok((best, gated && how.gate.is_none()))
     }
 
     /// One bracket around `event`: gated where the gate serves, else plain;
-    /// a gate that refuses is dropped from `how`, and `refused` set.
+    /// a gate that refuses is dropped from `how`.
     fn sample(
         event: &PooledEvent<A>,
         stream: A::Stream,
         how: &mut Calibration<'_>,
-        refused: &mut bool,
     ) -> Result<(Instant, Duration), DriverError> {
         if let Some(gate) = how.gate.as_deref_mut() {
             if let Some(bracket) = Self::gated(event, stream, gate, how.clock, how.settle)? {
                 return Ok(bracket);
             }
             how.gate = None;
-            *refused = true;
         }
         let before = (how.clock)();
         A::event_record(event.raw(), stream)?;

@@ -169,7 +169,8 @@ fn serve() {
                 return true;
             }
             if attempt(&*t.job) {
-                answered = Some(answered.map_or(t.seq, |s: u64| s.min(t.seq)));
+                // `tracked` is in hand-over order: the first is the lowest.
+                answered.get_or_insert(t.seq);
                 return false;
             }
             let close = t.close_until.is_some_and(|until| now < until);
@@ -180,16 +181,13 @@ fn serve() {
         // Handed over after one just answered: on its stream, likely next,
         // and the very next one likeliest.
         if let Some(first) = answered {
-            for t in tracked.iter_mut().filter(|t| t.seq > first) {
+            let later = tracked.iter_mut().skip_while(|t| t.seq < first);
+            for (i, t) in later.enumerate() {
                 t.interval = FIRST;
                 t.next = t.next.min(now + FIRST);
-            }
-            if let Some(next) = tracked
-                .iter_mut()
-                .filter(|t| t.seq > first)
-                .min_by_key(|t| t.seq)
-            {
-                next.close_until = Some(now + NEXT_FOR);
+                if i == 0 {
+                    t.close_until = Some(now + NEXT_FOR);
+                }
             }
         }
         let until = tracked.iter().map(|t| t.next).min();
