@@ -206,6 +206,7 @@ pub fn sweep(
     let baseline = driver.counts();
     driver.reset();
     let clean = scenario();
+    settle();
     let called: Vec<(String, u64)> = driver
         .called()
         .into_iter()
@@ -229,6 +230,7 @@ pub fn sweep(
                 }
                 tally.points += 1;
                 let outcome = catch_unwind(AssertUnwindSafe(scenario));
+                settle();
                 let logs = take_logs();
                 let Ok(seen) = outcome else {
                     tally.panics += 1;
@@ -261,6 +263,14 @@ pub fn sweep(
         }
     }
     tally
+}
+
+/// Let calibrations in flight end: a profiler dropped meanwhile releases
+/// its anchor's events and stream as its calibration ends.
+fn settle() {
+    if !device_events_core::wait_for_calibrations(Duration::from_secs(30)) {
+        eprintln!("a calibration did not end within 30 s");
+    }
 }
 
 /// The stress run: `threads` threads each make `each` fences and windows on
@@ -328,6 +338,7 @@ pub fn stress<A: AnchorApi>(
     for worker in workers {
         worker.join().map_err(|_| "a thread panicked".to_owned())?;
     }
+    settle();
     let total = threads * each;
     if (waited, read) != (total, total) {
         return Err(format!(

@@ -269,4 +269,9 @@ impl<A: EventApi> Anchor<A> {
     pub(crate) fn place(&self, offset: Duration) -> Instant {
         self.instant + self.to_host(offset)
     }
+
+    /// Host-clock instant of a device point `offset` before the anchor.
+    pub(crate) fn place_before(&self, offset: Duration) -> Instant {
+        self.instant - self.to_host(offset)
+    }
 }

@@ -25,7 +25,7 @@ use crate::driver::DriverError;
 /// # Sim::stream_destroy(stream)?;
 /// # Ok::<(), device_events_core::DriverError>(())
 /// ```
-pub trait AnchorApi: EventApi {
+pub trait AnchorApi: EventApi<Stream: Send + Sync> {
     /// A gate on `stream`: a host-written value the stream can be made to
     /// wait on (`cuStreamWaitValue32`, `hipStreamWaitValue32`, an OpenCL
     /// user event). `Ok(None)` where the driver or device has none.
@@ -69,6 +69,28 @@ pub trait AnchorApi: EventApi {
         let _ = event;
         Ok(None)
     }
+
+    /// Run `call` on this thread with `stream`'s context current, then
+    /// give the thread back its own: how a calibration, taken on the
+    /// library's thread, makes its events in the profiler's context.
+    /// The default runs `call` as it is, for a backend whose calls need no
+    /// current context.
+    ///
+    /// # Errors
+    ///
+    /// [`DriverError`] when the stream is not live or the context could not
+    /// be bound; `call` did not run.
+    fn in_context_of<T>(stream: Self::Stream, call: impl FnOnce() -> T) -> Result<T, DriverError> {
+        let _ = stream;
+        Ok(call())
+    }
+
+    /// Called on the library's own threads (the resolver, the
+    /// calibrator) before their driver calls: such a thread takes part in
+    /// no graph capture, so a backend with capture modes makes it relaxed
+    /// for good, and its queries and waits never invalidate a user's
+    /// capture elsewhere in the process. Cheap after the first call.
+    fn own_thread() {}
 }
 
 /// An event's stamp on the host clock, and how far the mapping between the

@@ -37,7 +37,9 @@
 #![forbid(unsafe_code)]
 
 mod anchor;
+mod anchoring;
 mod api;
+mod calibrator;
 mod drift;
 pub mod driver;
 mod event;
@@ -52,6 +54,7 @@ pub mod sim;
 mod stream;
 
 pub use api::{EventApi, EventQuery};
+pub use calibrator::wait_for_calibrations;
 pub use driver::{CaptureStatus, DriverError, ErrorKind};
 pub use fence::{EventFence, FencePool};
 pub use gate::{AnchorApi, Gate, HostStamp, HostWord, WordGate};

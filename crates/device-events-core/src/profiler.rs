@@ -8,14 +8,11 @@ use std::task::{Context, Poll};
 
 use cubecl_common::profile::{Duration, Instant, ProfileDuration, ProfileTicks};
 
-use crate::EventApi;
-use crate::anchor::{Anchor, Bracket, Calibration};
-use crate::drift::{DriftFit, MAX_GAP, Placement as AnchorPlacement};
+use crate::anchoring::{Anchoring, WindowAnchor};
 use crate::driver::DriverError;
-use crate::gate::{AnchorApi, Gate};
+use crate::gate::AnchorApi;
 use crate::pool::{EventPool, PooledEvent};
 use crate::resolver::{self, Answer, Job};
-use crate::stream::OwnedStream;
 
 /// Why [`EventProfiler::stop`] or [`EventProfiler::abandon`] refused a token.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -188,22 +185,13 @@ pub struct EventProfiler<A: AnchorApi> {
     slots: Vec<Slot<A>>,
     free: Vec<usize>,
     open: usize,
-    anchor: Option<Arc<Anchor<A>>>,
-    /// Before the stream it waits on: dropped first, open.
-    gate: Option<Box<dyn Gate>>,
-    anchor_stream: Option<OwnedStream<A>>,
-    fit: DriftFit,
+    anchoring: Anchoring<A>,
     pool: Arc<EventPool<A>>,
-    /// After a failed calibration: when to try again, the delay that led
-    /// there (doubling), and the failure, returned meanwhile when there is
-    /// no anchor to fall back on.
-    /// Boxed: it is rare, and a profiler is held inline by servers.
-    retry: Option<Box<(Instant, Duration, DriverError)>>,
     /// Keeps the resolver thread up between windows while this lives.
     _resolver: resolver::Hold,
 }
 
-struct Slot<A: EventApi> {
+struct Slot<A: AnchorApi> {
     generation: u32,
     window: Option<Window<A>>,
 }
@@ -211,9 +199,9 @@ struct Slot<A: EventApi> {
 /// An open window: its start event and anchor, or why it has neither.
 type Window<A> = Result<Opened<A>, DriverError>;
 
-struct Opened<A: EventApi> {
+struct Opened<A: AnchorApi> {
     start: PooledEvent<A>,
-    anchor: Arc<Anchor<A>>,
+    anchor: WindowAnchor<A>,
 }
 
 static NEXT_PROFILER: AtomicU64 = AtomicU64::new(1);
@@ -233,18 +221,15 @@ impl<A: AnchorApi> EventProfiler<A> {
 
     /// A profiler with the given configuration.
     pub fn with_config(config: ProfilerConfig) -> Self {
+        let pool = EventPool::new(config.max_idle_events);
         Self {
             id: NEXT_PROFILER.fetch_add(1, Ordering::Relaxed),
             config,
             slots: Vec::new(),
             free: Vec::new(),
             open: 0,
-            anchor: None,
-            gate: None,
-            anchor_stream: None,
-            fit: DriftFit::new(config.timer_resolution),
-            pool: EventPool::new(config.max_idle_events),
-            retry: None,
+            anchoring: Anchoring::new(config, Arc::clone(&pool)),
+            pool,
             _resolver: resolver::Hold::new(),
         }
     }
@@ -417,7 +402,7 @@ impl<A: AnchorApi> EventProfiler<A> {
     /// readings' resolution.
     /// [`stop_placed`](Self::stop_placed) gives that bound per window.
     pub fn anchor_uncertainty(&self) -> Option<Duration> {
-        self.anchor.as_ref().map(|anchor| anchor.uncertainty())
+        self.anchoring.uncertainty()
     }
 
     /// Events idle in the pool, waiting for reuse.
@@ -426,7 +411,7 @@ impl<A: AnchorApi> EventProfiler<A> {
     }
 
     fn open_window(&mut self, stream: A::Stream) -> Window<A> {
-        let anchor = self.fresh_anchor()?;
+        let anchor = self.anchoring.for_window()?;
         let start = self.event()?;
         A::event_record(start.raw(), stream)?;
         Ok(Opened { start, anchor })
@@ -441,8 +426,8 @@ impl<A: AnchorApi> EventProfiler<A> {
     fn event(&self) -> Result<PooledEvent<A>, DriverError> {
         let (event, created) = self.pool.take_new()?;
         if created
-            && let Some(stream) = &self.anchor_stream
-            && let Err(err) = A::event_record(event.raw(), stream.get())
+            && let Some(stream) = self.anchoring.stream()
+            && let Err(err) = A::event_record(event.raw(), stream)
         {
             // Of another context: released, never pooled to fail later.
             event.discard();
@@ -453,152 +438,6 @@ impl<A: AnchorApi> EventProfiler<A> {
             )));
         }
         Ok(event)
-    }
-
-    fn fresh_anchor(&mut self) -> Result<Arc<Anchor<A>>, DriverError> {
-        let now = (self.config.host_clock)();
-        if let Some(anchor) = &self.anchor
-            && !anchor.stale(now)
-        {
-            return Ok(Arc::clone(anchor));
-        }
-        if let Some((at, _, err)) = self.retry.as_deref()
-            && now < *at
-        {
-            return match &self.anchor {
-                Some(old) => Ok(Arc::clone(old)),
-                // Not the old error as it was: it names a call this window
-                // never made. This window had no anchor to be placed on.
-                None => Err(DriverError::refused(
-                    A::BACKEND,
-                    "anchor calibration",
-                    err.kind(),
-                    format!(
-                        "no anchor yet: the last calibration failed ({err}); \
-                         the next is tried in {:?}",
-                        at.saturating_duration_since(now)
-                    ),
-                )),
-            };
-        }
-        match self.calibrate() {
-            Ok(anchor) => {
-                let anchor = Arc::new(anchor);
-                self.anchor = Some(Arc::clone(&anchor));
-                self.retry = None;
-                Ok(anchor)
-            }
-            Err(err) => {
-                // Back off, doubling up to the anchor's own refresh period:
-                // a failing driver is not asked again at every `start`.
-                let cap = self.config.anchor_max_age.max(FIRST_RETRY);
-                let delay = self
-                    .retry
-                    .as_ref()
-                    .map_or(FIRST_RETRY, |retry| (retry.1 * 2).min(cap));
-                self.retry = Some(Box::new((now + delay, delay, err.clone())));
-                match &self.anchor {
-                    Some(old) if !err.is_device_poisoned() => {
-                        log::warn!(
-                            "{}: anchor refresh failed, keeping the previous anchor, \
-                             next try in {delay:?}: {err}",
-                            A::BACKEND
-                        );
-                        Ok(Arc::clone(old))
-                    }
-                    _ => Err(err),
-                }
-            }
-        }
-    }
-
-    /// A new anchor on the private stream, placed by the drift fit; a
-    /// stream made here for it is released again if it cannot be taken.
-    fn calibrate(&mut self) -> Result<Anchor<A>, DriverError> {
-        let made_stream = self.anchor_stream.is_none();
-        let stream = match &self.anchor_stream {
-            Some(stream) => stream.get(),
-            None => {
-                let stream = self.anchor_stream.insert(OwnedStream::new()?).get();
-                if self.config.gated_anchor {
-                    self.gate = A::gate(stream).unwrap_or_else(|err| {
-                        log::warn!("{}: anchoring without a gate: {err}", A::BACKEND);
-                        None
-                    });
-                }
-                stream
-            }
-        };
-        let how = Calibration {
-            samples: self.config.calibration_samples,
-            clock: self.config.host_clock,
-            gate: self.gate.as_deref_mut(),
-            settle: self.config.gate_settle,
-            driver_clock: self.config.driver_clock,
-        };
-        let bracket = match Bracket::take(&self.pool, stream, how) {
-            Ok((bracket, gate_refused)) => {
-                if gate_refused {
-                    self.gate = None;
-                }
-                bracket
-            }
-            Err(err) => {
-                if made_stream {
-                    self.gate = None;
-                    self.anchor_stream = None;
-                }
-                return Err(err);
-            }
-        };
-        let chain = self.chain_position(&bracket);
-        let placement = if self.config.drift_correction {
-            self.fit.admit(
-                bracket.midpoint(),
-                bracket.width / 2,
-                chain.0,
-                chain.1,
-                self.config.anchor_max_age,
-            )
-        } else {
-            AnchorPlacement::alone(
-                bracket.midpoint(),
-                bracket.width / 2,
-                self.config.anchor_max_age,
-            )
-        };
-        Ok(Anchor::new(bracket, placement, chain))
-    }
-
-    /// Device time from the start of the anchor chain to `bracket`'s event,
-    /// read from the previous anchor, and how far the sum of readings can
-    /// be off; a new chain when there is none to read from.
-    fn chain_position(&mut self, bracket: &Bracket<A>) -> (f64, f64) {
-        let Some(previous) = &self.anchor else {
-            self.fit.restart();
-            return (0.0, 0.0);
-        };
-        if bracket
-            .midpoint()
-            .saturating_duration_since(previous.measured())
-            > MAX_GAP
-        {
-            self.fit.restart();
-            return (0.0, 0.0);
-        }
-        match A::event_elapsed(previous.event(), bracket.event.raw()) {
-            Ok(step) => (
-                previous.chain_ns() + step.as_nanos() as f64,
-                // Stamps are quantised, so the resolution telescopes out of
-                // a sum of readings; the `f32` rounding of each does not.
-                previous.chain_error_ns() + reading_error(step, Duration::ZERO).as_nanos() as f64,
-            ),
-            Err(err) => {
-                log::warn!("{}: drift estimate restarted: {err}", A::BACKEND);
-                self.fit.restart();
-                (0.0, 0.0)
-            }
-        }
     }
 
     fn take(&mut self, token: ProfileToken) -> Result<Window<A>, ProfileError> {
@@ -645,9 +484,6 @@ impl<A: AnchorApi> std::fmt::Debug for EventProfiler<A> {
             .finish_non_exhaustive()
     }
 }
-
-/// The first delay before a failed calibration is tried again.
-const FIRST_RETRY: Duration = Duration::from_millis(1);
 
 /// What a window's reading is checked against.
 #[derive(Clone, Copy)]
@@ -741,11 +577,30 @@ pub struct Placement {
     pub uncertainty: Duration,
 }
 
-/// Why a window resolved to `None`.
+/// Why a window resolved to `None`, or is not read yet.
 enum Unread {
     Driver(DriverError),
-    Reversed { start: Duration, end: Duration },
-    TooFar { distance: Duration, bound: Duration },
+    /// The anchor it is placed on is still being taken.
+    NoAnchorYet,
+    NoAnchor(DriverError),
+    Reversed {
+        by: Duration,
+    },
+    TooFar {
+        distance: Duration,
+        bound: Duration,
+    },
+}
+
+impl Unread {
+    /// Not read yet, rather than unreadable: asked again later.
+    fn is_not_ready(&self) -> bool {
+        match self {
+            Self::Driver(err) => err.is_not_ready(),
+            Self::NoAnchorYet => true,
+            _ => false,
+        }
+    }
 }
 
 impl From<DriverError> for Unread {
@@ -758,10 +613,12 @@ impl std::fmt::Display for Unread {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Driver(err) => err.fmt(f),
-            Self::Reversed { start, end } => write!(
+            Self::NoAnchorYet => f.write_str("its anchor is still being taken"),
+            Self::NoAnchor(err) => write!(f, "it has no anchor to be placed on: {err}"),
+            Self::Reversed { by } => write!(
                 f,
-                "its end ({end:?} after the anchor) precedes its start ({start:?} after it): \
-                 it was stopped on a stream that got there first"
+                "its end precedes its start by {by:?}: it was stopped on a stream \
+                 that got there first"
             ),
             Self::TooFar { distance, bound } => write!(
                 f,
@@ -774,36 +631,51 @@ impl std::fmt::Display for Unread {
 
 /// The window's placement, read without waiting: the driver's "not ready"
 /// when its end (or start) was not reached yet.
-fn read_window<A: EventApi>(inputs: &Inputs<A>) -> Result<Placement, Unread> {
+fn read_window<A: AnchorApi>(inputs: &Inputs<A>) -> Result<Placement, Unread> {
     let Inputs {
         anchor,
         start,
         end,
         limits,
     } = inputs;
+    let anchor = match anchor.get() {
+        None => return Err(Unread::NoAnchorYet),
+        Some(Err(err)) => return Err(Unread::NoAnchor(err.clone())),
+        Some(Ok(anchor)) => anchor,
+    };
     // The span first: the end not reached yet is the common "not ready",
     // and answers it with one reading.
     let span = A::event_elapsed(start.raw(), end.raw())?;
-    let offset = A::event_elapsed(anchor.event(), start.raw())?;
     if span.is_zero() {
         // A reversed window reads as zero too (the backends clamp negative
-        // readings): its two ends' offsets from the anchor tell it apart.
-        let to_end = A::event_elapsed(anchor.event(), end.raw())?;
-        if to_end < offset {
-            return Err(Unread::Reversed {
-                start: offset,
-                end: to_end,
-            });
+        // readings): read the other way round, it is not.
+        let by = A::event_elapsed(end.raw(), start.raw())?;
+        if !by.is_zero() {
+            return Err(Unread::Reversed { by });
         }
     }
-    let distance = offset + span;
+    // An anchor taken after the window started (the first, taken off the
+    // caller's thread) lies after its start: the offset is negative, and
+    // read the other way round, as the backends clamp negative readings.
+    let after = A::event_elapsed(anchor.event(), start.raw())?;
+    let before = if after.is_zero() {
+        A::event_elapsed(start.raw(), anchor.event())?
+    } else {
+        Duration::ZERO
+    };
+    let distance = (after + span).max(before);
     if distance > limits.max_distance {
         return Err(Unread::TooFar {
             distance,
             bound: limits.max_distance,
         });
     }
-    let begin = anchor.place(offset);
+    let begin = if before.is_zero() {
+        anchor.place(after)
+    } else {
+        anchor.place_before(before)
+    };
+    let offset = after.max(before);
     let uncertainty = anchor.placement_bound(offset)
         + reading_error(offset, limits.resolution)
         + anchor.rate_error(span)
@@ -815,15 +687,15 @@ fn read_window<A: EventApi>(inputs: &Inputs<A>) -> Result<Placement, Unread> {
 }
 
 /// What a window's reading needs.
-struct Inputs<A: EventApi> {
-    anchor: Arc<Anchor<A>>,
+struct Inputs<A: AnchorApi> {
+    anchor: WindowAnchor<A>,
     start: PooledEvent<A>,
     end: PooledEvent<A>,
     limits: Limits,
 }
 
 /// The reading, or `None` with the reason logged.
-fn placement_or_none<A: EventApi>(read: Result<Placement, Unread>) -> Option<Placement> {
+fn placement_or_none<A: AnchorApi>(read: Result<Placement, Unread>) -> Option<Placement> {
     read.inspect_err(|why| {
         log::warn!(
             "{}: profiling window unreadable, reporting no measurement: {why}",
@@ -836,7 +708,7 @@ fn placement_or_none<A: EventApi>(read: Result<Placement, Unread>) -> Option<Pla
 /// A closed window's reading: at once when the device is already past its
 /// end, else by the resolver thread, which asks without waiting until it
 /// is; neither thread blocks in a driver wait.
-struct Resolving<A: EventApi> {
+struct Resolving<A: AnchorApi> {
     /// Until the first poll.
     inputs: Option<Inputs<A>>,
     /// Once handed to the resolver.
@@ -844,22 +716,26 @@ struct Resolving<A: EventApi> {
 }
 
 /// A window the resolver waits for.
-struct Pending<A: EventApi> {
+struct Pending<A: AnchorApi> {
     /// Taken by the resolver when it starts, or by the future dropped
     /// before that, which then releases the events itself.
     inputs: Mutex<Option<Inputs<A>>>,
     answer: Answer<Option<Placement>>,
 }
 
-impl<A: EventApi> Job for Pending<A> {
+impl<A: AnchorApi> Job for Pending<A> {
     fn attempt(&self) -> bool {
         let mut inputs = self.inputs.lock().unwrap_or_else(PoisonError::into_inner);
         let Some(taken) = inputs.as_ref() else {
             // The future was dropped, and released the events itself.
             return true;
         };
+        A::own_thread();
         let read = read_window(taken);
-        if matches!(&read, Err(Unread::Driver(err)) if err.is_not_ready()) {
+        if let Err(why) = &read
+            && why.is_not_ready()
+        {
+            log::trace!("{}: window not read yet: {why}", A::BACKEND);
             return false;
         }
         // The events go back before the waiter hears: a caller that counts
@@ -883,18 +759,18 @@ impl<A: EventApi> Job for Pending<A> {
 }
 
 // Nothing of it is ever pinned in place: the inputs move to the resolver.
-impl<A: EventApi> Unpin for Resolving<A> {}
+impl<A: AnchorApi> Unpin for Resolving<A> {}
 
-impl<A: EventApi> Future for Resolving<A> {
+impl<A: AnchorApi> Future for Resolving<A> {
     type Output = Option<Placement>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Placement>> {
         let this = self.get_mut();
         if let Some(inputs) = this.inputs.take() {
             match read_window(&inputs) {
-                Err(Unread::Driver(err)) if err.is_not_ready() => {
+                Err(why) if why.is_not_ready() => {
                     log::debug!(
-                        "{}: window not reached yet, handed to the resolver thread: {err}",
+                        "{}: window not read yet, handed to the resolver thread: {why}",
                         A::BACKEND
                     );
                     let pending = Arc::new(Pending {
@@ -920,7 +796,7 @@ impl<A: EventApi> Future for Resolving<A> {
     }
 }
 
-impl<A: EventApi> Drop for Resolving<A> {
+impl<A: AnchorApi> Drop for Resolving<A> {
     /// Dropped unresolved: the events go back now, unless the resolver is
     /// already waiting on them, when they go back as it finishes.
     fn drop(&mut self) {
@@ -938,7 +814,7 @@ impl<A: EventApi> Drop for Resolving<A> {
 /// How far an elapsed reading of `reading` can be off: the driver's
 /// resolution, half the `f32` millisecond step there, and the nanosecond
 /// rounding of the conversion.
-fn reading_error(reading: Duration, resolution: Duration) -> Duration {
+pub(crate) fn reading_error(reading: Duration, resolution: Duration) -> Duration {
     #[allow(clippy::cast_possible_truncation)]
     let ms = (reading.as_secs_f64() * 1e3) as f32;
     let step_ms = f64::from(ms.next_up() - ms);

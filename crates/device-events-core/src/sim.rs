@@ -60,7 +60,8 @@ struct State {
     calls_of: HashMap<&'static str, u64>,
     injected: Option<DriverError>,
     elapsed_readings: VecDeque<f32>,
-    last_record: Option<u64>,
+    /// By the thread that recorded: calibrations record on their own.
+    last_record: HashMap<std::thread::ThreadId, u64>,
 }
 
 static STATE: LazyLock<Mutex<State>> = LazyLock::new(|| Mutex::new(State::default()));
@@ -135,6 +136,11 @@ impl Sim {
     /// Take the simulated device for the calling test, and reset it.
     pub fn exclusive() -> SimGuard {
         let lock = EXCLUSIVE.lock().unwrap_or_else(PoisonError::into_inner);
+        // The previous user's calibrations end first: they would count
+        // here, and use handles the reset forgets.
+        if !crate::wait_for_calibrations(Duration::from_secs(10)) {
+            log::warn!("sim: a calibration still runs across the reset");
+        }
         *state() = State::default();
         DRIFT_PPB.store(0, Ordering::Relaxed);
         SimGuard { _lock: lock }
@@ -202,12 +208,14 @@ impl Sim {
         state().counts
     }
 
-    /// Where on the host clock the device stamped the most recently recorded
-    /// event: the ground truth placements are checked against.
+    /// Where on the host clock the device stamped the event this thread
+    /// recorded last: the ground truth placements are checked against.
+    /// Per thread, as anchors are recorded on the library's own.
     pub fn last_record_instant() -> Option<Instant> {
         state()
             .last_record
-            .map(|nanos| *EPOCH + Duration::from_nanos(host_at(nanos)))
+            .get(&std::thread::current().id())
+            .map(|nanos| *EPOCH + Duration::from_nanos(host_at(*nanos)))
     }
 
     /// Count a call, and fail it if it is the one chosen.
@@ -277,7 +285,7 @@ impl EventApi for Sim {
             .get_mut(&event.0)
             .ok_or_else(|| error("simEventRecord", ErrorKind::InvalidHandle))?;
         *slot = Some(stamp);
-        state.last_record = Some(stamp);
+        state.last_record.insert(std::thread::current().id(), stamp);
         Ok(())
     }
 

@@ -92,6 +92,10 @@ fn sweep(scenario: fn() -> Seen) -> Tally {
                 tally.panics += 1;
                 continue;
             };
+            // A calibration still running holds the anchor's stream.
+            assert!(device_events_core::wait_for_calibrations(
+                Duration::from_secs(5)
+            ));
             let counts = Sim::counts();
             if counts.live_events + counts.live_streams + counts.bad_releases > 0 {
                 tally.leaks += 1;

@@ -23,6 +23,14 @@ fn on_sim_clock() -> EventProfiler<Sim> {
     })
 }
 
+/// Wait for the anchor calibrations in flight, which run off the
+/// caller's thread.
+fn settle() {
+    assert!(device_events_core::wait_for_calibrations(
+        Duration::from_secs(10)
+    ));
+}
+
 fn resolve(duration: ProfileDuration) -> Option<ProfileTicks> {
     pollster::block_on(duration.resolve())
 }
@@ -265,6 +273,7 @@ fn device_fault_met_by_the_profiler_fails_every_open_window() {
     let s = stream();
     let mut profiler = on_sim_clock();
     let open = profiler.start(s);
+    settle();
     Sim::fail_call(1, ErrorKind::DevicePoisoned);
     let failed = profiler.start(s);
     let err = profiler.stop(s, failed).err().unwrap();
@@ -280,22 +289,27 @@ fn anchor_is_refreshed_once_older_than_its_bound() {
     let _sim = setup();
     let s = stream();
     let mut profiler = on_sim_clock();
-    let calls_of = |profiler: &mut EventProfiler<Sim>| {
-        let before = Sim::counts().calls;
+    // Each calibration waits for its anchor event, off the caller's thread.
+    let calibrations = |profiler: &mut EventProfiler<Sim>| {
+        let before = Sim::calls_of("simEventSynchronize");
         let token = profiler.start(s);
-        let calls = Sim::counts().calls - before;
         profiler.abandon(token).unwrap();
-        calls
+        settle();
+        Sim::calls_of("simEventSynchronize") - before
     };
-    let first = calls_of(&mut profiler);
-    let fresh = calls_of(&mut profiler);
-    Sim::advance_clock(Duration::from_millis(1001));
-    let stale = calls_of(&mut profiler);
-    assert_eq!(fresh, 1, "a window under a fresh anchor is one record");
-    assert!(
-        first > fresh && stale > fresh,
-        "first {first}, stale {stale}"
+    let first = calibrations(&mut profiler);
+    let before = Sim::counts().calls;
+    let fresh = profiler.start(s);
+    assert_eq!(
+        Sim::counts().calls - before,
+        1,
+        "a window under a fresh anchor is one record"
     );
+    profiler.abandon(fresh).unwrap();
+    settle();
+    Sim::advance_clock(Duration::from_millis(1001));
+    let stale = calibrations(&mut profiler);
+    assert!(first > 0 && stale > 0, "first {first}, stale {stale}");
 }
 
 #[test]
@@ -333,9 +347,12 @@ fn negative_reading_of_an_empty_window_is_clamped_to_zero() {
     let mut profiler = on_sim_clock();
     let token = profiler.start(s);
     let timing = profiler.stop(s, token).unwrap();
-    // The span, the start's offset from the anchor, then the end's: both
-    // ends at one point, so the window is empty, not reversed.
-    Sim::queue_elapsed_readings([-0.5, 0.010, 0.010]);
+    settle();
+    // The span, the span the other way round, then the start's offset from
+    // the anchor: both ends at one point, so the window is empty, not
+    // reversed.
+    settle();
+    Sim::queue_elapsed_readings([-0.5, -0.5, 0.010]);
     let ticks = resolve(timing).unwrap();
     assert_eq!(ticks.duration(), Duration::ZERO);
 }
@@ -382,14 +399,17 @@ fn failed_anchor_refresh_backs_off_instead_of_retrying_at_every_start() {
     let mut profiler = on_sim_clock();
     let first = profiler.start(s);
     profiler.abandon(first).unwrap();
+    settle();
     Sim::advance_clock(Duration::from_millis(1001));
     // Every calibration waits for its anchor event: make those waits fail.
+    settle();
     Sim::fail_every("simEventSynchronize", ErrorKind::Other);
     let before = Sim::calls_of("simEventSynchronize");
     let started = Sim::host_now();
     for _ in 0..100 {
         let token = profiler.start(s);
         profiler.abandon(token).unwrap();
+        settle();
     }
     let elapsed = Sim::host_now() - started;
     let tries = Sim::calls_of("simEventSynchronize") - before;
@@ -411,6 +431,7 @@ fn window_far_from_an_anchor_that_cannot_be_refreshed_is_none() {
     let mut profiler = on_sim_clock();
     let first = profiler.start(s);
     resolve(profiler.stop(s, first).unwrap()).unwrap();
+    settle();
     Sim::fail_every("simEventSynchronize", ErrorKind::Other);
     Sim::advance_clock(Duration::from_secs(61));
     let token = profiler.start(s);
@@ -465,6 +486,7 @@ fn nan_reading_resolves_to_no_measurement_and_is_logged() {
     let mut profiler = on_sim_clock();
     let token = profiler.start(s);
     let timing = profiler.stop(s, token).unwrap();
+    settle();
     Sim::queue_elapsed_readings([f32::NAN]);
     assert!(resolve(timing).is_none());
     assert!(logged(&["sim", "unreadable", "NaN"]));
@@ -477,6 +499,7 @@ fn unreadable_window_is_none_not_zero() {
     let mut profiler = on_sim_clock();
     let token = profiler.start(s);
     let timing = profiler.stop(s, token).unwrap();
+    settle();
     Sim::fail_call(1, ErrorKind::InvalidHandle);
     assert!(resolve(timing).is_none());
     assert!(logged(&["sim", "unreadable", "SIM_INVALID_HANDLE"]));
@@ -515,6 +538,7 @@ fn dropping_the_profiler_with_windows_open_releases_everything() {
         "the pending window still holds its events"
     );
     drop(pending);
+    settle();
     let counts = Sim::counts();
     assert_eq!(
         (
@@ -531,15 +555,20 @@ fn set_up_that_fails_half_way_releases_its_stream() {
     let _sim = setup();
     let s = stream();
     let mut profiler = on_sim_clock();
-    Sim::fail_call(2, ErrorKind::OutOfResources);
+    // The anchor stream is made; the window's event and the anchor's are not.
+    settle();
+    Sim::fail_every("simEventCreate", ErrorKind::OutOfResources);
     let token = profiler.start(s);
-    assert_eq!(
-        Sim::counts().live_streams,
-        1,
-        "only the caller's stream is left"
-    );
     let err = profiler.stop(s, token).err().unwrap();
     assert!(matches!(err, ProfileError::Driver(e) if e.call() == "simEventCreate"));
+    drop(profiler);
+    settle();
+    let counts = Sim::counts();
+    assert_eq!(
+        (counts.live_streams, counts.live_events),
+        (1, 0),
+        "only the caller's stream is left"
+    );
 }
 
 #[test]
@@ -595,15 +624,22 @@ fn a_window_in_the_back_off_before_any_anchor_says_so() {
     let _sim = setup();
     let s = stream();
     let mut profiler = on_sim_clock();
+    settle();
     Sim::fail_every("simEventSynchronize", ErrorKind::OutOfResources);
+    // The first window rides the calibration being taken, which fails: it
+    // reads `None`, logged with the failure.
     let first = profiler.start(s);
-    let Err(first) = profiler.stop(s, first) else {
-        panic!("the first window has no anchor")
-    };
-    assert!(first.to_string().contains("simEventSynchronize"), "{first}");
+    let first = profiler.stop(s, first).unwrap();
+    assert!(resolve(first).is_none(), "the first window has no anchor");
+    assert!(
+        logged(&["sim", "no anchor", "simEventSynchronize"]),
+        "{:?}",
+        support::logs()
+    );
+    settle();
     let second = profiler.start(s);
     let Err(ProfileError::Driver(err)) = profiler.stop(s, second) else {
-        panic!("the second window has no anchor either")
+        panic!("the second window, in the back-off, has no anchor either")
     };
     assert_eq!(err.call(), "anchor calibration", "{err}");
     assert_eq!(err.kind(), ErrorKind::OutOfResources);
@@ -612,4 +648,103 @@ fn a_window_in_the_back_off_before_any_anchor_says_so() {
         text.contains("no anchor yet") && text.contains("simEventSynchronize"),
         "{text}"
     );
+}
+
+/// The simulated backend, noting which threads waited in the driver.
+struct Watched;
+
+static WAITERS: std::sync::Mutex<Vec<std::thread::ThreadId>> = std::sync::Mutex::new(Vec::new());
+
+fn waited_here() -> bool {
+    let here = std::thread::current().id();
+    WAITERS.lock().unwrap().contains(&here)
+}
+
+impl EventApi for Watched {
+    type Event = <Sim as EventApi>::Event;
+    type Stream = SimStream;
+    const BACKEND: &'static str = "sim";
+
+    fn event_create() -> Result<Self::Event, DriverError> {
+        Sim::event_create()
+    }
+    fn event_destroy(event: &mut Self::Event) -> Result<(), DriverError> {
+        Sim::event_destroy(event)
+    }
+    fn event_record(event: &Self::Event, stream: SimStream) -> Result<(), DriverError> {
+        Sim::event_record(event, stream)
+    }
+    fn event_wait(event: &Self::Event) -> Result<(), DriverError> {
+        WAITERS.lock().unwrap().push(std::thread::current().id());
+        Sim::event_wait(event)
+    }
+    fn event_elapsed(start: &Self::Event, end: &Self::Event) -> Result<Duration, DriverError> {
+        Sim::event_elapsed(start, end)
+    }
+    fn stream_wait_event(stream: SimStream, event: &Self::Event) -> Result<(), DriverError> {
+        Sim::stream_wait_event(stream, event)
+    }
+    fn stream_synchronize(stream: SimStream) -> Result<(), DriverError> {
+        WAITERS.lock().unwrap().push(std::thread::current().id());
+        Sim::stream_synchronize(stream)
+    }
+    fn stream_create_non_blocking() -> Result<SimStream, DriverError> {
+        Sim::stream_create_non_blocking()
+    }
+    fn stream_destroy(stream: SimStream) -> Result<(), DriverError> {
+        Sim::stream_destroy(stream)
+    }
+}
+
+impl device_events_core::AnchorApi for Watched {}
+
+/// `start()` and `stop()` make no waiting driver call: the anchor is taken
+/// on the library's thread, at the first window and at each refresh.
+#[test]
+fn start_and_stop_never_wait_in_the_driver() {
+    let _sim = setup();
+    let s = stream();
+    let mut profiler = EventProfiler::<Watched>::with_config(ProfilerConfig {
+        host_clock: Sim::host_now,
+        ..ProfilerConfig::default()
+    });
+    let mut windows = Vec::new();
+    for _ in 0..3 {
+        let token = profiler.start(s);
+        Sim::enqueue_work(s, Duration::from_micros(100));
+        windows.push(profiler.stop(s, token).unwrap());
+        // Stale: the next window begins a refresh.
+        Sim::advance_clock(Duration::from_secs(2));
+    }
+    assert!(!waited_here(), "the caller's thread waited in the driver");
+    for window in windows {
+        assert!(resolve(window).is_some(), "each window is placed");
+    }
+    settle();
+    assert!(
+        !WAITERS.lock().unwrap().is_empty(),
+        "anchors were waited for"
+    );
+}
+
+/// The first window starts before its anchor exists: the anchor, taken
+/// after it, still places it within the stated bound.
+#[test]
+fn a_window_started_before_the_first_anchor_is_placed_within_its_bound() {
+    let _sim = setup();
+    let s = stream();
+    let mut profiler = on_sim_clock();
+    let token = profiler.start(s);
+    let truth = Sim::last_record_instant().unwrap();
+    Sim::enqueue_work(s, Duration::from_micros(300));
+    let placed = pollster::block_on(profiler.stop_placed(s, token).unwrap().resolve()).unwrap();
+    let epoch = truth - Duration::from_secs(1);
+    let at = epoch + start_of(&placed.ticks, epoch);
+    assert!(
+        distance(at, truth) <= placed.uncertainty,
+        "{:?} off, bound {:?}",
+        distance(at, truth),
+        placed.uncertainty
+    );
+    assert!(placed.ticks.duration() >= Duration::from_micros(300));
 }

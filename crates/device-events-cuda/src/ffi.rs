@@ -63,6 +63,7 @@ functions! {
     cuStreamSynchronize(CUstream);
     cuStreamDestroy_v2(CUstream);
     cuStreamIsCapturing(CUstream, *mut u32);
+    cuThreadExchangeStreamCaptureMode(*mut c_uint);
 }
 
 fn missing(name: &'static str, err: &libloading::Error) -> DriverError {

@@ -50,8 +50,9 @@
 //! `cuDevicePrimaryCtxRetain`, `cuDevicePrimaryCtxRelease_v2`,
 //! `cuEventCreate`, `cuEventRecord`, `cuEventSynchronize`, `cuEventQuery`,
 //! `cuEventElapsedTime`, `cuEventDestroy_v2`, `cuStreamCreate`,
-//! `cuStreamWaitEvent`, `cuStreamSynchronize`, `cuStreamDestroy_v2` and
-//! `cuStreamIsCapturing`, all present since CUDA 11; and, for the
+//! `cuStreamWaitEvent`, `cuStreamSynchronize`, `cuStreamDestroy_v2`,
+//! `cuStreamIsCapturing` and `cuThreadExchangeStreamCaptureMode`, all
+//! present since CUDA 11; and, for the
 //! profiler's anchor gate, `cuMemHostAlloc`, `cuMemHostGetDevicePointer_v2`,
 //! `cuMemFreeHost` and `cuStreamWaitValue32_v2` (on by default since CUDA
 //! 11.7), else `cuStreamWaitValue32` where `cuDeviceGetAttribute` says the
@@ -97,6 +98,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod capture;
 mod context;
 mod ffi;
 mod gate;
@@ -400,8 +402,10 @@ impl EventApi for Cuda {
         let api = api()?;
         let raw = live_event(event, CALL)?;
         in_context(event.ctx.raw, || {
-            // SAFETY: the event is live, its context bound.
-            check(CALL, unsafe { (api.cuEventSynchronize)(raw) })
+            capture::relaxed(|| {
+                // SAFETY: the event is live, its context bound.
+                check(CALL, unsafe { (api.cuEventSynchronize)(raw) })
+            })
         })
     }
 
@@ -441,8 +445,10 @@ impl EventApi for Cuda {
         const CALL: &str = "cuStreamSynchronize";
         let api = api()?;
         on_stream(stream, CALL, |live| {
-            // SAFETY: the stream is live, its context bound.
-            check(CALL, unsafe { (api.cuStreamSynchronize)(live.raw) })
+            capture::relaxed(|| {
+                // SAFETY: the stream is live, its context bound.
+                check(CALL, unsafe { (api.cuStreamSynchronize)(live.raw) })
+            })
         })
     }
 
@@ -485,11 +491,13 @@ impl EventQuery for Cuda {
         let api = api()?;
         let raw = live_event(event, CALL)?;
         in_context(event.ctx.raw, || {
-            // SAFETY: the event is live, its context bound.
-            match unsafe { (api.cuEventQuery)(raw) } {
-                ffi::NOT_READY => Ok(false),
-                status => check(CALL, status).map(|()| true),
-            }
+            capture::relaxed(|| {
+                // SAFETY: the event is live, its context bound.
+                match unsafe { (api.cuEventQuery)(raw) } {
+                    ffi::NOT_READY => Ok(false),
+                    status => check(CALL, status).map(|()| true),
+                }
+            })
         })
     }
 }
@@ -499,6 +507,16 @@ impl EventQuery for Cuda {
 impl device_events_core::AnchorApi for Cuda {
     fn poll(event: &CudaEvent) -> Option<Result<bool, DriverError>> {
         Some(Self::event_query(event))
+    }
+
+    fn in_context_of<T>(stream: CudaStream, call: impl FnOnce() -> T) -> Result<T, DriverError> {
+        // Out of the table first: `call` uses the stream too.
+        let ctx = stream.live("cuCtxPushCurrent_v2", |live| Arc::clone(&live.ctx))?;
+        in_context(ctx.raw, || Ok(call()))
+    }
+
+    fn own_thread() {
+        capture::own_thread();
     }
 
     fn gate(stream: CudaStream) -> Result<Option<Box<dyn device_events_core::Gate>>, DriverError> {

@@ -178,6 +178,7 @@ fn only_the_documented_functions_are_called() {
             "cuStreamCreate",
             "cuStreamWaitEvent",
             "cuStreamSynchronize",
+            "cuThreadExchangeStreamCaptureMode",
             "cuStreamDestroy_v2",
             "cuStreamIsCapturing",
             "cuDeviceGetAttribute",

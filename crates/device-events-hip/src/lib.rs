@@ -36,7 +36,7 @@
 //! in ROCm 5's runtime; and, where the runtime has them, for the profiler's
 //! anchor gate, `hipDeviceGetAttribute`, `hipExtMallocWithFlags`,
 //! `hipStreamWaitValue32` and `hipFree` (a runtime without them loads, and
-//! its profiler anchors without a gate). It resolves nothing else. Nothing of ROCm is built
+//! its profiler anchors without a gate), and `hipThreadExchangeStreamCaptureMode`. It resolves nothing else. Nothing of ROCm is built
 //! or linked at build time: the runtime is opened on first use from the
 //! places [`runtime::search_path`] lists (`$ROCM_PATH/lib`, `$HIP_PATH/lib`,
 //! `/opt/rocm/lib`, then the loader's search; `libamdhip64.so` or the
@@ -55,6 +55,7 @@
 //! Screen a stream with [`Hip::capture_status`] before profiling on it:
 //! inside a capture, records are graph nodes, not timestamps.
 
+mod capture;
 mod gate;
 pub mod runtime;
 
@@ -516,9 +517,11 @@ impl EventApi for Hip {
     fn event_wait(event: &HipEvent) -> Result<(), DriverError> {
         let raw = live_event(event, "hipEventSynchronize")?;
         on_device(event.device, |rt| {
-            // SAFETY: the event is live, its device bound.
-            check("hipEventSynchronize", unsafe {
-                (rt.fns.hipEventSynchronize)(raw)
+            capture::relaxed(|| {
+                // SAFETY: the event is live, its device bound.
+                check("hipEventSynchronize", unsafe {
+                    (rt.fns.hipEventSynchronize)(raw)
+                })
             })
         })
     }
@@ -559,8 +562,10 @@ impl EventApi for Hip {
     fn stream_synchronize(stream: HipStream) -> Result<(), DriverError> {
         const CALL: &str = "hipStreamSynchronize";
         on_stream(stream, CALL, |rt, live| {
-            // SAFETY: the stream is live, its device bound.
-            check(CALL, unsafe { (rt.fns.hipStreamSynchronize)(live.raw) })
+            capture::relaxed(|| {
+                // SAFETY: the stream is live, its device bound.
+                check(CALL, unsafe { (rt.fns.hipStreamSynchronize)(live.raw) })
+            })
         })
     }
 
@@ -601,11 +606,13 @@ impl EventQuery for Hip {
         const CALL: &str = "hipEventQuery";
         let raw = live_event(event, CALL)?;
         on_device(event.device, |rt| {
-            // SAFETY: the event is live, its device bound.
-            match unsafe { (rt.fns.hipEventQuery)(raw) } {
-                runtime::HIP_ERROR_NOT_READY => Ok(false),
-                status => check(CALL, status).map(|()| true),
-            }
+            capture::relaxed(|| {
+                // SAFETY: the event is live, its device bound.
+                match unsafe { (rt.fns.hipEventQuery)(raw) } {
+                    runtime::HIP_ERROR_NOT_READY => Ok(false),
+                    status => check(CALL, status).map(|()| true),
+                }
+            })
         })
     }
 }
@@ -615,6 +622,18 @@ impl EventQuery for Hip {
 impl device_events_core::AnchorApi for Hip {
     fn poll(event: &HipEvent) -> Option<Result<bool, DriverError>> {
         Some(Self::event_query(event))
+    }
+
+    fn in_context_of<T>(stream: HipStream, call: impl FnOnce() -> T) -> Result<T, DriverError> {
+        // Out of the table first: `call` uses the stream too.
+        let device = STREAMS
+            .with(stream.handle, |live| live.device)
+            .ok_or_else(|| dead("hipSetDevice"))?;
+        on_device(device, |_| Ok(call()))
+    }
+
+    fn own_thread() {
+        capture::own_thread();
     }
 
     fn gate(stream: HipStream) -> Result<Option<Box<dyn device_events_core::Gate>>, DriverError> {

@@ -162,6 +162,8 @@ impl MemOps {
 pub(crate) struct Runtime {
     pub(crate) fns: Functions,
     pub(crate) mem_ops: Option<MemOps>,
+    /// `hipThreadExchangeStreamCaptureMode` (ROCm 5.0 on), where present.
+    pub(crate) exchange_capture_mode: Option<unsafe extern "C" fn(*mut c_int) -> Status>,
     pub(crate) path: PathBuf,
     /// Kept open for the process: the functions point into it.
     _lib: Library,
@@ -223,6 +225,14 @@ fn load() -> Result<Runtime, String> {
                     fns,
                     // SAFETY: as for `Functions::resolve` just above.
                     mem_ops: unsafe { MemOps::resolve(&lib) },
+                    // SAFETY: HIP's C signature of the function of that
+                    // name (the mode is a C enum: an `int`), status as an
+                    // integer; the library stays open with the pointer.
+                    exchange_capture_mode: unsafe {
+                        lib.get(b"hipThreadExchangeStreamCaptureMode\0")
+                    }
+                    .ok()
+                    .map(|f| *f),
                     path,
                     _lib: lib,
                 });

@@ -95,6 +95,7 @@ fn only_the_documented_functions_are_called() {
             "hipStreamSynchronize",
             "hipStreamDestroy",
             "hipStreamIsCapturing",
+            "hipThreadExchangeStreamCaptureMode",
             "hipGetErrorName",
             "hipDeviceGetAttribute",
             "hipExtMallocWithFlags",

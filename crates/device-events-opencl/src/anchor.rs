@@ -115,6 +115,13 @@ fn raw_now() -> (i128, Instant, Duration) {
 }
 
 impl AnchorApi for OpenCl {
+    fn in_context_of<T>(stream: ClStream, call: impl FnOnce() -> T) -> Result<T, DriverError> {
+        let context = on_queue(stream, "clCreateUserEvent", |live| {
+            Ok(Arc::clone(&live.context))
+        })?;
+        Ok(crate::context::with_selected(context, call))
+    }
+
     fn gate(stream: ClStream) -> Result<Option<Box<dyn Gate>>, DriverError> {
         let context = on_queue(stream, "clCreateUserEvent", |live| {
             Ok(Arc::clone(&live.context))

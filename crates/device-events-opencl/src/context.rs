@@ -197,3 +197,12 @@ pub(crate) fn current() -> Result<Arc<ClContext>, DriverError> {
 pub(crate) fn select(context: Arc<ClContext>) {
     SELECTED.with(|s| *s.borrow_mut() = Some(context));
 }
+
+/// Run `call` with `context` the calling thread's, then give the thread
+/// back its own selection.
+pub(crate) fn with_selected<T>(context: Arc<ClContext>, call: impl FnOnce() -> T) -> T {
+    let previous = SELECTED.with(|s| s.borrow_mut().replace(context));
+    let out = call();
+    SELECTED.with(|s| *s.borrow_mut() = previous);
+    out
+}

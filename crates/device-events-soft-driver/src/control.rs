@@ -14,6 +14,8 @@ struct Injection {
     /// Calls of `name` still to pass before the one that fails.
     pass: u32,
     status: i32,
+    /// Calls from this thread neither count nor fail.
+    except: Option<std::thread::ThreadId>,
 }
 
 #[derive(Default)]
@@ -39,7 +41,11 @@ pub(crate) fn enter(name: &'static str) -> Result<(), i32> {
     if *count == 1 {
         control.order.push(name);
     }
-    let due = control.injections.iter().position(|i| i.name == name);
+    let me = std::thread::current().id();
+    let due = control
+        .injections
+        .iter()
+        .position(|i| i.name == name && i.except != Some(me));
     if let Some(index) = due {
         let injection = &mut control.injections[index];
         if injection.pass == 0 {
@@ -106,6 +112,7 @@ pub unsafe extern "C" fn soft_driver_fail_call_any(
         name: name.to_owned(),
         pass: nth - 1,
         status,
+        except: None,
     });
     0
 }
@@ -160,8 +167,32 @@ pub unsafe extern "C" fn soft_driver_fail_call(name: *const c_char, nth: u32, st
         name: name.to_owned(),
         pass: nth - 1,
         status,
+        except: None,
     });
     0
+}
+
+/// As [`soft_driver_fail_call`], counting only calls made on threads other
+/// than the calling one: how a test reaches a call a library makes on a
+/// thread of its own.
+///
+/// # Safety
+///
+/// `name` is null or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn soft_driver_fail_call_elsewhere(
+    name: *const c_char,
+    nth: u32,
+    status: i32,
+) -> i32 {
+    // SAFETY: as this function's caller promises.
+    let done = unsafe { soft_driver_fail_call(name, nth, status) };
+    if done == 0
+        && let Some(last) = control().injections.last_mut()
+    {
+        last.except = Some(std::thread::current().id());
+    }
+    done
 }
 
 /// How many times the exported function `name` was called since the last
@@ -180,6 +211,13 @@ pub unsafe extern "C" fn soft_driver_call_count(name: *const c_char) -> u64 {
         return 0;
     };
     control().calls.get(name).copied().unwrap_or(0)
+}
+
+/// Calls that a capture's interaction mode prohibited since the process
+/// began: each failed with 900 and invalidated the capture.
+#[unsafe(no_mangle)]
+pub extern "C" fn soft_driver_capture_violations() -> u64 {
+    ENGINE.capture_violations()
 }
 
 /// Forget injections and call counts.
@@ -253,8 +291,9 @@ pub unsafe extern "C" fn soft_driver_event_truth_ns(event: *mut c_void, out: *mu
     }
 }
 
-/// The handle of the event most recently recorded, by either ABI: how a test
-/// finds the event a library recorded for it, to read its truth.
+/// The handle of the event the calling thread recorded last, by either ABI:
+/// how a test finds the event a library recorded for it, to read its truth.
+/// Per thread: a library records on threads of its own too.
 #[unsafe(no_mangle)]
 pub extern "C" fn soft_driver_last_recorded_event() -> *mut c_void {
     ENGINE.last_recorded() as usize as *mut c_void

@@ -95,10 +95,22 @@ enum Capture {
 }
 
 /// A capture in progress: the stream that began it, and the streams forked
-/// into it that have not joined back.
+/// into it that have not joined back; the thread that began it, and in
+/// which interaction mode.
 struct Capturing {
     origin: u64,
     unjoined: HashSet<u64>,
+    thread: ThreadId,
+    mode: u32,
+}
+
+/// Stream capture interaction modes, as both ABIs number them.
+pub(crate) const CAPTURE_MODE_GLOBAL: u32 = 0;
+pub(crate) const CAPTURE_MODE_RELAXED: u32 = 2;
+
+thread_local! {
+    /// This thread's capture interaction mode (`cuThreadExchangeStreamCaptureMode`).
+    static CAPTURE_MODE: std::cell::Cell<u32> = const { std::cell::Cell::new(CAPTURE_MODE_GLOBAL) };
 }
 
 struct Stream {
@@ -192,7 +204,9 @@ struct State {
     /// Events and streams freed with their context's teardown.
     orphans: HashSet<u64>,
     captures: HashMap<u64, Capturing>,
-    last_recorded: u64,
+    /// By the thread that recorded it: a library records on threads of
+    /// its own too.
+    last_recorded: HashMap<ThreadId, u64>,
 }
 
 /// What the device holds now.
@@ -209,6 +223,9 @@ pub(crate) struct Engine {
     state: Mutex<State>,
     changed: Condvar,
     misuses: AtomicU64,
+    /// Calls a capture's interaction mode prohibited: each failed, and
+    /// invalidated the capture.
+    capture_violations: AtomicU64,
     /// Bumped at every change waiters look for: what a spinning wait
     /// watches, so that it does not hammer the state's lock.
     progress: AtomicU64,
@@ -223,6 +240,7 @@ pub(crate) static ENGINE: LazyLock<Engine> = LazyLock::new(|| Engine {
     }),
     changed: Condvar::new(),
     misuses: AtomicU64::new(0),
+    capture_violations: AtomicU64::new(0),
     progress: AtomicU64::new(0),
 });
 
@@ -337,7 +355,9 @@ impl Engine {
                 at,
             },
         )?;
-        state.last_recorded = event;
+        state
+            .last_recorded
+            .insert(std::thread::current().id(), event);
         if let Some(ev) = state.events.get_mut(&event) {
             ev.captured = None;
             ev.recorded = generation;
@@ -391,13 +411,69 @@ impl Engine {
         Ok(())
     }
 
-    /// The event most recently recorded, by any stream.
+    /// The event the calling thread recorded last.
     pub(crate) fn last_recorded(&self) -> u64 {
-        self.lock().last_recorded
+        let me = std::thread::current().id();
+        self.lock().last_recorded.get(&me).copied().unwrap_or(0)
+    }
+
+    /// Swap the calling thread's capture interaction mode with `*mode`.
+    pub(crate) fn exchange_capture_mode(mode: &mut u32) -> Outcome<()> {
+        if *mode > CAPTURE_MODE_RELAXED {
+            return Err(Fault::InvalidValue);
+        }
+        *mode = CAPTURE_MODE.with(|m| m.replace(*mode));
+        Ok(())
+    }
+
+    /// Calls prohibited by the thread's capture interaction mode, as the
+    /// CUDA driver API documents `cuThreadExchangeStreamCaptureMode` (HIP
+    /// mirrors it): queries and synchronizations, which a capture cannot
+    /// record. GLOBAL: prohibited while this thread captures in a mode
+    /// other than RELAXED, or any other thread captures in GLOBAL mode;
+    /// THREAD_LOCAL: only this thread's own capture counts; RELAXED: never.
+    /// A prohibited call fails, invalidates the captures that prohibited
+    /// it (their end fails), and is counted.
+    fn capture_permits(&self, state: &mut State) -> Outcome<()> {
+        let mode = CAPTURE_MODE.with(std::cell::Cell::get);
+        if mode == CAPTURE_MODE_RELAXED || state.captures.is_empty() {
+            return Ok(());
+        }
+        let me = std::thread::current().id();
+        let against: Vec<u64> = state
+            .captures
+            .iter()
+            .filter(|(_, c)| {
+                if c.thread == me {
+                    c.mode != CAPTURE_MODE_RELAXED
+                } else {
+                    mode == CAPTURE_MODE_GLOBAL && c.mode == CAPTURE_MODE_GLOBAL
+                }
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        if against.is_empty() {
+            return Ok(());
+        }
+        for s in state.streams.values_mut() {
+            if let Capture::Active(id) = s.capture
+                && against.contains(&id)
+            {
+                s.capture = Capture::Invalidated(id);
+            }
+        }
+        self.capture_violations.fetch_add(1, Ordering::Relaxed);
+        Err(Fault::CaptureUnsupported)
+    }
+
+    /// Calls a capture's interaction mode prohibited, since the start.
+    pub(crate) fn capture_violations(&self) -> u64 {
+        self.capture_violations.load(Ordering::Relaxed)
     }
 
     pub(crate) fn event_query(&self, event: u64) -> Outcome<()> {
-        let state = self.lock();
+        let mut state = self.lock();
+        self.capture_permits(&mut state)?;
         let ev = live_event(&state, event)?;
         if ev.captured.is_some() {
             Err(Fault::CapturedEvent)
@@ -413,7 +489,8 @@ impl Engine {
     /// sleeps and wakes a configured latency late; any other spins, burning
     /// the calling thread's core for the whole wait.
     pub(crate) fn event_synchronize(&self, event: u64) -> Outcome<()> {
-        let state = self.lock();
+        let mut state = self.lock();
+        self.capture_permits(&mut state)?;
         let ev = live_event(&state, event)?;
         if ev.captured.is_some() {
             return Err(Fault::CapturedEvent);
@@ -538,6 +615,7 @@ impl Engine {
 
     pub(crate) fn stream_synchronize(&self, stream: StreamRef) -> Outcome<()> {
         let mut state = self.lock();
+        self.capture_permits(&mut state)?;
         let stream = lookup(&mut state, stream)?;
         let s = state.streams.get_mut(&stream).ok_or(Fault::InvalidHandle)?;
         match s.capture {
@@ -563,7 +641,8 @@ impl Engine {
 
     /// Every stream of `device`, drained.
     pub(crate) fn device_synchronize(&self, device: usize) -> Outcome<()> {
-        let state = self.lock();
+        let mut state = self.lock();
+        self.capture_permits(&mut state)?;
         let targets: Vec<(u64, u64)> = state
             .streams
             .iter()
@@ -586,7 +665,7 @@ impl Engine {
         })
     }
 
-    pub(crate) fn stream_begin_capture(&self, stream: u64) -> Outcome<()> {
+    pub(crate) fn stream_begin_capture(&self, stream: u64, mode: u32) -> Outcome<()> {
         let mut state = self.lock();
         let s = live_stream(&mut state, stream)?;
         if s.internal {
@@ -604,6 +683,8 @@ impl Engine {
             Capturing {
                 origin: stream,
                 unjoined: HashSet::new(),
+                thread: std::thread::current().id(),
+                mode,
             },
         );
         Ok(())

@@ -292,7 +292,26 @@ extern "C" fn hipStreamBeginCapture(stream: HipStream, mode: c_uint) -> HipError
         if mode > 2 || stream.is_null() {
             return Err(Fault::InvalidValue);
         }
-        ENGINE.stream_begin_capture(stream as u64)
+        ENGINE.stream_begin_capture(stream as u64, mode)
+    })
+}
+
+/// Swap the calling thread's capture interaction mode with `*mode`.
+///
+/// # Safety
+///
+/// `mode` is null or valid for a read and a write.
+#[unsafe(no_mangle)]
+unsafe extern "C" fn hipThreadExchangeStreamCaptureMode(mode: *mut c_uint) -> HipError {
+    call("hipThreadExchangeStreamCaptureMode", || {
+        if mode.is_null() {
+            return Err(Fault::InvalidValue);
+        }
+        // SAFETY: non-null, and valid for a read by the caller's promise.
+        let mut swapped = unsafe { mode.read() };
+        crate::engine::Engine::exchange_capture_mode(&mut swapped)?;
+        // SAFETY: as above, for the write.
+        unsafe { out::put(mode, swapped) }
     })
 }
 

@@ -1,0 +1,381 @@
+//! Keeping a profiler's anchor fresh, off the caller's thread.
+//!
+//! `start()` never waits for a calibration: it takes the anchor there is,
+//! and when that one is stale hands a new calibration to the calibrator
+//! thread, which binds the profiler's context (the anchor stream's) and
+//! takes it there. A window started while there is no anchor yet holds the
+//! one being taken, and its reading waits for it on the resolver thread.
+
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+
+use cubecl_common::profile::{Duration, Instant};
+
+use crate::anchor::{Anchor, Bracket, Calibration};
+use crate::calibrator;
+use crate::drift::{DriftFit, MAX_GAP, Placement};
+use crate::driver::{DriverError, ErrorKind};
+use crate::gate::{AnchorApi, Gate};
+use crate::pool::EventPool;
+use crate::profiler::{ProfilerConfig, reading_error};
+use crate::stream::OwnedStream;
+
+/// The anchor a calibration in flight will give: filled once, with the new
+/// anchor, the previous one when the refresh failed, or the failure.
+pub(crate) type Next<A> = OnceLock<Result<Arc<Anchor<A>>, DriverError>>;
+
+/// The anchor a window is placed on.
+pub(crate) enum WindowAnchor<A: AnchorApi> {
+    Known(Arc<Anchor<A>>),
+    /// Taken after the window started; its reading waits for it.
+    Next(Arc<Next<A>>),
+}
+
+impl<A: AnchorApi> WindowAnchor<A> {
+    /// The anchor, `None` while it is being taken.
+    pub(crate) fn get(&self) -> Option<Result<&Arc<Anchor<A>>, &DriverError>> {
+        match self {
+            Self::Known(anchor) => Some(Ok(anchor)),
+            Self::Next(next) => next.get().map(Result::as_ref),
+        }
+    }
+}
+
+/// A profiler's anchoring: what `start()` reads, and what the calibrator
+/// thread works on.
+pub(crate) struct Anchoring<A: AnchorApi> {
+    shared: Arc<Shared<A>>,
+}
+
+struct Shared<A: AnchorApi> {
+    config: ProfilerConfig,
+    pool: Arc<EventPool<A>>,
+    /// Made on the first window, on the caller's thread: of its context.
+    stream: OnceLock<OwnedStream<A>>,
+    /// Locked briefly, by `start()` and by a calibration's end.
+    latest: Mutex<Latest<A>>,
+    /// Locked by the calibration in flight (and only it).
+    work: Mutex<Work>,
+}
+
+struct Latest<A: AnchorApi> {
+    anchor: Option<Arc<Anchor<A>>>,
+    /// While a calibration is in flight: where it leaves its anchor.
+    in_flight: Option<Arc<Next<A>>>,
+    /// After a failed calibration: when to try again, the delay that led
+    /// there (doubling), and the failure.
+    retry: Option<(Instant, Duration, DriverError)>,
+}
+
+struct Work {
+    /// Dropped before the stream it waits on, in `Shared`'s drop: open.
+    gate: Option<Box<dyn Gate>>,
+    gate_tried: bool,
+    fit: DriftFit,
+}
+
+/// The first delay before a failed calibration is tried again.
+const FIRST_RETRY: Duration = Duration::from_millis(1);
+
+impl<A: AnchorApi> Anchoring<A> {
+    pub(crate) fn new(config: ProfilerConfig, pool: Arc<EventPool<A>>) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                config,
+                pool,
+                stream: OnceLock::new(),
+                latest: Mutex::new(Latest {
+                    anchor: None,
+                    in_flight: None,
+                    retry: None,
+                }),
+                work: Mutex::new(Work {
+                    gate: None,
+                    gate_tried: false,
+                    fit: DriftFit::new(config.timer_resolution),
+                }),
+            }),
+        }
+    }
+
+    /// The private stream anchors are taken on, once a window made it.
+    pub(crate) fn stream(&self) -> Option<A::Stream> {
+        self.shared.stream.get().map(OwnedStream::get)
+    }
+
+    /// The current anchor's bound, `None` before the first.
+    pub(crate) fn uncertainty(&self) -> Option<Duration> {
+        self.shared
+            .latest()
+            .anchor
+            .as_ref()
+            .map(|anchor| anchor.uncertainty())
+    }
+
+    /// The anchor for a window starting now, without waiting: the current
+    /// one while it is fresh; once it is stale, the one a calibration is
+    /// taking (begun here if none is), which lies near the window, after
+    /// its start or before. The stale one only while a failed calibration
+    /// backs off.
+    ///
+    /// # Errors
+    ///
+    /// With no anchor at all: while a failed first calibration backs off,
+    /// or when none could be begun.
+    pub(crate) fn for_window(&self) -> Result<WindowAnchor<A>, DriverError> {
+        let now = (self.shared.config.host_clock)();
+        let mut latest = self.shared.latest();
+        if let Some(anchor) = &latest.anchor
+            && !anchor.stale(now)
+        {
+            return Ok(WindowAnchor::Known(Arc::clone(anchor)));
+        }
+        if latest.in_flight.is_none() {
+            let backing_off = latest.retry.as_ref().is_some_and(|(at, ..)| now < *at);
+            if !backing_off && let Err(err) = self.begin(&mut latest) {
+                log::warn!("{}: no anchor calibration begun: {err}", A::BACKEND);
+                Shared::back_off(&mut latest, now, &self.shared.config, err);
+            }
+        }
+        if let Some(next) = &latest.in_flight {
+            return Ok(WindowAnchor::Next(Arc::clone(next)));
+        }
+        if let Some(old) = &latest.anchor {
+            return Ok(WindowAnchor::Known(Arc::clone(old)));
+        }
+        let (at, _, err) = latest.retry.as_ref().ok_or_else(|| {
+            DriverError::refused(
+                A::BACKEND,
+                "anchor calibration",
+                ErrorKind::Other,
+                "no anchor, and none being taken",
+            )
+        })?;
+        // Not the old error as it was: it names a call this window never
+        // made.
+        Err(DriverError::refused(
+            A::BACKEND,
+            "anchor calibration",
+            err.kind(),
+            format!(
+                "no anchor yet: the last calibration failed ({err}); \
+                 the next is tried in {:?}",
+                at.saturating_duration_since(now)
+            ),
+        ))
+    }
+
+    /// Hand a calibration to the calibrator thread; the anchor stream is
+    /// made here first, on the caller's thread, so that it is of the
+    /// caller's context.
+    fn begin(&self, latest: &mut Latest<A>) -> Result<(), DriverError> {
+        if self.shared.stream.get().is_none() {
+            let stream = OwnedStream::new()?;
+            // Only this thread sets it: `start()` takes `&mut self`.
+            let _ = self.shared.stream.set(stream);
+        }
+        let next = Arc::new(Next::<A>::new());
+        let task = Task {
+            shared: Arc::clone(&self.shared),
+            next: Arc::clone(&next),
+        };
+        calibrator::submit(Box::new(move || task.run())).map_err(|err| {
+            DriverError::refused(
+                A::BACKEND,
+                "anchor calibration",
+                ErrorKind::Other,
+                format!("no calibrator thread could be started: {err}"),
+            )
+        })?;
+        latest.in_flight = Some(next);
+        Ok(())
+    }
+}
+
+impl<A: AnchorApi> Shared<A> {
+    fn latest(&self) -> MutexGuard<'_, Latest<A>> {
+        self.latest.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Back off, doubling up to the anchor's own refresh period: a failing
+    /// driver is not asked again at every `start`.
+    fn back_off(
+        latest: &mut Latest<A>,
+        now: Instant,
+        config: &ProfilerConfig,
+        err: DriverError,
+    ) -> Duration {
+        let cap = config.anchor_max_age.max(FIRST_RETRY);
+        let delay = latest
+            .retry
+            .as_ref()
+            .map_or(FIRST_RETRY, |retry| (retry.1 * 2).min(cap));
+        latest.retry = Some((now + delay, delay, err));
+        delay
+    }
+
+    /// A new anchor on the private stream, placed by the drift fit.
+    fn calibrate(&self, stream: A::Stream) -> Result<Anchor<A>, DriverError> {
+        let mut work = self.work.lock().unwrap_or_else(PoisonError::into_inner);
+        let work = &mut *work;
+        if self.config.gated_anchor && !work.gate_tried {
+            work.gate_tried = true;
+            work.gate = A::gate(stream).unwrap_or_else(|err| {
+                log::warn!("{}: anchoring without a gate: {err}", A::BACKEND);
+                None
+            });
+        }
+        let how = Calibration {
+            samples: self.config.calibration_samples,
+            clock: self.config.host_clock,
+            gate: work.gate.as_deref_mut(),
+            settle: self.config.gate_settle,
+            driver_clock: self.config.driver_clock,
+        };
+        let (bracket, gate_refused) = Bracket::take(&self.pool, stream, how)?;
+        if gate_refused {
+            work.gate = None;
+        }
+        let previous = self.latest().anchor.clone();
+        let chain = chain_position(&mut work.fit, previous.as_deref(), &bracket);
+        let placement = if self.config.drift_correction {
+            work.fit.admit(
+                bracket.midpoint(),
+                bracket.width / 2,
+                chain.0,
+                chain.1,
+                self.config.anchor_max_age,
+            )
+        } else {
+            Placement::alone(
+                bracket.midpoint(),
+                bracket.width / 2,
+                self.config.anchor_max_age,
+            )
+        };
+        Ok(Anchor::new(bracket, placement, chain))
+    }
+}
+
+impl<A: AnchorApi> Drop for Shared<A> {
+    fn drop(&mut self) {
+        // The gate before the stream that waits on it: dropped open.
+        drop(
+            self.work
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner)
+                .gate
+                .take(),
+        );
+    }
+}
+
+/// Device time from the start of the anchor chain to `bracket`'s event,
+/// read from the previous anchor, and how far the sum of readings can be
+/// off; a new chain when there is none to read from.
+fn chain_position<A: AnchorApi>(
+    fit: &mut DriftFit,
+    previous: Option<&Anchor<A>>,
+    bracket: &Bracket<A>,
+) -> (f64, f64) {
+    let Some(previous) = previous else {
+        fit.restart();
+        return (0.0, 0.0);
+    };
+    if bracket
+        .midpoint()
+        .saturating_duration_since(previous.measured())
+        > MAX_GAP
+    {
+        fit.restart();
+        return (0.0, 0.0);
+    }
+    match A::event_elapsed(previous.event(), bracket.event.raw()) {
+        Ok(step) => (
+            previous.chain_ns() + step.as_nanos() as f64,
+            // Stamps are quantised, so the resolution telescopes out of a
+            // sum of readings; the `f32` rounding of each does not.
+            previous.chain_error_ns() + reading_error(step, Duration::ZERO).as_nanos() as f64,
+        ),
+        Err(err) => {
+            log::warn!("{}: drift estimate restarted: {err}", A::BACKEND);
+            fit.restart();
+            (0.0, 0.0)
+        }
+    }
+}
+
+/// One calibration, as handed to the calibrator thread. Its `Next` is
+/// filled on every path: dropped unrun (no thread) or unwinding, with a
+/// failure.
+struct Task<A: AnchorApi> {
+    shared: Arc<Shared<A>>,
+    next: Arc<Next<A>>,
+}
+
+impl<A: AnchorApi> Task<A> {
+    fn run(self) {
+        A::own_thread();
+        let Some(stream) = self.shared.stream.get().map(OwnedStream::get) else {
+            return;
+        };
+        let taken = A::in_context_of(stream, || self.shared.calibrate(stream)).and_then(|t| t);
+        let now = (self.shared.config.host_clock)();
+        let mut latest = self.shared.latest();
+        latest.in_flight = None;
+        let outcome = match taken {
+            Ok(anchor) => {
+                let anchor = Arc::new(anchor);
+                latest.anchor = Some(Arc::clone(&anchor));
+                latest.retry = None;
+                Ok(anchor)
+            }
+            Err(err) => {
+                let delay = Shared::back_off(&mut latest, now, &self.shared.config, err.clone());
+                match &latest.anchor {
+                    Some(old) if !err.is_device_poisoned() => {
+                        log::warn!(
+                            "{}: anchor refresh failed, keeping the previous anchor, \
+                             next try in {delay:?}: {err}",
+                            A::BACKEND
+                        );
+                        Ok(Arc::clone(old))
+                    }
+                    _ => {
+                        // Off the caller's thread, with nowhere else to go:
+                        // the windows waiting for it read `None`.
+                        log::warn!(
+                            "{}: anchor calibration failed, next try in {delay:?}; \
+                             windows waiting for it read None: {err}",
+                            A::BACKEND
+                        );
+                        Err(err)
+                    }
+                }
+            }
+        };
+        drop(latest);
+        let _ = self.next.set(outcome);
+    }
+}
+
+impl<A: AnchorApi> Drop for Task<A> {
+    fn drop(&mut self) {
+        if self.next.get().is_none() {
+            let mut latest = self.shared.latest();
+            if latest
+                .in_flight
+                .as_ref()
+                .is_some_and(|n| Arc::ptr_eq(n, &self.next))
+            {
+                latest.in_flight = None;
+            }
+            drop(latest);
+            let _ = self.next.set(Err(DriverError::refused(
+                A::BACKEND,
+                "anchor calibration",
+                ErrorKind::Other,
+                "the calibration did not run to its end",
+            )));
+        }
+    }
+}

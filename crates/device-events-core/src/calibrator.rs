@@ -1,0 +1,124 @@
+//! One thread per process that takes anchors, so that no caller's thread
+//! waits for a calibration: `start()` only hands one over.
+//!
+//! Calibrations are rare (every few milliseconds until a profiler's drift
+//! fit is trusted, then every second) and short on an idle device, so one
+//! thread serves every profiler, one calibration at a time. A calibration
+//! stuck behind a long kernel on a shared hardware queue delays the ones
+//! behind it, never a window: windows keep their anchor meanwhile.
+//!
+//! Apart from the resolver thread: a calibration waits (after a short
+//! poll), and the resolver must not.
+
+use std::collections::VecDeque;
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+/// A calibration, bound to whatever it needs.
+pub(crate) type Task = Box<dyn FnOnce() + Send>;
+
+/// How long an idle thread stays for the next calibration.
+const LINGER: Duration = Duration::from_secs(2);
+
+struct Queue {
+    tasks: VecDeque<Task>,
+    /// Queued or running.
+    busy: usize,
+    /// The process whose thread is up, if one is: a child made by `fork`
+    /// inherits this memory but not the thread.
+    running: Option<u32>,
+}
+
+static QUEUE: Mutex<Queue> = Mutex::new(Queue {
+    tasks: VecDeque::new(),
+    busy: 0,
+    running: None,
+});
+static WORK: Condvar = Condvar::new();
+static IDLE: Condvar = Condvar::new();
+
+fn queue() -> MutexGuard<'static, Queue> {
+    QUEUE.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Hand `task` to the calibrator thread, starting it if needed.
+///
+/// # Errors
+///
+/// When no thread could be started; the task is dropped, not run.
+pub(crate) fn submit(task: Task) -> std::io::Result<()> {
+    let mut q = queue();
+    q.tasks.push_back(task);
+    q.busy += 1;
+    if q.running == Some(std::process::id()) {
+        drop(q);
+        WORK.notify_one();
+        return Ok(());
+    }
+    q.running = Some(std::process::id());
+    drop(q);
+    let spawned = std::thread::Builder::new()
+        .name("device-events-calibrator".into())
+        .spawn(serve);
+    if let Err(err) = spawned {
+        let mut q = queue();
+        q.running = None;
+        let dropped = std::mem::take(&mut q.tasks);
+        q.busy -= dropped.len();
+        drop(q);
+        // Unrun: each fills its anchor with a failure as it drops.
+        drop(dropped);
+        IDLE.notify_all();
+        return Err(err);
+    }
+    Ok(())
+}
+
+fn serve() {
+    let mut q = queue();
+    loop {
+        if let Some(task) = q.tasks.pop_front() {
+            drop(q);
+            // A task never panics by design; one that did must not take
+            // the thread, and every profiler's calibrations, with it.
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(task)).is_err() {
+                log::warn!("device-events: a calibration panicked; its windows read None");
+            }
+            q = queue();
+            q.busy -= 1;
+            if q.busy == 0 {
+                IDLE.notify_all();
+            }
+            continue;
+        }
+        let (next, waited) = WORK
+            .wait_timeout(q, LINGER)
+            .unwrap_or_else(PoisonError::into_inner);
+        q = next;
+        if waited.timed_out() && q.tasks.is_empty() {
+            q.running = None;
+            return;
+        }
+    }
+}
+
+/// Wait, at most `timeout`, until no calibration is queued or running;
+/// whether none is.
+///
+/// A profiler dropped while its anchor is being taken releases the
+/// anchor's events and stream when that calibration ends, on the
+/// calibrator thread: wait here before counting what a driver still holds,
+/// or before tearing down a context by hand.
+///
+/// ```
+/// use std::time::Duration;
+///
+/// assert!(device_events_core::wait_for_calibrations(Duration::from_secs(1)));
+/// ```
+pub fn wait_for_calibrations(timeout: Duration) -> bool {
+    let q = queue();
+    let (q, _) = IDLE
+        .wait_timeout_while(q, timeout, |q| q.busy > 0)
+        .unwrap_or_else(PoisonError::into_inner);
+    q.busy == 0
+}
