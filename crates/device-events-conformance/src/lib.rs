@@ -35,7 +35,8 @@ use std::time::{Duration, Instant};
 
 use device_events_core::profile::{ProfileDuration, ProfileTicks};
 use device_events_core::{
-    AnchorApi, CaptureStatus, DriverError, ErrorKind, EventFence, EventProfiler, OwnedStream,
+    AnchorApi, CaptureStatus, DriverError, ErrorKind, EventFence, EventProfiler, EventQuery,
+    OwnedStream, ProfilerConfig,
 };
 
 /// Device work a backend's tests can queue: a memset of a sized buffer works
@@ -59,6 +60,8 @@ pub struct Capture<A: AnchorApi> {
     pub end: fn(A::Stream) -> Result<(), DriverError>,
     /// The backend's capture-status query.
     pub status: fn(A::Stream) -> Result<CaptureStatus, DriverError>,
+    /// Make the calling thread's current context (device) the suite's.
+    pub bind_thread: fn(),
 }
 
 /// What a backend's suite runs against.
@@ -774,6 +777,62 @@ pub fn run_without_driver(child: &str, hide: &[&str], set: &[(&str, &str)]) {
     );
 }
 
+/// A graph captured in GLOBAL mode (the drivers' default, and CubeCL's)
+/// on this thread, while other threads' windows resolve, their anchors
+/// refresh and their fences are asked whether complete: each capture ends
+/// as it began. A real driver refuses a query from another GLOBAL-mode
+/// thread during such a capture and invalidates it; the library's own
+/// threads are relaxed, and its queries on a caller's thread run relaxed.
+pub fn a_global_capture_ends_while_the_library_works_elsewhere<A: AnchorApi + EventQuery>(
+    h: &Harness<A>,
+) {
+    const WORKERS: usize = 4;
+    const CAPTURES: usize = 50;
+    let capture = h.capture.as_ref().expect("the backend has graph capture");
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let worked = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..WORKERS {
+            scope.spawn(|| {
+                (capture.bind_thread)();
+                let streams = Streams::<A>::new(1);
+                let s = streams.get(0);
+                // Stale within a millisecond: anchors refresh throughout.
+                let mut profiler = EventProfiler::<A>::with_config(ProfilerConfig {
+                    anchor_max_age: Duration::from_millis(1),
+                    ..ProfilerConfig::default()
+                });
+                let pool = device_events_core::FencePool::<A>::new();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let token = profiler.start(s);
+                    let window = profiler.stop(s, token).unwrap();
+                    let fence = pool.fence(s);
+                    while !fence.is_complete().unwrap() {
+                        std::thread::yield_now();
+                    }
+                    pollster::block_on(window.resolve()).expect("the window was read");
+                    worked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            });
+        }
+        let streams = Streams::<A>::new(1);
+        let c = streams.get(0);
+        for round in 0..CAPTURES {
+            (capture.begin)(c).unwrap();
+            std::thread::sleep(Duration::from_micros(500));
+            if let Err(err) = (capture.end)(c) {
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                panic!("capture {round} did not end: {err}");
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    assert!(
+        worked.load(std::sync::atomic::Ordering::Relaxed) >= WORKERS,
+        "the other threads worked during the captures"
+    );
+}
+
 /// Makes each check of this crate a named `#[test]` of the calling suite.
 ///
 /// `$harness` is an expression giving a [`Harness`] (or a guard that derefs
@@ -800,7 +859,8 @@ macro_rules! conformance_suite {
         $crate::conformance_suite!($backend, $harness, without capture);
         $crate::conformance_suite!(@tests $backend, $harness,
             a_capturing_stream_gives_capture_errors,
-            a_fence_out_of_a_capture_forks_and_its_windows_read_none
+            a_fence_out_of_a_capture_forks_and_its_windows_read_none,
+            a_global_capture_ends_while_the_library_works_elsewhere
         );
     };
     (@tests $backend:ty, $harness:expr, $($check:ident),+) => {

@@ -334,6 +334,15 @@ impl SoftDriver {
         unsafe { f() }
     }
 
+    /// Calls a capture's interaction mode prohibited, since the process
+    /// began: each failed and invalidated the capture.
+    pub fn capture_violations(&self) -> u64 {
+        type F = unsafe extern "C" fn() -> u64;
+        let f = self.symbol::<F>(b"soft_driver_capture_violations\0");
+        // SAFETY: no arguments; the driver counts.
+        unsafe { f() }
+    }
+
     /// Set the memset speed, in bytes per second.
     pub fn set_bandwidth(&self, bytes_per_second: f64) {
         type F = unsafe extern "C" fn(f64);

@@ -377,3 +377,127 @@ fn a_device_count_raised_after_loading_is_not_believed() {
         String::from_utf8_lossy(&child.stderr)
     );
 }
+
+/// Query `e` from a new thread whose capture mode is `mode`.
+fn query_from_a_thread(
+    ctx: sys::CUcontext,
+    e: sys::CUevent,
+    mode: sys::CUstreamCaptureMode,
+) -> CUresult {
+    let (ctx, e) = (ctx as usize, e as usize);
+    std::thread::spawn(move || {
+        let mut mode = mode;
+        // SAFETY: the context and event are live for the test; `mode` is
+        // writable.
+        unsafe {
+            result::ctx::set_current(ctx as sys::CUcontext).unwrap();
+            assert_eq!(
+                sys::cuThreadExchangeStreamCaptureMode(&mut mode),
+                CUresult::CUDA_SUCCESS
+            );
+            sys::cuEventQuery(e as sys::CUevent)
+        }
+    })
+    .join()
+    .unwrap()
+}
+
+/// As the driver API documents the GLOBAL mode: while a thread captures in
+/// it, another thread in GLOBAL mode may not query; the query fails, the
+/// capture is invalidated, and its end fails.
+#[test]
+fn a_query_elsewhere_during_a_global_capture_fails_and_invalidates_it() {
+    let soft = SoftDriver::exclusive();
+    let ctx = context(0);
+    let (s, e) = (stream(), event());
+    let before = soft.capture_violations();
+    // SAFETY: event and stream are live and of the current context.
+    unsafe {
+        result::event::record(e, stream()).unwrap();
+        result::stream::begin_capture(s, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL)
+            .unwrap();
+        assert_eq!(
+            query_from_a_thread(
+                ctx,
+                e,
+                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL
+            ),
+            CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+        );
+        assert_eq!(
+            result::stream::end_capture(s).err(),
+            Some(err(CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED))
+        );
+    }
+    assert_eq!(soft.capture_violations(), before + 1);
+}
+
+/// RELAXED and THREAD_LOCAL threads may query during another thread's
+/// GLOBAL capture, which then ends as it should.
+#[test]
+fn relaxed_and_thread_local_queries_elsewhere_leave_a_global_capture_alone() {
+    let soft = SoftDriver::exclusive();
+    let ctx = context(0);
+    let (s, e) = (stream(), event());
+    let before = soft.capture_violations();
+    // SAFETY: event and stream are live and of the current context.
+    unsafe {
+        result::event::record(e, stream()).unwrap();
+        result::stream::begin_capture(s, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL)
+            .unwrap();
+        for mode in [
+            sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+            sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+        ] {
+            let status = query_from_a_thread(ctx, e, mode);
+            assert!(
+                matches!(
+                    status,
+                    CUresult::CUDA_SUCCESS | CUresult::CUDA_ERROR_NOT_READY
+                ),
+                "{status:?}"
+            );
+        }
+        let graph = result::stream::end_capture(s).unwrap();
+        assert_eq!(sys::cuGraphDestroy(graph), CUresult::CUDA_SUCCESS);
+    }
+    assert_eq!(soft.capture_violations(), before);
+}
+
+/// A capture begun in RELAXED mode prohibits nothing on other threads; a
+/// GLOBAL one prohibits its own thread's queries too.
+#[test]
+fn only_global_and_thread_local_captures_prohibit_queries() {
+    let _soft = SoftDriver::exclusive();
+    let ctx = context(0);
+    let (s, e) = (stream(), event());
+    // SAFETY: event and stream are live and of the current context.
+    unsafe {
+        result::event::record(e, stream()).unwrap();
+        result::stream::begin_capture(s, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+            .unwrap();
+        let status = query_from_a_thread(
+            ctx,
+            e,
+            sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
+        );
+        assert_ne!(status, CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+        let graph = result::stream::end_capture(s).unwrap();
+        assert_eq!(sys::cuGraphDestroy(graph), CUresult::CUDA_SUCCESS);
+
+        result::stream::begin_capture(
+            s,
+            sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+        )
+        .unwrap();
+        assert_eq!(
+            sys::cuEventQuery(e),
+            CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+            "the capturing thread's own query"
+        );
+        assert_eq!(
+            result::stream::end_capture(s).err(),
+            Some(err(CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED))
+        );
+    }
+}

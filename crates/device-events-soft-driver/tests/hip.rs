@@ -352,3 +352,61 @@ fn switched_off_stream_wait_values_are_not_supported() {
     assert!(!supported);
     assert_eq!(refused, hip::hipError_t_hipErrorNotSupported);
 }
+
+/// Query `e` from a new thread whose capture mode is `mode`.
+fn query_from_a_thread(e: hip::hipEvent_t, mode: hip::hipStreamCaptureMode) -> hip::hipError_t {
+    let e = e as usize;
+    std::thread::spawn(move || {
+        let mut mode = mode;
+        // SAFETY: the event is live for the test; `mode` is writable.
+        unsafe {
+            check(hip::hipThreadExchangeStreamCaptureMode(&mut mode));
+            hip::hipEventQuery(e as hip::hipEvent_t)
+        }
+    })
+    .join()
+    .unwrap()
+}
+
+/// HIP mirrors CUDA's capture interaction modes: a GLOBAL thread's query
+/// during another thread's GLOBAL capture fails and invalidates it; a
+/// RELAXED or THREAD_LOCAL thread's does not.
+#[test]
+fn capture_modes_decide_which_queries_elsewhere_a_global_capture_allows() {
+    let soft = SoftDriver::exclusive();
+    let (s, e) = (stream(), event());
+    let before = soft.capture_violations();
+    let mut graph = ptr::null_mut();
+    // SAFETY: event and stream are live; out-pointers are writable.
+    unsafe {
+        check(hip::hipEventRecord(e, stream()));
+        check(hip::hipStreamBeginCapture(
+            s,
+            hip::hipStreamCaptureMode_hipStreamCaptureModeGlobal,
+        ));
+        for mode in [
+            hip::hipStreamCaptureMode_hipStreamCaptureModeRelaxed,
+            hip::hipStreamCaptureMode_hipStreamCaptureModeThreadLocal,
+        ] {
+            let status = query_from_a_thread(e, mode);
+            assert_ne!(status, hip::hipError_t_hipErrorStreamCaptureUnsupported);
+        }
+        check(hip::hipStreamEndCapture(s, &mut graph));
+        check(hip::hipGraphDestroy(graph));
+        assert_eq!(soft.capture_violations(), before);
+
+        check(hip::hipStreamBeginCapture(
+            s,
+            hip::hipStreamCaptureMode_hipStreamCaptureModeGlobal,
+        ));
+        assert_eq!(
+            query_from_a_thread(e, hip::hipStreamCaptureMode_hipStreamCaptureModeGlobal),
+            hip::hipError_t_hipErrorStreamCaptureUnsupported
+        );
+        assert_eq!(
+            hip::hipStreamEndCapture(s, &mut graph),
+            hip::hipError_t_hipErrorStreamCaptureInvalidated
+        );
+    }
+    assert_eq!(soft.capture_violations(), before + 1);
+}

@@ -76,7 +76,7 @@ fn begin_capture(stream: CudaStream) -> Result<(), DriverError> {
         unsafe {
             result::stream::begin_capture(
                 raw,
-                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
             )
         }
         .map_err(|e| driver_error("cuStreamBeginCapture_v2", e))
@@ -117,6 +117,9 @@ pub fn suite() -> Suite<Cuda> {
                     begin: begin_capture,
                     end: end_capture,
                     status: capture_status,
+                    bind_thread: || {
+                        bind(0);
+                    },
                 }),
                 live,
             )

@@ -60,7 +60,7 @@ fn begin_capture(stream: HipStream) -> Result<(), DriverError> {
         check("hipStreamBeginCapture", unsafe {
             sys::hipStreamBeginCapture(
                 raw.cast(),
-                sys::hipStreamCaptureMode_hipStreamCaptureModeRelaxed,
+                sys::hipStreamCaptureMode_hipStreamCaptureModeGlobal,
             )
         })
     })?
@@ -98,6 +98,9 @@ pub fn suite() -> Suite<Hip> {
                     begin: begin_capture,
                     end: end_capture,
                     status: capture_status,
+                    bind_thread: || {
+                        bind(0);
+                    },
                 }),
                 live,
             )
