@@ -5,6 +5,7 @@
 pub mod answer;
 pub mod placement;
 pub mod pocl;
+pub mod server;
 pub mod wait;
 
 use std::sync::Arc;

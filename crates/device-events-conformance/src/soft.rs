@@ -145,6 +145,17 @@ impl SoftDriver {
         (std::env::var_os(REAL_VAR).is_none()).then(Self::exclusive)
     }
 
+    /// A function the driver exports (an ABI call, for a check that makes
+    /// calls the backends do not wrap), or `None`.
+    ///
+    /// # Safety
+    ///
+    /// `T` is the C signature of the function of that name in its ABI.
+    pub unsafe fn function<T: Copy>(&self, name: &[u8]) -> Option<T> {
+        // SAFETY: as the caller promises.
+        unsafe { self.lib.get::<T>(name) }.ok().map(|f| *f)
+    }
+
     /// A control function. A driver without it fails the test: a count or
     /// an injection that silently does nothing would let a check pass
     /// vacuously.
@@ -341,6 +352,15 @@ impl SoftDriver {
         let f = self.symbol::<F>(b"soft_driver_capture_violations\0");
         // SAFETY: no arguments; the driver counts.
         unsafe { f() }
+    }
+
+    /// Map each device's streams made from now on onto `queues` hardware
+    /// queues in turn (0: one per stream, the default).
+    pub fn set_hw_queues(&self, queues: u32) {
+        type F = unsafe extern "C" fn(u32);
+        let f = self.symbol::<F>(b"soft_driver_set_hw_queues\0");
+        // SAFETY: a plain value; the driver stores it.
+        unsafe { f(queues) }
     }
 
     /// Set the memset speed, in bytes per second.

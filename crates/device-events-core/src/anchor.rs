@@ -178,24 +178,32 @@ impl<A: AnchorApi> Bracket<A> {
     }
 }
 
-/// How long a calibration polls before it waits: past a launch latency,
-/// short enough to cost no core to speak of.
+/// How long a calibration polls tightly: past a launch latency, short
+/// enough to cost no core to speak of.
 const POLL_FOR: Duration = Duration::from_micros(100);
+/// After that, it asks from a sleep, at intervals doubling up to this: an
+/// anchor stream behind a long kernel (one hardware queue shared with the
+/// user's streams) costs the calibrator thread no core. Such a bracket is
+/// wide, and the fit weighs it as such.
+const SLEEP_UP_TO: std::time::Duration = std::time::Duration::from_millis(1);
 
-/// Return once the device has reached `event`: polling first, where the
-/// backend can, for [`POLL_FOR`], then waiting.
+/// Return once the device has reached `event`: polling where the backend
+/// can, tightly for [`POLL_FOR`] and then from a sleep, else waiting.
 fn reach<A: AnchorApi>(event: &PooledEvent<A>) -> Result<(), DriverError> {
     let started = std::time::Instant::now();
+    let mut interval = std::time::Duration::from_micros(50);
     while let Some(reached) = A::poll(event.raw()) {
         if reached? {
             return Ok(());
         }
-        if started.elapsed() > POLL_FOR {
-            break;
+        if started.elapsed() < POLL_FOR {
+            // Leaves the core to a thread that shares it, the driver's own
+            // among them on a small machine.
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(interval);
+            interval = (interval * 2).min(SLEEP_UP_TO);
         }
-        // Leaves the core to a thread that shares it, the driver's own
-        // among them on a small machine.
-        std::thread::yield_now();
     }
     A::event_wait(event.raw())
 }

@@ -220,6 +220,15 @@ pub extern "C" fn soft_driver_capture_violations() -> u64 {
     ENGINE.capture_violations()
 }
 
+/// Map each device's streams made from now on onto `queues` hardware
+/// queues in turn, so that streams sharing one wait for each other's work
+/// (false dependencies), as a GPU with more streams than queues does. 0:
+/// one queue per stream, the default.
+#[unsafe(no_mangle)]
+pub extern "C" fn soft_driver_set_hw_queues(queues: u32) {
+    ENGINE.set_hw_queues(queues as usize);
+}
+
 /// Forget injections and call counts.
 #[unsafe(no_mangle)]
 pub extern "C" fn soft_driver_reset() {

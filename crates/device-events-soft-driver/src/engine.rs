@@ -124,6 +124,9 @@ struct Stream {
     /// for synchronization, but the handle is no longer usable.
     destroyed: bool,
     queue: Sender<Op>,
+    /// The hardware queue it shares with other streams of its device, when
+    /// the driver has a limited number of them.
+    hw_queue: Option<usize>,
     /// Host-clock nanoseconds at which the work queued so far is done.
     schedule: u64,
     enqueued: u64,
@@ -204,6 +207,13 @@ struct State {
     /// Events and streams freed with their context's teardown.
     orphans: HashSet<u64>,
     captures: HashMap<u64, Capturing>,
+    /// Hardware queues per device (0: one per stream), and streams made
+    /// per device so far, which take them in turn.
+    hw_queues: usize,
+    streams_made: HashMap<usize, usize>,
+    /// Host-clock nanoseconds at which each (device, hardware queue)'s
+    /// work queued so far is done.
+    hw_schedule: HashMap<(usize, usize), u64>,
     /// By the thread that recorded it: a library records on threads of
     /// its own too.
     last_recorded: HashMap<ThreadId, u64>,
@@ -464,6 +474,16 @@ impl Engine {
         }
         self.capture_violations.fetch_add(1, Ordering::Relaxed);
         Err(Fault::CaptureUnsupported)
+    }
+
+    /// Map each device's streams made from now on onto `queues` hardware
+    /// queues, in turn, as CUDA (`CUDA_DEVICE_MAX_CONNECTIONS`, 8) and ROCm
+    /// (`GPU_MAX_HW_QUEUES`, 4) do: streams sharing one wait for each
+    /// other's work. 0: one queue per stream, the default.
+    pub(crate) fn set_hw_queues(&self, queues: usize) {
+        let mut state = self.lock();
+        state.hw_queues = queues;
+        state.streams_made.clear();
     }
 
     /// Calls a capture's interaction mode prohibited, since the start.
@@ -961,10 +981,14 @@ fn live_stream(state: &mut State, stream: u64) -> Outcome<&mut Stream> {
 /// stream's earlier work is done, and not before the launch latency.
 fn start_time(state: &State, stream: u64) -> u64 {
     let reached = clock::host_now_ns().saturating_add(clock::launch_latency());
-    state
-        .streams
-        .get(&stream)
-        .map_or(reached, |s| s.schedule.max(reached))
+    state.streams.get(&stream).map_or(reached, |s| {
+        let shared = s
+            .hw_queue
+            .and_then(|q| state.hw_schedule.get(&(s.device, q)))
+            .copied()
+            .unwrap_or(0);
+        s.schedule.max(shared).max(reached)
+    })
 }
 
 /// The stream an operation is queued on, after the implicit synchronization
@@ -1042,6 +1066,10 @@ fn enqueue(state: &mut State, stream: u64, done: u64, op: Op) -> Outcome<()> {
     s.queue.send(op).map_err(|_| Fault::InvalidHandle)?;
     s.schedule = s.schedule.max(done);
     s.enqueued += 1;
+    if let Some(q) = s.hw_queue {
+        let shared = state.hw_schedule.entry((s.device, q)).or_insert(0);
+        *shared = (*shared).max(done);
+    }
     Ok(())
 }
 
@@ -1054,6 +1082,9 @@ fn streams_reached(state: &State, targets: &[(u64, u64)]) -> bool {
 fn spawn_stream(state: &mut State, device: usize, blocking: bool, internal: bool) -> u64 {
     let id = next_id(state);
     let (queue, ops) = channel::<Op>();
+    let made = state.streams_made.entry(device).or_insert(0);
+    let hw_queue = (state.hw_queues > 0).then(|| *made % state.hw_queues);
+    *made += 1;
     state.streams.insert(
         id,
         Stream {
@@ -1061,6 +1092,7 @@ fn spawn_stream(state: &mut State, device: usize, blocking: bool, internal: bool
             blocking,
             internal,
             queue,
+            hw_queue,
             schedule: 0,
             enqueued: 0,
             completed: 0,

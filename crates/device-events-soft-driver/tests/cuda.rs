@@ -501,3 +501,31 @@ fn only_global_and_thread_local_captures_prohibit_queries() {
         );
     }
 }
+
+/// With fewer hardware queues than streams, unrelated streams share one
+/// and wait for each other's work (false dependencies); with one queue per
+/// stream, they do not.
+#[test]
+fn streams_sharing_a_hardware_queue_wait_for_each_other() {
+    let soft = SoftDriver::exclusive();
+    context(0);
+    soft.set_bandwidth(1e9);
+    let behind = |queues: u32| {
+        soft.set_hw_queues(queues);
+        let (a, b, e) = (stream(), stream(), event());
+        let host = Instant::now();
+        // SAFETY: events and streams are live and of the current context.
+        unsafe {
+            memset(a, 20_000_000); // 20 ms
+            result::event::record(e, b).unwrap();
+            result::event::synchronize(e).unwrap();
+        }
+        host.elapsed()
+    };
+    let shared = behind(1);
+    let apart = behind(0);
+    soft.set_hw_queues(0);
+    soft.set_bandwidth(10e9);
+    assert!(shared >= Duration::from_millis(20), "{shared:?}");
+    assert!(apart < Duration::from_millis(20), "{apart:?}");
+}

@@ -77,6 +77,14 @@ enum What {
     /// CPU time and wake-up lateness of a 100 ms fence wait: spinning and
     /// blocking on the software driver, and on PoCL.
     WaitCost,
+    /// `start()` behind a long kernel on a shared hardware queue, and
+    /// GLOBAL-mode captures beside threads that profile, both ABIs.
+    ServerWay {
+        /// Captures per ABI.
+        captures: usize,
+        /// Threads profiling meanwhile.
+        threads: usize,
+    },
 }
 
 /// What a case runs on.
@@ -225,6 +233,51 @@ fn main() {
                     "late_p99_us": at(&idle, 0.99),
                 },
                 "cpu_share_1000_pending": device_events_bench::answer::cpu_while_pending(soft),
+            })
+        }
+        What::ServerWay { captures, threads } => {
+            use device_events_bench::server;
+            let soft = SoftDriver::get().unwrap_or_else(|e| panic!("{e}"));
+            let _pair = CudaPair::new();
+            let (took, bare) = server::start_behind_a_kernel(soft);
+            let at = |d: &[std::time::Duration], q: f64| {
+                d.get(((d.len().max(1) - 1) as f64 * q).round() as usize)
+                    .map_or(f64::NAN, |d| d.as_secs_f64() * 1e6)
+            };
+            let captured = |c: server::Captures| {
+                json!({
+                    "captures_ended": c.ended,
+                    "captures_failed": c.failed,
+                    "violations": c.violations,
+                    "windows_read_meanwhile": c.windows,
+                })
+            };
+            let cuda = server::captures_beside_the_library(
+                soft,
+                &server::cuda_capturing(),
+                captures,
+                threads,
+            );
+            let hip = server::captures_beside_the_library(
+                soft,
+                &server::hip_capturing(),
+                captures,
+                threads,
+            );
+            json!({
+                "start_behind_a_1s_kernel": {
+                    "starts": took.len(),
+                    "median_us": at(&took, 0.5),
+                    "p99_9_us": at(&took, 0.999),
+                    "max_us": at(&took, 1.0),
+                    "bare_record_median_us": at(&bare, 0.5),
+                    "bare_record_p99_9_us": at(&bare, 0.999),
+                },
+                "global_captures": {
+                    "threads": threads,
+                    "cuda": captured(cuda),
+                    "hip": captured(hip),
+                },
             })
         }
         What::WaitCost => {
