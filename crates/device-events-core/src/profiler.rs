@@ -61,7 +61,7 @@ pub struct ProfilerConfig {
     /// behind its start, or one placed against an anchor whose refresh
     /// keeps failing, gets there. Default: 60 s, where the step is ~4 µs.
     pub max_anchor_distance: Duration,
-    /// The driver's timestamp resolution, which [`EventApi`] does not
+    /// The driver's timestamp resolution, which [`EventApi`](crate::EventApi) does not
     /// report; part of every stated bound ([`Placement::uncertainty`]).
     /// Default: 1 µs, the coarser of CUDA's (~0.5 µs) and HIP's (~1 µs).
     pub timer_resolution: Duration,
@@ -77,7 +77,7 @@ pub struct ProfilerConfig {
     /// How long a gated anchor's record is given to reach its stream before
     /// the gate opens: longer than the driver's usual launch latency, or
     /// the rest of it falls inside the bracket again. Default: `None`, the
-    /// gate's own ([`Gate::settle`]: 50 µs on CUDA and HIP, none on
+    /// gate's own ([`Gate::settle`](crate::Gate::settle): 50 µs on CUDA and HIP, none on
     /// OpenCL).
     pub gate_settle: Option<Duration>,
     /// Take the anchor's time from the driver's own host-clock stamp where
