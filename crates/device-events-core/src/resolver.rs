@@ -17,6 +17,11 @@
 //! [`NEXT_LAST`] apart for [`NEXT_FOR`]: on a stream, windows finish in the
 //! order they were closed.
 //!
+//! Having answered the last pending window, the thread stays awake for
+//! [`LINGER`], yielding, before it sleeps: a server reading windows one
+//! after another hands the next over within microseconds, and a thread
+//! already awake takes it without a wake-up's latency.
+//!
 //! Bounded: one thread, whatever the number of windows, started on the
 //! first window it is handed and gone once none pends and no profiler is
 //! left. A window whose future was dropped is let go at its next turn: the
@@ -40,6 +45,9 @@ const LAST: Duration = Duration::from_millis(50);
 /// for [`NEXT_FOR`]: on a stream, the likeliest to finish next.
 const NEXT_LAST: Duration = Duration::from_micros(100);
 const NEXT_FOR: Duration = Duration::from_millis(20);
+/// How long the thread stays awake, yielding, after answering the last
+/// pending window, for the next to be handed over.
+const LINGER: Duration = Duration::from_micros(50);
 
 /// Work handed to the resolver thread.
 pub(crate) trait Job: Send + Sync {
@@ -141,6 +149,8 @@ struct Tracked {
 fn serve() {
     let mut tracked: Vec<Tracked> = Vec::new();
     let mut seq = 0u64;
+    // When the thread last answered a window.
+    let mut answered_at: Option<Instant> = None;
     let mut q = queue();
     loop {
         let now = Instant::now();
@@ -158,6 +168,20 @@ fn serve() {
             if q.profilers == 0 {
                 q.running = None;
                 return;
+            }
+            // Just answered the last: a server reading windows one after
+            // another hands the next over within microseconds, and a
+            // thread already awake takes it without a wake-up's latency.
+            if let Some(at) = answered_at.take() {
+                drop(q);
+                while at.elapsed() < LINGER {
+                    std::thread::yield_now();
+                    if !queue().jobs.is_empty() {
+                        break;
+                    }
+                }
+                q = queue();
+                continue;
             }
             q = WORK.wait(q).unwrap_or_else(PoisonError::into_inner);
             continue;
@@ -180,6 +204,9 @@ fn serve() {
         });
         // Handed over after one just answered: on its stream, likely next,
         // and the very next one likeliest.
+        if answered.is_some() {
+            answered_at = Some(now);
+        }
         if let Some(first) = answered {
             let later = tracked.iter_mut().skip_while(|t| t.seq < first);
             for (i, t) in later.enumerate() {
