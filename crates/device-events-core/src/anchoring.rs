@@ -112,10 +112,10 @@ impl<A: AnchorApi> Anchoring<A> {
     }
 
     /// The anchor for a window starting now, without waiting: the current
-    /// one while it is fresh; once it is stale, the one a calibration is
-    /// taking (begun here if none is), which lies near the window, after
-    /// its start or before. The stale one only while a failed calibration
-    /// backs off.
+    /// one while it is younger than `anchor_max_age`, a refresh begun in the
+    /// background once it is due; older, or before the first, the one a
+    /// calibration is taking, which lies near the window, after its start
+    /// or before. An old one also while a failed calibration backs off.
     ///
     /// # Errors
     ///
@@ -136,11 +136,19 @@ impl<A: AnchorApi> Anchoring<A> {
                 Shared::back_off(&mut latest, now, &self.shared.config, err);
             }
         }
+        // Due for a refresh, but within `anchor_max_age`: still a good
+        // anchor (the stated bound carries the rate's error over the
+        // distance), and a window on it is read without waiting for the
+        // refresh. Older (an idle hour), the new one places it better.
+        if let Some(old) = &latest.anchor
+            && (latest.in_flight.is_none()
+                || now.saturating_duration_since(old.measured())
+                    <= self.shared.config.anchor_max_age)
+        {
+            return Ok(WindowAnchor::Known(Arc::clone(old)));
+        }
         if let Some(next) = &latest.in_flight {
             return Ok(WindowAnchor::Next(Arc::clone(next)));
-        }
-        if let Some(old) = &latest.anchor {
-            return Ok(WindowAnchor::Known(Arc::clone(old)));
         }
         let (at, _, err) = latest.retry.as_ref().ok_or_else(|| {
             DriverError::refused(
