@@ -16,19 +16,44 @@ use device_events_opencl::{ClEvent, OpenCl};
 
 pub use crate::placement::Errors;
 
-/// Notes the marker of each record.
+/// Notes the marker of each record, retained: the profiler's events go
+/// back to its pool once read, and an anchor taken meanwhile on the
+/// calibrator thread may record one again, releasing its old marker.
 struct LastMarker;
 
 thread_local! {
-    /// The marker of this thread's last record: per thread, since sessions
-    /// on two threads (two tests of one binary) would otherwise read each
-    /// other's markers, which their owners may have released.
+    /// The marker of this thread's last record, retained, until taken:
+    /// per thread, since sessions on two threads (two tests of one binary)
+    /// would otherwise take each other's markers.
     static LAST: Cell<usize> = const { Cell::new(0) };
 }
 
 impl Note<OpenCl> for LastMarker {
     fn recorded(event: &ClEvent) {
-        event.with_marker(|marker| LAST.set(marker as usize));
+        event.with_marker(|marker| {
+            if marker.is_null() {
+                return;
+            }
+            // SAFETY: a live marker (the event holds it); this retain is
+            // released by `release` once the marker is read, or here.
+            if unsafe { cl3::event::retain_event(marker) }.is_ok() {
+                release(LAST.replace(marker as usize));
+            }
+        });
+    }
+}
+
+/// The marker of this thread's last record, retained; the caller releases
+/// it with [`release`].
+fn take_marker() -> usize {
+    LAST.take()
+}
+
+/// Release a marker [`take_marker`] gave (0: none).
+fn release(marker: usize) {
+    if marker != 0 {
+        // SAFETY: retained in `recorded`, released once here.
+        let _ = unsafe { cl3::event::release_event(marker as cl3::types::cl_event) };
     }
 }
 
@@ -89,10 +114,11 @@ pub fn placement(seconds: u64, configs: &[ProfilerConfig]) -> Vec<Errors> {
         seconds,
         Duration::from_micros(2500),
         configs,
-        || LAST.get(),
+        take_marker,
         |marker, at| {
-            let truth =
-                marker_end_ns(marker).expect("a completed marker's time") - raw_minus_monotonic();
+            let end = marker_end_ns(marker);
+            release(marker);
+            let truth = end.expect("a completed marker's time") - raw_minus_monotonic();
             (to_monotonic(at) - truth).unsigned_abs() as u64
         },
         // The truth's own pairing is good to ~100 ns.
@@ -132,12 +158,14 @@ pub fn wait_cost() -> crate::wait::WaitCost {
         cl_fill(queue, buffer, BYTES);
     }
     let fence = device_events_core::EventFence::<Observed>::new(stream.get());
-    let marker = LAST.get();
+    let marker = take_marker();
     let (epoch, epoch_ns) = (Instant::now(), clock_ns(libc::CLOCK_MONOTONIC));
     let (cpu, started) = (thread_cpu(), Instant::now());
     fence.wait_sync().expect("a wait");
     let (returned, cpu) = (Instant::now(), thread_cpu() - cpu);
-    let truth = marker_end_ns(marker).expect("a completed marker") - raw_minus_monotonic();
+    let end = marker_end_ns(marker);
+    release(marker);
+    let truth = end.expect("a completed marker") - raw_minus_monotonic();
     let returned_ns = epoch_ns + returned.duration_since(epoch).as_nanos() as i128;
     drop(fence);
     // SAFETY: made above, its fills done.

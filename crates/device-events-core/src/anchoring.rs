@@ -48,6 +48,9 @@ pub(crate) struct Anchoring<A: AnchorApi> {
 
 struct Shared<A: AnchorApi> {
     config: ProfilerConfig,
+    /// Anchor events, apart from the windows' pool: a window's events are
+    /// recorded again only by the thread that starts windows, never by a
+    /// calibration in between.
     pool: Arc<EventPool<A>>,
     /// Made on the first window, on the caller's thread: of its context.
     stream: OnceLock<OwnedStream<A>>,
@@ -77,7 +80,8 @@ struct Work {
 const FIRST_RETRY: Duration = Duration::from_millis(1);
 
 impl<A: AnchorApi> Anchoring<A> {
-    pub(crate) fn new(config: ProfilerConfig, pool: Arc<EventPool<A>>) -> Self {
+    pub(crate) fn new(config: ProfilerConfig) -> Self {
+        let pool = EventPool::new(config.calibration_samples.max(1) + 1);
         Self {
             shared: Arc::new(Shared {
                 config,

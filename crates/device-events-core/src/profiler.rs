@@ -228,7 +228,7 @@ impl<A: AnchorApi> EventProfiler<A> {
             slots: Vec::new(),
             free: Vec::new(),
             open: 0,
-            anchoring: Anchoring::new(config, Arc::clone(&pool)),
+            anchoring: Anchoring::new(config),
             pool,
             _resolver: resolver::Hold::new(),
         }

@@ -454,6 +454,9 @@ fn each_windows_stated_bound_contains_the_truth() {
     let mut worst = Duration::ZERO;
     for i in 0..200u64 {
         if i % 20 == 0 {
+            // Not in the middle of a calibration's bracket: a real clock
+            // does not jump.
+            settle();
             Sim::advance_clock(Duration::from_millis(300));
         }
         let token = profiler.start(s);
@@ -596,6 +599,9 @@ fn placement_holds_on_a_device_clock_drifting_100_ppm_for_a_minute() {
         if i == 7000 {
             calls_late = Sim::counts().calls;
         }
+        // The sim's clock jumps: never in the middle of a calibration's
+        // bracket, which a real clock would not do.
+        settle();
         Sim::advance_clock(Duration::from_micros(7500));
         let token = profiler.start(s);
         let truth = Sim::last_record_instant().unwrap();
@@ -713,7 +719,9 @@ fn start_and_stop_never_wait_in_the_driver() {
         let token = profiler.start(s);
         Sim::enqueue_work(s, Duration::from_micros(100));
         windows.push(profiler.stop(s, token).unwrap());
-        // Stale: the next window begins a refresh.
+        // Stale: the next window begins a refresh. Not in the middle of
+        // one, which a real clock would not do.
+        settle();
         Sim::advance_clock(Duration::from_secs(2));
     }
     assert!(!waited_here(), "the caller's thread waited in the driver");
