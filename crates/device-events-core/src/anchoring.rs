@@ -12,11 +12,12 @@ use cubecl_common::profile::{Duration, Instant};
 
 use crate::anchor::{Anchor, Bracket, Calibration};
 use crate::calibrator;
+use crate::config::ProfilerConfig;
 use crate::drift::{DriftFit, MAX_GAP, Placement};
 use crate::driver::{DriverError, ErrorKind};
 use crate::gate::{AnchorApi, Gate};
 use crate::pool::EventPool;
-use crate::profiler::{ProfilerConfig, reading_error};
+use crate::reading::reading_error;
 use crate::stream::OwnedStream;
 
 /// The anchor a calibration in flight will give: filled once, with the new

@@ -10,25 +10,14 @@
 
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
+use crate::arena::{Arena, Key};
+
 /// A key into a [`HandleTable`]: live until its entry is removed, then never
 /// again, even when the slot is reused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Handle {
-    index: u32,
-    generation: u32,
-}
+pub struct Handle(Key);
 
 type Cell<T> = Arc<RwLock<Option<T>>>;
-
-struct Entry<T> {
-    generation: u32,
-    live: Option<Cell<T>>,
-}
-
-struct Slots<T> {
-    entries: Vec<Entry<T>>,
-    free: Vec<u32>,
-}
 
 /// Live values behind [`Handle`]s, shared by every thread.
 ///
@@ -52,7 +41,7 @@ struct Slots<T> {
 /// # STREAMS.remove(other);
 /// ```
 pub struct HandleTable<T> {
-    slots: Mutex<Slots<T>>,
+    cells: Mutex<Arena<Cell<T>>>,
 }
 
 impl<T> Default for HandleTable<T> {
@@ -65,53 +54,25 @@ impl<T> HandleTable<T> {
     /// An empty table; `const`, so a backend can keep one in a `static`.
     pub const fn new() -> Self {
         Self {
-            slots: Mutex::new(Slots {
-                entries: Vec::new(),
-                free: Vec::new(),
-            }),
+            cells: Mutex::new(Arena::new()),
         }
     }
 
-    fn slots(&self) -> std::sync::MutexGuard<'_, Slots<T>> {
-        // Every update below leaves the table consistent between statements.
-        self.slots.lock().unwrap_or_else(PoisonError::into_inner)
+    fn cells(&self) -> std::sync::MutexGuard<'_, Arena<Cell<T>>> {
+        // Every update leaves the arena consistent between statements.
+        self.cells.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Keep `value`; the handle finds it until [`remove`](Self::remove).
     pub fn insert(&self, value: T) -> Handle {
         let cell = Arc::new(RwLock::new(Some(value)));
-        let mut slots = self.slots();
-        let index = match slots.free.pop() {
-            Some(index) => index,
-            None => {
-                let index = u32::try_from(slots.entries.len()).unwrap_or(u32::MAX);
-                slots.entries.push(Entry {
-                    generation: 0,
-                    live: None,
-                });
-                index
-            }
-        };
-        let entry = &mut slots.entries[index as usize];
-        entry.live = Some(cell);
-        Handle {
-            index,
-            generation: entry.generation,
-        }
-    }
-
-    fn cell(&self, handle: Handle) -> Option<Cell<T>> {
-        let slots = self.slots();
-        let entry = slots.entries.get(handle.index as usize)?;
-        (entry.generation == handle.generation)
-            .then(|| entry.live.clone())
-            .flatten()
+        Handle(self.cells().insert(cell))
     }
 
     /// Run `f` on the live value, holding it against removal meanwhile;
     /// `None` when the handle is not live.
     pub fn with<R>(&self, handle: Handle, f: impl FnOnce(&T) -> R) -> Option<R> {
-        let cell = self.cell(handle)?;
+        let cell = self.cells().get(handle.0).cloned()?;
         let value = cell.read().unwrap_or_else(PoisonError::into_inner);
         value.as_ref().map(f)
     }
@@ -119,29 +80,14 @@ impl<T> HandleTable<T> {
     /// Take the value out, once calls using it have returned; `None` when the
     /// handle is not live (removed already, or never this table's).
     pub fn remove(&self, handle: Handle) -> Option<T> {
-        let cell = {
-            let mut slots = self.slots();
-            let entry = slots.entries.get_mut(handle.index as usize)?;
-            if entry.generation != handle.generation {
-                return None;
-            }
-            let cell = entry.live.take()?;
-            // A slot whose generation would wrap is retired, never reused:
-            // an old handle must not come back to life.
-            if let Some(next) = entry.generation.checked_add(1) {
-                entry.generation = next;
-                slots.free.push(handle.index);
-            }
-            cell
-        };
+        let cell = self.cells().take(handle.0)?;
         let mut value = cell.write().unwrap_or_else(PoisonError::into_inner);
         value.take()
     }
 
     /// How many values are live.
     pub fn len(&self) -> usize {
-        let slots = self.slots();
-        slots.entries.iter().filter(|e| e.live.is_some()).count()
+        self.cells().len()
     }
 
     /// Whether no value is live.

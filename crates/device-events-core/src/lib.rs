@@ -39,30 +39,39 @@
 mod anchor;
 mod anchoring;
 mod api;
+mod arena;
 mod calibrator;
+mod config;
 mod drift;
 pub mod driver;
+mod errors;
 mod event;
 mod fence;
 mod gate;
 pub mod handles;
 mod pool;
 mod profiler;
+mod reading;
 mod resolver;
+mod resolving;
 #[cfg(feature = "sim")]
 pub mod sim;
 mod stream;
+mod token;
 
 pub use api::{EventApi, EventQuery};
 pub use calibrator::wait_for_calibrations;
+pub use config::ProfilerConfig;
 pub use driver::{CaptureStatus, DriverError, ErrorKind};
+pub use errors::ProfileError;
 pub use fence::{EventFence, FencePool};
 pub use gate::{AnchorApi, Gate, HostStamp, HostWord, WordGate};
-pub use profiler::{
-    EventProfiler, PlacedWindow, Placement, ProfileError, ProfileToken, ProfilerConfig,
-};
+pub use profiler::EventProfiler;
+pub use reading::Placement;
 pub use resolver::resolver_running;
+pub use resolving::PlacedWindow;
 pub use stream::OwnedStream;
+pub use token::ProfileToken;
 
 /// The `cubecl-common` profiling types windows resolve to, re-exported so a
 /// user need not match its version.

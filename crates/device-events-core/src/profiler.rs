@@ -1,107 +1,21 @@
 //! Device-timed windows on streams, placed on the host clock.
 
-use std::future::Future;
-use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::task::{Context, Poll};
 
-use cubecl_common::profile::{Duration, Instant, ProfileDuration, ProfileTicks};
+use cubecl_common::profile::{Duration, ProfileDuration};
 
 use crate::anchoring::{Anchoring, WindowAnchor};
+use crate::arena::Arena;
+use crate::config::ProfilerConfig;
 use crate::driver::DriverError;
+use crate::errors::ProfileError;
 use crate::gate::AnchorApi;
 use crate::pool::{EventPool, PooledEvent};
-use crate::resolver::{self, Answer, Job};
-
-/// Why [`EventProfiler::stop`] or [`EventProfiler::abandon`] refused a token.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum ProfileError {
-    /// The token came from another profiler.
-    #[error("profiling token belongs to another profiler")]
-    ForeignToken,
-    /// The token's window was already stopped or abandoned.
-    #[error("profiling token was already stopped or abandoned")]
-    StaleToken,
-    /// A driver call of the window failed, or the window was marked failed
-    /// after a device fault.
-    #[error("profiling window failed: {0}")]
-    Driver(#[from] DriverError),
-}
-
-/// A window opened by [`EventProfiler::start`]; single-use.
-///
-/// `Copy` so that a caller's bookkeeping can hold it freely; a second use is
-/// refused with [`ProfileError::StaleToken`] rather than trusted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct ProfileToken {
-    profiler: u64,
-    slot: usize,
-    generation: u32,
-}
-
-/// How an [`EventProfiler`] keeps its anchor.
-#[derive(Clone, Copy, Debug)]
-pub struct ProfilerConfig {
-    /// Re-anchor once the anchor is older than this on the host clock.
-    /// Elapsed times come back as `f32` milliseconds, whose step grows with
-    /// distance from the anchor: ~61 ns one second away, ~0.25 ms one hour
-    /// away. Default: one second.
-    pub anchor_max_age: Duration,
-    /// Brackets taken per anchor; the tightest is kept. Default: 5.
-    pub calibration_samples: usize,
-    /// Idle events kept for reuse; beyond it, returned events are destroyed.
-    /// Default: 1024.
-    pub max_idle_events: usize,
-    /// The host clock windows are placed on. Default: [`Instant::now`].
-    pub host_clock: fn() -> Instant,
-    /// A window whose end lies further than this from its anchor, on the
-    /// device clock, resolves to `None` (logged): an `f32` reading's step
-    /// there has outgrown a placement worth having. Only a window queued far
-    /// behind its start, or one placed against an anchor whose refresh
-    /// keeps failing, gets there. Default: 60 s, where the step is ~4 µs.
-    pub max_anchor_distance: Duration,
-    /// The driver's timestamp resolution, which [`EventApi`](crate::EventApi) does not
-    /// report; part of every stated bound ([`Placement::uncertainty`]).
-    /// Default: 1 µs, the coarser of CUDA's (~0.5 µs) and HIP's (~1 µs).
-    pub timer_resolution: Duration,
-    /// Fit the device clock's rate across anchors (see [`EventProfiler`]'s
-    /// placement notes). Off, each anchor stands alone at rate 1 and is
-    /// refreshed every `anchor_max_age`: for measuring what the fit buys.
-    /// Default: on.
-    pub drift_correction: bool,
-    /// Record the anchor behind a gate where the backend has one
-    /// ([`AnchorApi::gate`]), so that the record call and the launch
-    /// latency fall before the bracket opens. Default: on.
-    pub gated_anchor: bool,
-    /// How long a gated anchor's record is given to reach its stream before
-    /// the gate opens: longer than the driver's usual launch latency, or
-    /// the rest of it falls inside the bracket again. Default: `None`, the
-    /// gate's own ([`Gate::settle`](crate::Gate::settle): 50 µs on CUDA and HIP, none on
-    /// OpenCL).
-    pub gate_settle: Option<Duration>,
-    /// Take the anchor's time from the driver's own host-clock stamp where
-    /// it has one ([`AnchorApi::host_stamp`]), instead of a bracket.
-    /// Default: on.
-    pub driver_clock: bool,
-}
-
-impl Default for ProfilerConfig {
-    fn default() -> Self {
-        Self {
-            anchor_max_age: Duration::from_secs(1),
-            calibration_samples: 5,
-            max_idle_events: 1024,
-            host_clock: Instant::now,
-            max_anchor_distance: Duration::from_secs(60),
-            timer_resolution: Duration::from_micros(1),
-            drift_correction: true,
-            gated_anchor: true,
-            gate_settle: None,
-            driver_clock: true,
-        }
-    }
-}
+use crate::reading::{Inputs, Limits};
+use crate::resolver;
+use crate::resolving::{PlacedWindow, Resolving};
+use crate::token::ProfileToken;
 
 /// Timing windows on streams, with device-measured durations placed on the
 /// host clock.
@@ -112,7 +26,10 @@ impl Default for ProfilerConfig {
 /// rounding of their distance from the anchor.
 ///
 /// The anchor is taken on a private non-blocking stream, so taking it never
-/// drains the caller's streams; each window keeps the anchor it started under.
+/// drains the caller's streams, and on the library's calibrator thread, so
+/// `start()` and `stop()` never wait; each window keeps the anchor it
+/// started under, or rides the one being taken (see
+/// [`start`](Self::start)).
 ///
 /// # Placement
 ///
@@ -181,19 +98,13 @@ impl Default for ProfilerConfig {
 /// ```
 pub struct EventProfiler<A: AnchorApi> {
     id: u64,
-    config: ProfilerConfig,
-    slots: Vec<Slot<A>>,
-    free: Vec<usize>,
-    open: usize,
+    windows: Arena<Window<A>>,
     anchoring: Anchoring<A>,
+    /// The windows' events; anchors have their own.
     pool: Arc<EventPool<A>>,
+    limits: Limits,
     /// Keeps the resolver thread up between windows while this lives.
     _resolver: resolver::Hold,
-}
-
-struct Slot<A: AnchorApi> {
-    generation: u32,
-    window: Option<Window<A>>,
 }
 
 /// An open window: its start event and anchor, or why it has neither.
@@ -224,12 +135,13 @@ impl<A: AnchorApi> EventProfiler<A> {
         let pool = EventPool::new(config.max_idle_events);
         Self {
             id: NEXT_PROFILER.fetch_add(1, Ordering::Relaxed),
-            config,
-            slots: Vec::new(),
-            free: Vec::new(),
-            open: 0,
+            windows: Arena::new(),
             anchoring: Anchoring::new(config),
             pool,
+            limits: Limits {
+                max_distance: config.max_anchor_distance,
+                resolution: config.timer_resolution,
+            },
             _resolver: resolver::Hold::new(),
         }
     }
@@ -239,33 +151,27 @@ impl<A: AnchorApi> EventProfiler<A> {
     /// Never fails: a driver error here is kept in the window and returned by
     /// [`stop`](Self::stop), where the measurement would have been.
     ///
-    /// A calibration that failed is not tried again at every `start`: it
-    /// backs off, from 1 ms doubling up to
-    /// [`anchor_max_age`](ProfilerConfig::anchor_max_age). Meanwhile windows
-    /// keep the previous anchor, or, before the first, fail with an error
-    /// of the call "anchor calibration" that says so and quotes the failure.
+    /// Makes no waiting driver call. The window takes the current anchor
+    /// while it is younger than
+    /// [`anchor_max_age`](ProfilerConfig::anchor_max_age), and a refresh
+    /// due by then is handed to the calibrator thread; before the first
+    /// anchor, or once the current one is older, it rides the one being
+    /// taken, and its reading waits for it.
+    ///
+    /// A calibration that failed is logged and not tried again at every
+    /// `start`: it backs off, from 1 ms doubling up to `anchor_max_age`.
+    /// Meanwhile windows keep the previous anchor; with none, the windows
+    /// waiting for the failed one read `None`, and new ones fail with an
+    /// error of the call "anchor calibration" that says so and quotes the
+    /// failure.
     pub fn start(&mut self, stream: A::Stream) -> ProfileToken {
         let window = self.open_window(stream);
         if let Err(err) = &window {
             self.note_fault(err);
         }
-        let slot = match self.free.pop() {
-            Some(slot) => slot,
-            None => {
-                self.slots.push(Slot {
-                    generation: 0,
-                    window: None,
-                });
-                self.slots.len() - 1
-            }
-        };
-        let entry = &mut self.slots[slot];
-        entry.window = Some(window);
-        self.open += 1;
         ProfileToken {
             profiler: self.id,
-            slot,
-            generation: entry.generation,
+            key: self.windows.insert(window),
         }
     }
 
@@ -344,16 +250,12 @@ impl<A: AnchorApi> EventProfiler<A> {
             Ok(end)
         });
         let end = end.inspect_err(|err| self.note_fault(err))?;
-        let limits = Limits {
-            max_distance: self.config.max_anchor_distance,
-            resolution: self.config.timer_resolution,
-        };
         Ok(Resolving {
             inputs: Some(Inputs {
                 anchor,
                 start,
                 end,
-                limits,
+                limits: self.limits,
             }),
             pending: None,
         })
@@ -376,21 +278,19 @@ impl<A: AnchorApi> EventProfiler<A> {
     /// it. For the caller that learned of a device fault elsewhere; the
     /// profiler does this itself for faults its own calls meet.
     pub fn fail_open_windows(&mut self, error: &DriverError) {
-        for slot in &mut self.slots {
-            if let Some(window) = &mut slot.window {
-                if let Err(earlier) = window
-                    && earlier != error
-                {
-                    log::warn!("{}: a failed window failed again: {earlier}", A::BACKEND);
-                }
-                *window = Err(error.clone());
+        for window in self.windows.values_mut() {
+            if let Err(earlier) = window
+                && earlier != error
+            {
+                log::warn!("{}: a failed window failed again: {earlier}", A::BACKEND);
             }
+            *window = Err(error.clone());
         }
     }
 
     /// How many windows are open.
     pub fn open_windows(&self) -> usize {
-        self.open
+        self.windows.len()
     }
 
     /// How far the current anchor's placement can be off: the half-width of
@@ -444,16 +344,7 @@ impl<A: AnchorApi> EventProfiler<A> {
         if token.profiler != self.id {
             return Err(ProfileError::ForeignToken);
         }
-        let slot = self
-            .slots
-            .get_mut(token.slot)
-            .filter(|slot| slot.generation == token.generation)
-            .ok_or(ProfileError::StaleToken)?;
-        let window = slot.window.take().ok_or(ProfileError::StaleToken)?;
-        slot.generation = slot.generation.wrapping_add(1);
-        self.free.push(token.slot);
-        self.open -= 1;
-        Ok(window)
+        self.windows.take(token.key).ok_or(ProfileError::StaleToken)
     }
 
     fn note_fault(&mut self, err: &DriverError) {
@@ -467,8 +358,8 @@ impl<A: AnchorApi> Drop for EventProfiler<A> {
     /// Windows still open go back to the pool; an error one of them holds
     /// would otherwise reach no one, so it is logged.
     fn drop(&mut self) {
-        for slot in &mut self.slots {
-            if let Some(Err(err)) = slot.window.take() {
+        for window in self.windows.values_mut() {
+            if let Err(err) = window {
                 log::warn!("{}: dropped with a failed window open: {err}", A::BACKEND);
             }
         }
@@ -479,344 +370,8 @@ impl<A: AnchorApi> std::fmt::Debug for EventProfiler<A> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EventProfiler")
             .field("backend", &A::BACKEND)
-            .field("open_windows", &self.open)
+            .field("open_windows", &self.windows.len())
             .field("anchor_uncertainty", &self.anchor_uncertainty())
             .finish_non_exhaustive()
     }
-}
-
-/// What a window's reading is checked against.
-#[derive(Clone, Copy)]
-struct Limits {
-    max_distance: Duration,
-    resolution: Duration,
-}
-
-/// A closed window, resolving to its placement and a bound on its error.
-///
-/// From [`EventProfiler::stop_placed`];
-/// [`into_profile_duration`](Self::into_profile_duration) gives the
-/// `cubecl-common` type [`EventProfiler::stop`] returns.
-pub struct PlacedWindow {
-    future: Pin<Box<dyn Future<Output = Option<Placement>> + Send>>,
-}
-
-impl PlacedWindow {
-    /// The window's placement once the device has reached its end, or
-    /// `None` (logged) when it could not be read.
-    pub async fn resolve(self) -> Option<Placement> {
-        self.future.await
-    }
-
-    /// The placement if the window can be read now, without waiting:
-    /// `None` while the device has not reached its end (the resolver thread
-    /// then asks for it, without waiting, until it has), `Some` with the
-    /// reading once it has. After a
-    /// `Some`, the window is spent: `resolve` gives `None`.
-    ///
-    /// ```
-    /// use device_events_core::{EventApi, EventProfiler, OwnedStream, sim::Sim};
-    /// use std::time::Duration;
-    ///
-    /// let stream = OwnedStream::<Sim>::new()?;
-    /// let mut profiler = EventProfiler::<Sim>::new();
-    /// let window = profiler.start(stream.get());
-    /// Sim::enqueue_work(stream.get(), Duration::from_millis(20));
-    /// let mut window = profiler.stop_placed(stream.get(), window)?;
-    /// assert!(window.try_resolve().is_none(), "20 ms of work still queued");
-    /// let placed = loop {
-    ///     // A server would do other work here instead of sleeping.
-    ///     match window.try_resolve() {
-    ///         Some(placed) => break placed.expect("read"),
-    ///         None => std::thread::sleep(Duration::from_millis(1)),
-    ///     }
-    /// };
-    /// assert!(placed.ticks.duration() >= Duration::from_millis(20));
-    /// # drop(profiler);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn try_resolve(&mut self) -> Option<Option<Placement>> {
-        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-        match self.future.as_mut().poll(&mut cx) {
-            Poll::Ready(placed) => {
-                self.future = Box::pin(std::future::ready(None));
-                Some(placed)
-            }
-            Poll::Pending => None,
-        }
-    }
-
-    /// The window as a [`ProfileDuration`], without the bound.
-    pub fn into_profile_duration(self) -> ProfileDuration {
-        ProfileDuration::new_device_time_maybe(async move {
-            self.future.await.map(|placed| placed.ticks)
-        })
-    }
-}
-
-impl std::fmt::Debug for PlacedWindow {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PlacedWindow").finish_non_exhaustive()
-    }
-}
-
-/// A window placed on the host clock.
-#[derive(Debug)]
-pub struct Placement {
-    /// Where the window lies on the host clock.
-    pub ticks: ProfileTicks,
-    /// How far either end can be from where the device really was, on the
-    /// host clock: the anchor's bracket half-width, how far the drift fit
-    /// moved the anchor off the bracket's midpoint, the rate's worst-case
-    /// error (the fit's, or a crystal's ±100 ppm before the fit is trusted)
-    /// over the distance from the anchor, and each reading's resolution
-    /// ([`ProfilerConfig::timer_resolution`]) and `f32` rounding. It holds
-    /// when the device stamps the anchor between the host's clock reads
-    /// around its record and wait, as any driver does whose records are not
-    /// stamped before they are queued.
-    pub uncertainty: Duration,
-}
-
-/// Why a window resolved to `None`, or is not read yet.
-enum Unread {
-    Driver(DriverError),
-    /// The anchor it is placed on is still being taken.
-    NoAnchorYet,
-    NoAnchor(DriverError),
-    Reversed {
-        by: Duration,
-    },
-    TooFar {
-        distance: Duration,
-        bound: Duration,
-    },
-}
-
-impl Unread {
-    /// Not read yet, rather than unreadable: asked again later.
-    fn is_not_ready(&self) -> bool {
-        match self {
-            Self::Driver(err) => err.is_not_ready(),
-            Self::NoAnchorYet => true,
-            _ => false,
-        }
-    }
-}
-
-impl From<DriverError> for Unread {
-    fn from(err: DriverError) -> Self {
-        Self::Driver(err)
-    }
-}
-
-impl std::fmt::Display for Unread {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Driver(err) => err.fmt(f),
-            Self::NoAnchorYet => f.write_str("its anchor is still being taken"),
-            Self::NoAnchor(err) => write!(f, "it has no anchor to be placed on: {err}"),
-            Self::Reversed { by } => write!(
-                f,
-                "its end precedes its start by {by:?}: it was stopped on a stream \
-                 that got there first"
-            ),
-            Self::TooFar { distance, bound } => write!(
-                f,
-                "it ends {distance:?} from its anchor, past the {bound:?} bound \
-                 (the anchor could not be refreshed, or the window was queued far behind)"
-            ),
-        }
-    }
-}
-
-/// The window's placement, read without waiting: the driver's "not ready"
-/// when its end (or start) was not reached yet.
-fn read_window<A: AnchorApi>(inputs: &Inputs<A>) -> Result<Placement, Unread> {
-    let Inputs {
-        anchor,
-        start,
-        end,
-        limits,
-    } = inputs;
-    let anchor = match anchor.get() {
-        None => return Err(Unread::NoAnchorYet),
-        Some(Err(err)) => return Err(Unread::NoAnchor(err.clone())),
-        Some(Ok(anchor)) => anchor,
-    };
-    // The span first: the end not reached yet is the common "not ready",
-    // and answers it with one reading.
-    let span = A::event_elapsed(start.raw(), end.raw())?;
-    if span.is_zero() {
-        // A reversed window reads as zero too (the backends clamp negative
-        // readings): read the other way round, it is not.
-        let by = A::event_elapsed(end.raw(), start.raw())?;
-        if !by.is_zero() {
-            return Err(Unread::Reversed { by });
-        }
-    }
-    // An anchor taken after the window started (the first, taken off the
-    // caller's thread) lies after its start: the offset is negative, and
-    // read the other way round, as the backends clamp negative readings.
-    let after = A::event_elapsed(anchor.event(), start.raw())?;
-    let before = if after.is_zero() {
-        A::event_elapsed(start.raw(), anchor.event())?
-    } else {
-        Duration::ZERO
-    };
-    let distance = (after + span).max(before);
-    if distance > limits.max_distance {
-        return Err(Unread::TooFar {
-            distance,
-            bound: limits.max_distance,
-        });
-    }
-    let begin = if before.is_zero() {
-        anchor.place(after)
-    } else {
-        anchor.place_before(before)
-    };
-    let offset = after.max(before);
-    let uncertainty = anchor.placement_bound(offset)
-        + reading_error(offset, limits.resolution)
-        + anchor.rate_error(span)
-        + reading_error(span, limits.resolution);
-    Ok(Placement {
-        ticks: ProfileTicks::from_start_end(begin, begin + anchor.to_host(span)),
-        uncertainty,
-    })
-}
-
-/// What a window's reading needs.
-struct Inputs<A: AnchorApi> {
-    anchor: WindowAnchor<A>,
-    start: PooledEvent<A>,
-    end: PooledEvent<A>,
-    limits: Limits,
-}
-
-/// The reading, or `None` with the reason logged.
-fn placement_or_none<A: AnchorApi>(read: Result<Placement, Unread>) -> Option<Placement> {
-    read.inspect_err(|why| {
-        log::warn!(
-            "{}: profiling window unreadable, reporting no measurement: {why}",
-            A::BACKEND
-        );
-    })
-    .ok()
-}
-
-/// A closed window's reading: at once when the device is already past its
-/// end, else by the resolver thread, which asks without waiting until it
-/// is; neither thread blocks in a driver wait.
-struct Resolving<A: AnchorApi> {
-    /// Until the first poll.
-    inputs: Option<Inputs<A>>,
-    /// Once handed to the resolver.
-    pending: Option<Arc<Pending<A>>>,
-}
-
-/// A window the resolver waits for.
-struct Pending<A: AnchorApi> {
-    /// Taken by the resolver when it starts, or by the future dropped
-    /// before that, which then releases the events itself.
-    inputs: Mutex<Option<Inputs<A>>>,
-    answer: Answer<Option<Placement>>,
-}
-
-impl<A: AnchorApi> Job for Pending<A> {
-    fn attempt(&self) -> bool {
-        let mut inputs = self.inputs.lock().unwrap_or_else(PoisonError::into_inner);
-        let Some(taken) = inputs.as_ref() else {
-            // The future was dropped, and released the events itself.
-            return true;
-        };
-        A::own_thread();
-        let read = read_window(taken);
-        if let Err(why) = &read
-            && why.is_not_ready()
-        {
-            log::trace!("{}: window not read yet: {why}", A::BACKEND);
-            return false;
-        }
-        // The events go back before the waiter hears: a caller that counts
-        // handles right after resolving sees them released.
-        drop(inputs.take());
-        drop(inputs);
-        self.answer.fill(placement_or_none::<A>(read));
-        true
-    }
-
-    fn abandon(&self) {
-        // The events go back (or are released) whatever the reading left.
-        drop(
-            self.inputs
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take(),
-        );
-        self.answer.fill(None);
-    }
-}
-
-// Nothing of it is ever pinned in place: the inputs move to the resolver.
-impl<A: AnchorApi> Unpin for Resolving<A> {}
-
-impl<A: AnchorApi> Future for Resolving<A> {
-    type Output = Option<Placement>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Placement>> {
-        let this = self.get_mut();
-        if let Some(inputs) = this.inputs.take() {
-            match read_window(&inputs) {
-                Err(why) if why.is_not_ready() => {
-                    log::debug!(
-                        "{}: window not read yet, handed to the resolver thread: {why}",
-                        A::BACKEND
-                    );
-                    let pending = Arc::new(Pending {
-                        inputs: Mutex::new(Some(inputs)),
-                        answer: Answer::new(),
-                    });
-                    // The waker first: the resolver may answer at once.
-                    let _ = pending.answer.take_or_wait(cx.waker());
-                    resolver::submit(Arc::clone(&pending) as Arc<dyn Job>);
-                    this.pending = Some(pending);
-                    return Poll::Pending;
-                }
-                read => return Poll::Ready(placement_or_none::<A>(read)),
-            }
-        }
-        match &this.pending {
-            Some(pending) => match pending.answer.take_or_wait(cx.waker()) {
-                Some(placed) => Poll::Ready(placed),
-                None => Poll::Pending,
-            },
-            None => Poll::Ready(None),
-        }
-    }
-}
-
-impl<A: AnchorApi> Drop for Resolving<A> {
-    /// Dropped unresolved: the events go back now, unless the resolver is
-    /// already waiting on them, when they go back as it finishes.
-    fn drop(&mut self) {
-        if let Some(pending) = &self.pending {
-            let inputs = pending
-                .inputs
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take();
-            drop(inputs);
-        }
-    }
-}
-
-/// How far an elapsed reading of `reading` can be off: the driver's
-/// resolution, half the `f32` millisecond step there, and the nanosecond
-/// rounding of the conversion.
-pub(crate) fn reading_error(reading: Duration, resolution: Duration) -> Duration {
-    #[allow(clippy::cast_possible_truncation)]
-    let ms = (reading.as_secs_f64() * 1e3) as f32;
-    let step_ms = f64::from(ms.next_up() - ms);
-    resolution + Duration::from_secs_f64(step_ms / 2e3) + Duration::from_nanos(1)
 }

@@ -1,0 +1,129 @@
+//! Values behind generation-checked keys: a key finds its value until the
+//! value is taken, and never again, even once its slot holds another.
+//!
+//! One arena serves the backends' tables of live handles and a profiler's
+//! open windows. A slot whose generation would overflow is retired, never
+//! reused: wrapping would bring an old key back to life.
+
+/// A key into an [`Arena`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Key {
+    pub(crate) index: u32,
+    pub(crate) generation: u32,
+}
+
+struct Slot<T> {
+    generation: u32,
+    value: Option<T>,
+}
+
+/// Values behind [`Key`]s.
+pub(crate) struct Arena<T> {
+    slots: Vec<Slot<T>>,
+    free: Vec<u32>,
+    len: usize,
+}
+
+impl<T> Arena<T> {
+    pub(crate) const fn new() -> Self {
+        Self {
+            slots: Vec::new(),
+            free: Vec::new(),
+            len: 0,
+        }
+    }
+
+    /// Keep `value`; its key finds it until [`take`](Self::take).
+    pub(crate) fn insert(&mut self, value: T) -> Key {
+        self.len += 1;
+        if let Some(index) = self.free.pop() {
+            let slot = &mut self.slots[index as usize];
+            slot.value = Some(value);
+            return Key {
+                index,
+                generation: slot.generation,
+            };
+        }
+        // Past `u32::MAX` slots the index saturates onto the last one, which
+        // is taken: a table that large is out of memory long before.
+        let index = u32::try_from(self.slots.len()).unwrap_or(u32::MAX);
+        self.slots.push(Slot {
+            generation: 0,
+            value: Some(value),
+        });
+        Key {
+            index,
+            generation: 0,
+        }
+    }
+
+    fn slot(&self, key: Key) -> Option<&Slot<T>> {
+        self.slots
+            .get(key.index as usize)
+            .filter(|slot| slot.generation == key.generation)
+    }
+
+    /// The value `key` finds, if it is still there.
+    pub(crate) fn get(&self, key: Key) -> Option<&T> {
+        self.slot(key)?.value.as_ref()
+    }
+
+    /// Take the value out; `key`, and every copy of it, finds nothing from
+    /// now on.
+    pub(crate) fn take(&mut self, key: Key) -> Option<T> {
+        let slot = self
+            .slots
+            .get_mut(key.index as usize)
+            .filter(|slot| slot.generation == key.generation)?;
+        let value = slot.value.take()?;
+        self.len -= 1;
+        if let Some(next) = slot.generation.checked_add(1) {
+            slot.generation = next;
+            self.free.push(key.index);
+        }
+        Some(value)
+    }
+
+    /// Every value held, mutably.
+    pub(crate) fn values_mut(&mut self) -> impl Iterator<Item = &mut T> {
+        self.slots.iter_mut().filter_map(|slot| slot.value.as_mut())
+    }
+
+    /// How many values are held.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_taken_key_finds_nothing_even_once_its_slot_is_reused() {
+        let mut arena = Arena::new();
+        let old = arena.insert('a');
+        assert_eq!(arena.take(old), Some('a'));
+        let new = arena.insert('b');
+        assert_eq!(new.index, old.index, "the slot is reused");
+        assert_eq!(arena.get(old), None);
+        assert_eq!(arena.take(old), None);
+        assert_eq!(arena.get(new), Some(&'b'));
+        assert_eq!(arena.len(), 1);
+    }
+
+    #[test]
+    fn a_slot_whose_generation_would_overflow_is_retired() {
+        let mut arena = Arena::new();
+        let key = arena.insert(1);
+        arena.slots[key.index as usize].generation = u32::MAX;
+        let last = Key {
+            index: key.index,
+            generation: u32::MAX,
+        };
+        assert_eq!(arena.take(last), Some(1));
+        let next = arena.insert(2);
+        assert_ne!(next.index, key.index, "the retired slot is not reused");
+        assert_eq!(arena.get(last), None);
+    }
+}

@@ -1,0 +1,66 @@
+//! How a profiler keeps its anchor and reads its windows.
+
+use cubecl_common::profile::{Duration, Instant};
+
+/// How an [`EventProfiler`] keeps its anchor.
+#[derive(Clone, Copy, Debug)]
+pub struct ProfilerConfig {
+    /// Re-anchor once the anchor is older than this on the host clock.
+    /// Elapsed times come back as `f32` milliseconds, whose step grows with
+    /// distance from the anchor: ~61 ns one second away, ~0.25 ms one hour
+    /// away. Default: one second.
+    pub anchor_max_age: Duration,
+    /// Brackets taken per anchor; the tightest is kept. Default: 5.
+    pub calibration_samples: usize,
+    /// Idle events kept for reuse; beyond it, returned events are destroyed.
+    /// Default: 1024.
+    pub max_idle_events: usize,
+    /// The host clock windows are placed on. Default: [`Instant::now`].
+    pub host_clock: fn() -> Instant,
+    /// A window whose end lies further than this from its anchor, on the
+    /// device clock, resolves to `None` (logged): an `f32` reading's step
+    /// there has outgrown a placement worth having. Only a window queued far
+    /// behind its start, or one placed against an anchor whose refresh
+    /// keeps failing, gets there. Default: 60 s, where the step is ~4 µs.
+    pub max_anchor_distance: Duration,
+    /// The driver's timestamp resolution, which [`EventApi`](crate::EventApi) does not
+    /// report; part of every stated bound ([`Placement::uncertainty`]).
+    /// Default: 1 µs, the coarser of CUDA's (~0.5 µs) and HIP's (~1 µs).
+    pub timer_resolution: Duration,
+    /// Fit the device clock's rate across anchors (see [`EventProfiler`]'s
+    /// placement notes). Off, each anchor stands alone at rate 1 and is
+    /// refreshed every `anchor_max_age`: for measuring what the fit buys.
+    /// Default: on.
+    pub drift_correction: bool,
+    /// Record the anchor behind a gate where the backend has one
+    /// ([`AnchorApi::gate`]), so that the record call and the launch
+    /// latency fall before the bracket opens. Default: on.
+    pub gated_anchor: bool,
+    /// How long a gated anchor's record is given to reach its stream before
+    /// the gate opens: longer than the driver's usual launch latency, or
+    /// the rest of it falls inside the bracket again. Default: `None`, the
+    /// gate's own ([`Gate::settle`](crate::Gate::settle): 50 µs on CUDA and HIP, none on
+    /// OpenCL).
+    pub gate_settle: Option<Duration>,
+    /// Take the anchor's time from the driver's own host-clock stamp where
+    /// it has one ([`AnchorApi::host_stamp`]), instead of a bracket.
+    /// Default: on.
+    pub driver_clock: bool,
+}
+
+impl Default for ProfilerConfig {
+    fn default() -> Self {
+        Self {
+            anchor_max_age: Duration::from_secs(1),
+            calibration_samples: 5,
+            max_idle_events: 1024,
+            host_clock: Instant::now,
+            max_anchor_distance: Duration::from_secs(60),
+            timer_resolution: Duration::from_micros(1),
+            drift_correction: true,
+            gated_anchor: true,
+            gate_settle: None,
+            driver_clock: true,
+        }
+    }
+}

@@ -1,0 +1,173 @@
+//! Reading a closed window: its device times, placed on the host clock
+//! through its anchor, and a bound on the placement's error.
+
+use cubecl_common::profile::{Duration, ProfileTicks};
+
+use crate::anchoring::WindowAnchor;
+use crate::driver::DriverError;
+use crate::gate::AnchorApi;
+use crate::pool::PooledEvent;
+
+/// What a window's reading is checked against.
+#[derive(Clone, Copy)]
+pub(crate) struct Limits {
+    pub(crate) max_distance: Duration,
+    pub(crate) resolution: Duration,
+}
+
+/// A window placed on the host clock.
+#[derive(Debug)]
+pub struct Placement {
+    /// Where the window lies on the host clock.
+    pub ticks: ProfileTicks,
+    /// How far either end can be from where the device really was, on the
+    /// host clock: the anchor's bracket half-width, how far the drift fit
+    /// moved the anchor off the bracket's midpoint, the rate's worst-case
+    /// error (the fit's, or a crystal's ±100 ppm before the fit is trusted)
+    /// over the distance from the anchor, and each reading's resolution
+    /// ([`ProfilerConfig::timer_resolution`]) and `f32` rounding. It holds
+    /// when the device stamps the anchor between the host's clock reads
+    /// around its record and wait, as any driver does whose records are not
+    /// stamped before they are queued.
+    pub uncertainty: Duration,
+}
+
+/// Why a window resolved to `None`, or is not read yet.
+pub(crate) enum Unread {
+    Driver(DriverError),
+    /// The anchor it is placed on is still being taken.
+    NoAnchorYet,
+    NoAnchor(DriverError),
+    Reversed {
+        by: Duration,
+    },
+    TooFar {
+        distance: Duration,
+        bound: Duration,
+    },
+}
+
+impl Unread {
+    /// Not read yet, rather than unreadable: asked again later.
+    pub(crate) fn is_not_ready(&self) -> bool {
+        match self {
+            Self::Driver(err) => err.is_not_ready(),
+            Self::NoAnchorYet => true,
+            _ => false,
+        }
+    }
+}
+
+impl From<DriverError> for Unread {
+    fn from(err: DriverError) -> Self {
+        Self::Driver(err)
+    }
+}
+
+impl std::fmt::Display for Unread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Driver(err) => err.fmt(f),
+            Self::NoAnchorYet => f.write_str("its anchor is still being taken"),
+            Self::NoAnchor(err) => write!(f, "it has no anchor to be placed on: {err}"),
+            Self::Reversed { by } => write!(
+                f,
+                "its end precedes its start by {by:?}: it was stopped on a stream \
+                 that got there first"
+            ),
+            Self::TooFar { distance, bound } => write!(
+                f,
+                "it ends {distance:?} from its anchor, past the {bound:?} bound \
+                 (the anchor could not be refreshed, or the window was queued far behind)"
+            ),
+        }
+    }
+}
+
+/// The window's placement, read without waiting: the driver's "not ready"
+/// when its end (or start) was not reached yet.
+pub(crate) fn read_window<A: AnchorApi>(inputs: &Inputs<A>) -> Result<Placement, Unread> {
+    let Inputs {
+        anchor,
+        start,
+        end,
+        limits,
+    } = inputs;
+    let anchor = match anchor.get() {
+        None => return Err(Unread::NoAnchorYet),
+        Some(Err(err)) => return Err(Unread::NoAnchor(err.clone())),
+        Some(Ok(anchor)) => anchor,
+    };
+    // The span first: the end not reached yet is the common "not ready",
+    // and answers it with one reading.
+    let span = A::event_elapsed(start.raw(), end.raw())?;
+    if span.is_zero() {
+        // A reversed window reads as zero too (the backends clamp negative
+        // readings): read the other way round, it is not.
+        let by = A::event_elapsed(end.raw(), start.raw())?;
+        if !by.is_zero() {
+            return Err(Unread::Reversed { by });
+        }
+    }
+    // An anchor taken after the window started (the first, taken off the
+    // caller's thread) lies after its start: the offset is negative, and
+    // read the other way round, as the backends clamp negative readings.
+    let after = A::event_elapsed(anchor.event(), start.raw())?;
+    let before = if after.is_zero() {
+        A::event_elapsed(start.raw(), anchor.event())?
+    } else {
+        Duration::ZERO
+    };
+    let distance = (after + span).max(before);
+    if distance > limits.max_distance {
+        return Err(Unread::TooFar {
+            distance,
+            bound: limits.max_distance,
+        });
+    }
+    let begin = if before.is_zero() {
+        anchor.place(after)
+    } else {
+        anchor.place_before(before)
+    };
+    let offset = after.max(before);
+    let uncertainty = anchor.placement_bound(offset)
+        + reading_error(offset, limits.resolution)
+        + anchor.rate_error(span)
+        + reading_error(span, limits.resolution);
+    Ok(Placement {
+        ticks: ProfileTicks::from_start_end(begin, begin + anchor.to_host(span)),
+        uncertainty,
+    })
+}
+
+/// What a window's reading needs.
+pub(crate) struct Inputs<A: AnchorApi> {
+    pub(crate) anchor: WindowAnchor<A>,
+    pub(crate) start: PooledEvent<A>,
+    pub(crate) end: PooledEvent<A>,
+    pub(crate) limits: Limits,
+}
+
+/// The reading, or `None` with the reason logged.
+pub(crate) fn placement_or_none<A: AnchorApi>(
+    read: Result<Placement, Unread>,
+) -> Option<Placement> {
+    read.inspect_err(|why| {
+        log::warn!(
+            "{}: profiling window unreadable, reporting no measurement: {why}",
+            A::BACKEND
+        );
+    })
+    .ok()
+}
+
+/// How far an elapsed reading of `reading` can be off: the driver's
+/// resolution, half the `f32` millisecond step there, and the nanosecond
+/// rounding of the conversion.
+pub(crate) fn reading_error(reading: Duration, resolution: Duration) -> Duration {
+    #[allow(clippy::cast_possible_truncation)]
+    let ms = (reading.as_secs_f64() * 1e3) as f32;
+    let step_ms = f64::from(ms.next_up() - ms);
+    resolution + Duration::from_secs_f64(step_ms / 2e3) + Duration::from_nanos(1)
+}

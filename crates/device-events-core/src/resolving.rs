@@ -1,0 +1,187 @@
+//! A closed window's future: read at once when the device is past its
+//! end, else handed to the resolver thread, which asks without waiting.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+
+use cubecl_common::profile::ProfileDuration;
+
+use crate::gate::AnchorApi;
+use crate::reading::{Inputs, Placement, placement_or_none, read_window};
+use crate::resolver::{self, Answer, Job};
+
+/// A closed window, resolving to its placement and a bound on its error.
+///
+/// From [`EventProfiler::stop_placed`];
+/// [`into_profile_duration`](Self::into_profile_duration) gives the
+/// `cubecl-common` type [`EventProfiler::stop`] returns.
+pub struct PlacedWindow {
+    pub(crate) future: Pin<Box<dyn Future<Output = Option<Placement>> + Send>>,
+}
+
+impl PlacedWindow {
+    /// The window's placement once the device has reached its end, or
+    /// `None` (logged) when it could not be read.
+    pub async fn resolve(self) -> Option<Placement> {
+        self.future.await
+    }
+
+    /// The placement if the window can be read now, without waiting:
+    /// `None` while the device has not reached its end (the resolver thread
+    /// then asks for it, without waiting, until it has), `Some` with the
+    /// reading once it has. After a
+    /// `Some`, the window is spent: `resolve` gives `None`.
+    ///
+    /// ```
+    /// use device_events_core::{EventApi, EventProfiler, OwnedStream, sim::Sim};
+    /// use std::time::Duration;
+    ///
+    /// let stream = OwnedStream::<Sim>::new()?;
+    /// let mut profiler = EventProfiler::<Sim>::new();
+    /// let window = profiler.start(stream.get());
+    /// Sim::enqueue_work(stream.get(), Duration::from_millis(20));
+    /// let mut window = profiler.stop_placed(stream.get(), window)?;
+    /// assert!(window.try_resolve().is_none(), "20 ms of work still queued");
+    /// let placed = loop {
+    ///     // A server would do other work here instead of sleeping.
+    ///     match window.try_resolve() {
+    ///         Some(placed) => break placed.expect("read"),
+    ///         None => std::thread::sleep(Duration::from_millis(1)),
+    ///     }
+    /// };
+    /// assert!(placed.ticks.duration() >= Duration::from_millis(20));
+    /// # drop(profiler);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn try_resolve(&mut self) -> Option<Option<Placement>> {
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        match self.future.as_mut().poll(&mut cx) {
+            Poll::Ready(placed) => {
+                self.future = Box::pin(std::future::ready(None));
+                Some(placed)
+            }
+            Poll::Pending => None,
+        }
+    }
+
+    /// The window as a [`ProfileDuration`], without the bound.
+    pub fn into_profile_duration(self) -> ProfileDuration {
+        ProfileDuration::new_device_time_maybe(async move {
+            self.future.await.map(|placed| placed.ticks)
+        })
+    }
+}
+
+impl std::fmt::Debug for PlacedWindow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PlacedWindow").finish_non_exhaustive()
+    }
+}
+
+/// A closed window's reading: at once when the device is already past its
+/// end, else by the resolver thread, which asks without waiting until it
+/// is; neither thread blocks in a driver wait.
+pub(crate) struct Resolving<A: AnchorApi> {
+    /// Until the first poll.
+    pub(crate) inputs: Option<Inputs<A>>,
+    /// Once handed to the resolver.
+    pub(crate) pending: Option<Arc<Pending<A>>>,
+}
+
+/// A window the resolver waits for.
+pub(crate) struct Pending<A: AnchorApi> {
+    /// Taken by the resolver when it starts, or by the future dropped
+    /// before that, which then releases the events itself.
+    inputs: Mutex<Option<Inputs<A>>>,
+    answer: Answer<Option<Placement>>,
+}
+
+impl<A: AnchorApi> Job for Pending<A> {
+    fn attempt(&self) -> bool {
+        let mut inputs = self.inputs.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(taken) = inputs.as_ref() else {
+            // The future was dropped, and released the events itself.
+            return true;
+        };
+        A::own_thread();
+        let read = read_window(taken);
+        if let Err(why) = &read
+            && why.is_not_ready()
+        {
+            log::trace!("{}: window not read yet: {why}", A::BACKEND);
+            return false;
+        }
+        // The events go back before the waiter hears: a caller that counts
+        // handles right after resolving sees them released.
+        drop(inputs.take());
+        drop(inputs);
+        self.answer.fill(placement_or_none::<A>(read));
+        true
+    }
+
+    fn abandon(&self) {
+        // The events go back (or are released) whatever the reading left.
+        drop(
+            self.inputs
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take(),
+        );
+        self.answer.fill(None);
+    }
+}
+
+// Nothing of it is ever pinned in place: the inputs move to the resolver.
+impl<A: AnchorApi> Unpin for Resolving<A> {}
+
+impl<A: AnchorApi> Future for Resolving<A> {
+    type Output = Option<Placement>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Placement>> {
+        let this = self.get_mut();
+        if let Some(inputs) = this.inputs.take() {
+            match read_window(&inputs) {
+                Err(why) if why.is_not_ready() => {
+                    log::debug!(
+                        "{}: window not read yet, handed to the resolver thread: {why}",
+                        A::BACKEND
+                    );
+                    let pending = Arc::new(Pending {
+                        inputs: Mutex::new(Some(inputs)),
+                        answer: Answer::new(),
+                    });
+                    // The waker first: the resolver may answer at once.
+                    let _ = pending.answer.take_or_wait(cx.waker());
+                    resolver::submit(Arc::clone(&pending) as Arc<dyn Job>);
+                    this.pending = Some(pending);
+                    return Poll::Pending;
+                }
+                read => return Poll::Ready(placement_or_none::<A>(read)),
+            }
+        }
+        match &this.pending {
+            Some(pending) => match pending.answer.take_or_wait(cx.waker()) {
+                Some(placed) => Poll::Ready(placed),
+                None => Poll::Pending,
+            },
+            None => Poll::Ready(None),
+        }
+    }
+}
+
+impl<A: AnchorApi> Drop for Resolving<A> {
+    /// Dropped unresolved: the events go back now, unless the resolver is
+    /// already waiting on them, when they go back as it finishes.
+    fn drop(&mut self) {
+        if let Some(pending) = &self.pending {
+            let inputs = pending
+                .inputs
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take();
+            drop(inputs);
+        }
+    }
+}
