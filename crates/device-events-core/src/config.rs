@@ -2,7 +2,7 @@
 
 use cubecl_common::profile::{Duration, Instant};
 
-/// How an [`EventProfiler`] keeps its anchor.
+/// How an [`EventProfiler`](crate::EventProfiler) keeps its anchor.
 #[derive(Clone, Copy, Debug)]
 pub struct ProfilerConfig {
     /// Re-anchor once the anchor is older than this on the host clock.
@@ -24,16 +24,16 @@ pub struct ProfilerConfig {
     /// keeps failing, gets there. Default: 60 s, where the step is ~4 µs.
     pub max_anchor_distance: Duration,
     /// The driver's timestamp resolution, which [`EventApi`](crate::EventApi) does not
-    /// report; part of every stated bound ([`Placement::uncertainty`]).
+    /// report; part of every stated bound ([`Placement::uncertainty`](crate::Placement::uncertainty)).
     /// Default: 1 µs, the coarser of CUDA's (~0.5 µs) and HIP's (~1 µs).
     pub timer_resolution: Duration,
-    /// Fit the device clock's rate across anchors (see [`EventProfiler`]'s
+    /// Fit the device clock's rate across anchors (see [`EventProfiler`](crate::EventProfiler)'s
     /// placement notes). Off, each anchor stands alone at rate 1 and is
     /// refreshed every `anchor_max_age`: for measuring what the fit buys.
     /// Default: on.
     pub drift_correction: bool,
     /// Record the anchor behind a gate where the backend has one
-    /// ([`AnchorApi::gate`]), so that the record call and the launch
+    /// ([`AnchorApi::gate`](crate::AnchorApi::gate)), so that the record call and the launch
     /// latency fall before the bracket opens. Default: on.
     pub gated_anchor: bool,
     /// How long a gated anchor's record is given to reach its stream before
@@ -43,7 +43,7 @@ pub struct ProfilerConfig {
     /// OpenCL).
     pub gate_settle: Option<Duration>,
     /// Take the anchor's time from the driver's own host-clock stamp where
-    /// it has one ([`AnchorApi::host_stamp`]), instead of a bracket.
+    /// it has one ([`AnchorApi::host_stamp`](crate::AnchorApi::host_stamp)), instead of a bracket.
     /// Default: on.
     pub driver_clock: bool,
 }

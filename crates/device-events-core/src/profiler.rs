@@ -66,7 +66,7 @@ use crate::token::ProfileToken;
 /// ([`drift_correction`](ProfilerConfig::drift_correction)), each anchor
 /// stands alone at rate 1.
 ///
-/// Each window's [`Placement::uncertainty`] bounds both ends' error. The
+/// Each window's [`Placement::uncertainty`](crate::Placement::uncertainty) bounds both ends' error. The
 /// README's "Placement" section has the figures `cargo xtask bench`
 /// measured, and what limits them.
 ///

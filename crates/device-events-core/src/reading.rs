@@ -25,7 +25,7 @@ pub struct Placement {
     /// moved the anchor off the bracket's midpoint, the rate's worst-case
     /// error (the fit's, or a crystal's ±100 ppm before the fit is trusted)
     /// over the distance from the anchor, and each reading's resolution
-    /// ([`ProfilerConfig::timer_resolution`]) and `f32` rounding. It holds
+    /// ([`ProfilerConfig::timer_resolution`](crate::ProfilerConfig::timer_resolution)) and `f32` rounding. It holds
     /// when the device stamps the anchor between the host's clock reads
     /// around its record and wait, as any driver does whose records are not
     /// stamped before they are queued.

@@ -14,9 +14,9 @@ use crate::resolver::{self, Answer, Job};
 
 /// A closed window, resolving to its placement and a bound on its error.
 ///
-/// From [`EventProfiler::stop_placed`];
+/// From [`EventProfiler::stop_placed`](crate::EventProfiler::stop_placed);
 /// [`into_profile_duration`](Self::into_profile_duration) gives the
-/// `cubecl-common` type [`EventProfiler::stop`] returns.
+/// `cubecl-common` type [`EventProfiler::stop`](crate::EventProfiler::stop) returns.
 pub struct PlacedWindow {
     pub(crate) future: Pin<Box<dyn Future<Output = Option<Placement>> + Send>>,
 }
