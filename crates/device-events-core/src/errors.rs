@@ -2,7 +2,8 @@
 
 use crate::driver::DriverError;
 
-/// Why [`EventProfiler::stop`] or [`EventProfiler::abandon`] refused a token.
+/// Why [`EventProfiler::stop`](crate::EventProfiler::stop) or
+/// [`EventProfiler::abandon`](crate::EventProfiler::abandon) refused a token.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ProfileError {
     /// The token came from another profiler.
