@@ -220,8 +220,14 @@ impl SoftDriver {
     }
 
     /// Live handles and calls, now.
+    ///
+    /// Calibrations in flight end first: a profiler dropped during one
+    /// releases its anchor's events and stream as it ends.
     pub fn counts(&self) -> Counts {
         type F = unsafe extern "C" fn(*mut Counts) -> i32;
+        if !device_events_core::wait_for_calibrations(std::time::Duration::from_secs(30)) {
+            eprintln!("a calibration did not end within 30 s");
+        }
         let mut counts = Counts::default();
         let f = self.symbol::<F>(b"soft_driver_counts\0");
         // SAFETY: `counts` is a live, writable value of the mirrored layout.
