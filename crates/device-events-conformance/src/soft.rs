@@ -414,3 +414,28 @@ pub fn laid_out_as(names: &[&str]) -> std::path::PathBuf {
     }
     dir
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Counts;
+    use std::mem::{offset_of, size_of};
+
+    /// The layout of the driver's `SoftCounts`, pinned on both sides (the
+    /// driver's test asserts the same offsets).
+    #[test]
+    fn the_counts_layout_mirrors_the_drivers() {
+        assert_eq!(
+            [
+                offset_of!(Counts, events),
+                offset_of!(Counts, streams),
+                offset_of!(Counts, allocations),
+                offset_of!(Counts, contexts),
+                offset_of!(Counts, graphs),
+                offset_of!(Counts, misuses),
+                offset_of!(Counts, calls),
+                size_of::<Counts>(),
+            ],
+            [0, 8, 16, 24, 32, 40, 48, 56]
+        );
+    }
+}

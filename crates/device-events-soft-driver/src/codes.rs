@@ -1,6 +1,31 @@
 //! Status codes each ABI may return: only these cross it, because the Rust
 //! bindings declare some status types as enums.
 
+use crate::engine::Fault;
+
+/// How both ABIs spell a fault: HIP numbers these statuses as CUDA does
+/// (`hipErrorNotReady` 600, `hipErrorStreamCaptureUnsupported` 900, …),
+/// so one table serves both.
+pub(crate) fn status(fault: Fault) -> i32 {
+    match fault {
+        Fault::InvalidValue => 1,
+        Fault::NotInitialized => 3,
+        Fault::InvalidDevice => 101,
+        Fault::InvalidContext => 201,
+        Fault::InvalidHandle => 400,
+        Fault::NotReady => 600,
+        Fault::ContextDestroyed => 709,
+        Fault::NotSupported => 801,
+        Fault::CaptureUnsupported => 900,
+        Fault::CaptureInvalidated => 901,
+        Fault::CaptureUnmatched => 903,
+        Fault::CaptureUnjoined => 904,
+        Fault::CaptureIsolation => 905,
+        Fault::CapturedEvent => 907,
+        Fault::Injected(status) => status,
+    }
+}
+
 /// `CUresult` values of the CUDA 12.8 headers (the bindings level the CUDA
 /// backend uses), with their names.
 pub(crate) const CUDA: &[(i32, &str)] = &[
@@ -219,7 +244,7 @@ static CUDA_TEXTS: LazyLock<Texts> = LazyLock::new(|| texts(CUDA));
 static HIP_TEXTS: LazyLock<Texts> = LazyLock::new(|| texts(HIP));
 
 /// Which C ABI a status belongs to.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 pub(crate) enum Abi {
     Cuda,
     Hip,
@@ -249,4 +274,37 @@ pub(crate) fn c_name(abi: Abi, code: i32, describe: bool) -> Option<*const c_cha
                 name.as_ptr()
             }
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_fault_is_a_status_of_both_abis() {
+        for fault in [
+            Fault::InvalidValue,
+            Fault::NotInitialized,
+            Fault::InvalidDevice,
+            Fault::InvalidContext,
+            Fault::InvalidHandle,
+            Fault::NotReady,
+            Fault::ContextDestroyed,
+            Fault::NotSupported,
+            Fault::CaptureUnsupported,
+            Fault::CaptureInvalidated,
+            Fault::CaptureUnmatched,
+            Fault::CaptureUnjoined,
+            Fault::CaptureIsolation,
+            Fault::CapturedEvent,
+        ] {
+            let code = status(fault);
+            for abi in [Abi::Cuda, Abi::Hip] {
+                assert!(
+                    table(abi).iter().any(|(c, _)| *c == code),
+                    "{fault:?} ({code}) is not a status of {abi:?}"
+                );
+            }
+        }
+    }
 }

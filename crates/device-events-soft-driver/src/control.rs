@@ -1,93 +1,11 @@
 //! The control API tests reach through `libloading`: fault injection, call
 //! and live-handle counts, ground-truth timestamps and clock settings.
 
-use std::collections::HashMap;
 use std::ffi::{CStr, c_char, c_void};
-use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
 
-use crate::codes;
-use crate::engine::{ENGINE, Fault, Outcome};
-use crate::{clock, cuda};
-
-struct Injection {
-    name: String,
-    /// Calls of `name` still to pass before the one that fails.
-    pass: u32,
-    status: i32,
-    /// Calls from this thread neither count nor fail.
-    except: Option<std::thread::ThreadId>,
-}
-
-#[derive(Default)]
-struct Control {
-    injections: Vec<Injection>,
-    calls: HashMap<&'static str, u64>,
-    order: Vec<&'static str>,
-    total: u64,
-}
-
-static CONTROL: LazyLock<Mutex<Control>> = LazyLock::new(Mutex::default);
-
-fn control() -> MutexGuard<'static, Control> {
-    CONTROL.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// Count a call of `name`; `Err(status)` when a test chose it to fail.
-pub(crate) fn enter(name: &'static str) -> Result<(), i32> {
-    let mut control = control();
-    control.total += 1;
-    let count = control.calls.entry(name).or_insert(0);
-    *count += 1;
-    if *count == 1 {
-        control.order.push(name);
-    }
-    let me = std::thread::current().id();
-    let due = control
-        .injections
-        .iter()
-        .position(|i| i.name == name && i.except != Some(me));
-    if let Some(index) = due {
-        let injection = &mut control.injections[index];
-        if injection.pass == 0 {
-            return Err(control.injections.remove(index).status);
-        }
-        injection.pass -= 1;
-    }
-    Ok(())
-}
-
-/// Run an exported call: count it, fail it with the injected status if a
-/// test chose so, else run `body` and spell its fault with `code`.
-pub(crate) fn call(
-    name: &'static str,
-    code: fn(Fault) -> i32,
-    body: impl FnOnce() -> Outcome<()>,
-) -> i32 {
-    if let Err(status) = enter(name) {
-        return status;
-    }
-    body().map_or_else(code, |()| 0)
-}
-
-/// A release, failed as the drivers document the two ways it can fail:
-/// - an invalid handle: nothing is freed (a handle that really is not live
-///   is also a counted misuse, in the body);
-/// - any other status reports an earlier asynchronous error: the handle is
-///   freed all the same, and the status returned.
-pub(crate) fn release(
-    name: &'static str,
-    code: fn(Fault) -> i32,
-    body: impl FnOnce() -> Outcome<()>,
-) -> i32 {
-    let injected = enter(name).err();
-    if let Some(status) = injected
-        && status == code(Fault::InvalidHandle)
-    {
-        return status;
-    }
-    let result = body().map_or_else(code, |()| 0);
-    injected.unwrap_or(result)
-}
+use crate::calls::{Control, Injection, control};
+use crate::engine::ENGINE;
+use crate::{clock, codes, cuda};
 
 /// As [`soft_driver_fail_call`], for any nonzero `status`, including codes
 /// no ABI table holds: what a newer driver than the bindings returns.
@@ -369,4 +287,29 @@ pub extern "C" fn soft_driver_set_wait_value_ns(ns: u64) {
 #[unsafe(no_mangle)]
 pub extern "C" fn soft_driver_set_bandwidth(bytes_per_second: f64) {
     clock::set_bandwidth(bytes_per_second);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SoftCounts;
+    use std::mem::{offset_of, size_of};
+
+    /// The layout the conformance crate's `Counts` mirrors across the C
+    /// ABI, pinned on both sides (its test asserts the same offsets).
+    #[test]
+    fn the_counts_layout_is_the_one_mirrored() {
+        assert_eq!(
+            [
+                offset_of!(SoftCounts, events),
+                offset_of!(SoftCounts, streams),
+                offset_of!(SoftCounts, allocations),
+                offset_of!(SoftCounts, contexts),
+                offset_of!(SoftCounts, graphs),
+                offset_of!(SoftCounts, misuses),
+                offset_of!(SoftCounts, calls),
+                size_of::<SoftCounts>(),
+            ],
+            [0, 8, 16, 24, 32, 40, 48, 56]
+        );
+    }
 }

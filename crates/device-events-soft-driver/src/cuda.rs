@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{LazyLock, Mutex, PoisonError};
 
 use crate::engine::{ENGINE, Fault, Outcome, StreamRef};
-use crate::{clock, codes, control, out};
+use crate::{calls, clock, codes, out};
 
 type CUresult = c_int;
 type CUdevice = c_int;
@@ -37,32 +37,12 @@ thread_local! {
     static CONTEXTS: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
 }
 
-fn code(fault: Fault) -> CUresult {
-    match fault {
-        Fault::InvalidValue => 1,
-        Fault::NotInitialized => 3,
-        Fault::InvalidDevice => 101,
-        Fault::InvalidContext => 201,
-        Fault::InvalidHandle => 400,
-        Fault::NotReady => 600,
-        Fault::CaptureUnsupported => 900,
-        Fault::CaptureInvalidated => 901,
-        Fault::CaptureUnmatched => 903,
-        Fault::CaptureUnjoined => 904,
-        Fault::CaptureIsolation => 905,
-        Fault::CapturedEvent => 907,
-        Fault::NotSupported => 801,
-        Fault::ContextDestroyed => 709,
-        Fault::Injected(status) => status,
-    }
-}
-
 fn call(name: &'static str, body: impl FnOnce() -> Outcome<()>) -> CUresult {
-    control::call(name, code, body)
+    calls::call(name, codes::status, body)
 }
 
 fn release(name: &'static str, body: impl FnOnce() -> Outcome<()>) -> CUresult {
-    control::release(name, code, body)
+    calls::release(name, codes::status, body)
 }
 
 fn initialized() -> Outcome<()> {

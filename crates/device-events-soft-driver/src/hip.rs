@@ -8,7 +8,7 @@ use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
 use crate::engine::{ENGINE, Fault, Outcome, StreamRef};
-use crate::{clock, codes, control, out};
+use crate::{calls, clock, codes, out};
 
 type HipError = c_uint;
 type HipEvent = *mut c_void;
@@ -27,32 +27,12 @@ thread_local! {
     static DEVICE: Cell<usize> = const { Cell::new(0) };
 }
 
-fn code(fault: Fault) -> i32 {
-    match fault {
-        Fault::InvalidValue => 1,
-        Fault::NotInitialized => 3,
-        Fault::InvalidDevice => 101,
-        Fault::InvalidContext => 201,
-        Fault::InvalidHandle => 400,
-        Fault::NotReady => 600,
-        Fault::CaptureUnsupported => 900,
-        Fault::CaptureInvalidated => 901,
-        Fault::CaptureUnmatched => 903,
-        Fault::CaptureUnjoined => 904,
-        Fault::CaptureIsolation => 905,
-        Fault::CapturedEvent => 907,
-        Fault::NotSupported => 801,
-        Fault::ContextDestroyed => 709,
-        Fault::Injected(status) => status,
-    }
-}
-
 fn call(name: &'static str, body: impl FnOnce() -> Outcome<()>) -> HipError {
-    as_hip(control::call(name, code, body))
+    as_hip(calls::call(name, codes::status, body))
 }
 
 fn release(name: &'static str, body: impl FnOnce() -> Outcome<()>) -> HipError {
-    as_hip(control::release(name, code, body))
+    as_hip(calls::release(name, codes::status, body))
 }
 
 /// `hipError_t` is unsigned; every status in its table fits.
@@ -451,7 +431,7 @@ extern "C" fn hipMemsetAsync(
 
 fn text(name: &'static str, error: HipError, describe: bool) -> *const c_char {
     // The text calls cannot fail, so a failure injected here is only counted.
-    let _ = control::enter(name);
+    let _ = calls::enter(name);
     let code = i32::try_from(error).unwrap_or(999);
     codes::c_name(codes::Abi::Hip, code, describe)
         .or_else(|| codes::c_name(codes::Abi::Hip, 999, describe))

@@ -33,6 +33,7 @@
 //!
 //! Configuration: the `SOFT_DRIVER_*` variables in [`clock`].
 
+mod calls;
 pub mod clock;
 mod codes;
 pub mod control;
