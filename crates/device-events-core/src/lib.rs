@@ -41,6 +41,7 @@ mod anchoring;
 mod api;
 mod arena;
 mod calibrator;
+mod capture;
 mod config;
 mod drift;
 pub mod driver;
@@ -61,6 +62,7 @@ mod token;
 
 pub use api::{EventApi, EventQuery};
 pub use calibrator::wait_for_calibrations;
+pub use capture::CaptureModes;
 pub use config::ProfilerConfig;
 pub use driver::{CaptureStatus, DriverError, ErrorKind};
 pub use errors::ProfileError;

@@ -402,7 +402,7 @@ impl EventApi for Cuda {
         let api = api()?;
         let raw = live_event(event, CALL)?;
         in_context(event.ctx.raw, || {
-            capture::relaxed(|| {
+            capture::MODES.relaxed(|| {
                 // SAFETY: the event is live, its context bound.
                 check(CALL, unsafe { (api.cuEventSynchronize)(raw) })
             })
@@ -445,7 +445,7 @@ impl EventApi for Cuda {
         const CALL: &str = "cuStreamSynchronize";
         let api = api()?;
         on_stream(stream, CALL, |live| {
-            capture::relaxed(|| {
+            capture::MODES.relaxed(|| {
                 // SAFETY: the stream is live, its context bound.
                 check(CALL, unsafe { (api.cuStreamSynchronize)(live.raw) })
             })
@@ -491,7 +491,7 @@ impl EventQuery for Cuda {
         let api = api()?;
         let raw = live_event(event, CALL)?;
         in_context(event.ctx.raw, || {
-            capture::relaxed(|| {
+            capture::MODES.relaxed(|| {
                 // SAFETY: the event is live, its context bound.
                 match unsafe { (api.cuEventQuery)(raw) } {
                     ffi::NOT_READY => Ok(false),
@@ -516,7 +516,7 @@ impl device_events_core::AnchorApi for Cuda {
     }
 
     fn own_thread() {
-        capture::own_thread();
+        capture::MODES.own_thread();
     }
 
     fn gate(stream: CudaStream) -> Result<Option<Box<dyn device_events_core::Gate>>, DriverError> {

@@ -517,7 +517,7 @@ impl EventApi for Hip {
     fn event_wait(event: &HipEvent) -> Result<(), DriverError> {
         let raw = live_event(event, "hipEventSynchronize")?;
         on_device(event.device, |rt| {
-            capture::relaxed(|| {
+            capture::MODES.relaxed(|| {
                 // SAFETY: the event is live, its device bound.
                 check("hipEventSynchronize", unsafe {
                     (rt.fns.hipEventSynchronize)(raw)
@@ -562,7 +562,7 @@ impl EventApi for Hip {
     fn stream_synchronize(stream: HipStream) -> Result<(), DriverError> {
         const CALL: &str = "hipStreamSynchronize";
         on_stream(stream, CALL, |rt, live| {
-            capture::relaxed(|| {
+            capture::MODES.relaxed(|| {
                 // SAFETY: the stream is live, its device bound.
                 check(CALL, unsafe { (rt.fns.hipStreamSynchronize)(live.raw) })
             })
@@ -606,7 +606,7 @@ impl EventQuery for Hip {
         const CALL: &str = "hipEventQuery";
         let raw = live_event(event, CALL)?;
         on_device(event.device, |rt| {
-            capture::relaxed(|| {
+            capture::MODES.relaxed(|| {
                 // SAFETY: the event is live, its device bound.
                 match unsafe { (rt.fns.hipEventQuery)(raw) } {
                     runtime::HIP_ERROR_NOT_READY => Ok(false),
@@ -633,7 +633,7 @@ impl device_events_core::AnchorApi for Hip {
     }
 
     fn own_thread() {
-        capture::own_thread();
+        capture::MODES.own_thread();
     }
 
     fn gate(stream: HipStream) -> Result<Option<Box<dyn device_events_core::Gate>>, DriverError> {
