@@ -58,6 +58,7 @@ mod resolving;
 #[cfg(feature = "sim")]
 pub mod sim;
 mod stream;
+mod symbols;
 mod token;
 
 pub use api::{EventApi, EventQuery};

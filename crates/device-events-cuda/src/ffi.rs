@@ -13,65 +13,49 @@ use std::ffi::{c_char, c_int, c_uint};
 use cudarc::driver::sys::{CUcontext, CUdevice, CUevent, CUstream};
 use device_events_core::{DriverError, ErrorKind};
 
-macro_rules! functions {
-    ($($name:ident($($arg:ty),*);)*) => {
-        /// The resolved functions; see the module's docs for their ABI.
-        #[allow(non_snake_case)]
-        pub(crate) struct Api {
-            $(pub(crate) $name: unsafe extern "C" fn($($arg),*) -> u32,)*
-        }
-
-        impl Api {
-            /// Resolve every function from `lib`.
-            pub(crate) fn load(lib: &'static libloading::Library) -> Result<Self, DriverError> {
-                Ok(Self {
-                    $($name: {
-                        const NAME: &str = concat!(stringify!($name), "\0");
-                        // SAFETY: the type is the C signature of the function
-                        // of that name in the CUDA driver API, with the
-                        // status as `u32` (see the module's docs). `lib` is
-                        // cudarc's, held in a process-wide static, so the
-                        // pointer copied out stays valid for the process.
-                        let symbol = unsafe {
-                            lib.get::<unsafe extern "C" fn($($arg),*) -> u32>(NAME.as_bytes())
-                        };
-                        *symbol.map_err(|err| missing(stringify!($name), &err))?
-                    },)*
-                })
-            }
-        }
-    };
+device_events_core::driver_functions! {
+    /// The resolved functions; see the module's docs for their ABI.
+    pub(crate) struct Api {
+        cuInit(c_uint) -> u32;
+        cuGetErrorName(u32, *mut *const c_char) -> u32;
+        cuCtxGetCurrent(*mut CUcontext) -> u32;
+        cuCtxGetDevice(*mut CUdevice) -> u32;
+        cuCtxPushCurrent_v2(CUcontext) -> u32;
+        cuCtxPopCurrent_v2(*mut CUcontext) -> u32;
+        cuDevicePrimaryCtxRetain(*mut CUcontext, CUdevice) -> u32;
+        cuDevicePrimaryCtxRelease_v2(CUdevice) -> u32;
+        cuEventCreate(*mut CUevent, c_uint) -> u32;
+        cuEventRecord(CUevent, CUstream) -> u32;
+        cuEventSynchronize(CUevent) -> u32;
+        cuEventQuery(CUevent) -> u32;
+        cuEventElapsedTime(*mut f32, CUevent, CUevent) -> u32;
+        cuEventDestroy_v2(CUevent) -> u32;
+        cuStreamCreate(*mut CUstream, c_uint) -> u32;
+        cuStreamWaitEvent(CUstream, CUevent, c_uint) -> u32;
+        cuStreamSynchronize(CUstream) -> u32;
+        cuStreamDestroy_v2(CUstream) -> u32;
+        cuStreamIsCapturing(CUstream, *mut u32) -> u32;
+        cuThreadExchangeStreamCaptureMode(*mut c_uint) -> u32;
+    }
 }
 
-functions! {
-    cuInit(c_uint);
-    cuGetErrorName(u32, *mut *const c_char);
-    cuCtxGetCurrent(*mut CUcontext);
-    cuCtxGetDevice(*mut CUdevice);
-    cuCtxPushCurrent_v2(CUcontext);
-    cuCtxPopCurrent_v2(*mut CUcontext);
-    cuDevicePrimaryCtxRetain(*mut CUcontext, CUdevice);
-    cuDevicePrimaryCtxRelease_v2(CUdevice);
-    cuEventCreate(*mut CUevent, c_uint);
-    cuEventRecord(CUevent, CUstream);
-    cuEventSynchronize(CUevent);
-    cuEventQuery(CUevent);
-    cuEventElapsedTime(*mut f32, CUevent, CUevent);
-    cuEventDestroy_v2(CUevent);
-    cuStreamCreate(*mut CUstream, c_uint);
-    cuStreamWaitEvent(CUstream, CUevent, c_uint);
-    cuStreamSynchronize(CUstream);
-    cuStreamDestroy_v2(CUstream);
-    cuStreamIsCapturing(CUstream, *mut u32);
-    cuThreadExchangeStreamCaptureMode(*mut c_uint);
+impl Api {
+    /// Resolve every function from `lib`, cudarc's, which it keeps loaded
+    /// for the process.
+    pub(crate) fn load(lib: &'static libloading::Library) -> Result<Self, DriverError> {
+        // SAFETY: each declaration is the C signature of the CUDA driver
+        // function of that name, with the status as `u32` (see the module's
+        // docs); `lib` is cudarc's, held in a process-wide static.
+        unsafe { Self::resolve(lib) }.map_err(missing)
+    }
 }
 
-fn missing(name: &'static str, err: &libloading::Error) -> DriverError {
+fn missing(name: &'static str) -> DriverError {
     DriverError::refused(
         crate::BACKEND,
         name,
         ErrorKind::NoDevice,
-        format!("the CUDA driver does not export {name} (older than CUDA 11?): {err}"),
+        format!("the CUDA driver does not export {name} (older than CUDA 11?)"),
     )
 }
 

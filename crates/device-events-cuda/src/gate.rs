@@ -29,17 +29,36 @@ const DEVICEMAP: c_uint = 0x2;
 /// `CU_STREAM_WAIT_VALUE_GEQ`.
 const WAIT_GEQ: c_uint = 0x0;
 
-/// The optional functions, each with its status as a plain `u32` (see
-/// `ffi`).
-#[allow(non_snake_case)]
+device_events_core::driver_functions! {
+    /// The optional host-memory functions, each with its status as a plain
+    /// `u32` (see `ffi`).
+    struct HostMem {
+        cuDeviceGetAttribute(*mut c_int, c_int, CUdevice) -> u32;
+        cuMemHostAlloc(*mut *mut c_void, usize, c_uint) -> u32;
+        cuMemHostGetDevicePointer_v2(*mut CUdeviceptr, *mut c_void, c_uint) -> u32;
+        cuMemFreeHost(*mut c_void) -> u32;
+    }
+}
+
+device_events_core::driver_functions! {
+    /// The wait, CUDA 11.7 on: the entry point CUDA 12's header names.
+    struct WaitV2 {
+        cuStreamWaitValue32_v2(CUstream, CUdeviceptr, u32, c_uint) -> u32;
+    }
+}
+
+device_events_core::driver_functions! {
+    /// The first version of the wait.
+    struct WaitV1 {
+        cuStreamWaitValue32(CUstream, CUdeviceptr, u32, c_uint) -> u32;
+    }
+}
+
+/// The optional functions, or `None` when the driver lacks one.
 struct MemOps {
-    cuDeviceGetAttribute: unsafe extern "C" fn(*mut c_int, c_int, CUdevice) -> u32,
-    cuMemHostAlloc: unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> u32,
-    cuMemHostGetDevicePointer_v2:
-        unsafe extern "C" fn(*mut CUdeviceptr, *mut c_void, c_uint) -> u32,
-    cuMemFreeHost: unsafe extern "C" fn(*mut c_void) -> u32,
-    /// `cuStreamWaitValue32_v2` where the driver has it (CUDA 11.7 on, the
-    /// entry point CUDA 12's header names), else the first version.
+    mem: HostMem,
+    /// `cuStreamWaitValue32_v2` where the driver has it, else the first
+    /// version.
     wait_value: unsafe extern "C" fn(CUstream, CUdeviceptr, u32, c_uint) -> u32,
     /// Which of the two `wait_value` is, for errors.
     wait_value_name: &'static str,
@@ -55,25 +74,22 @@ fn mem_ops() -> Option<&'static MemOps> {
         // SAFETY: `api()` succeeded, so cudarc has the library loaded, and
         // keeps it for the process.
         let lib = unsafe { sys::culib() };
-        macro_rules! get {
-            ($name:literal) => {
-                // SAFETY: the type the caller gives is the C signature of the
-                // CUDA driver function of that name, status as `u32`; the
-                // library stays loaded, so the pointer copied out stays valid.
-                unsafe { lib.get(concat!($name, "\0").as_bytes()) }
-                    .ok()
-                    .map(|f| *f)
-            };
-        }
-        let (wait_value, wait_value_name, v1) = match get!("cuStreamWaitValue32_v2") {
-            Some(v2) => (v2, "cuStreamWaitValue32_v2", false),
-            None => (get!("cuStreamWaitValue32")?, "cuStreamWaitValue32", true),
+        // SAFETY: each declaration is the C signature of the CUDA driver
+        // function of that name, status as `u32`; the library stays loaded.
+        let (v2, v1, mem) = unsafe {
+            (
+                WaitV2::resolve(lib).ok(),
+                WaitV1::resolve(lib).ok(),
+                HostMem::resolve(lib).ok()?,
+            )
+        };
+        let (wait_value, wait_value_name, v1) = match (v2, v1) {
+            (Some(v2), _) => (v2.cuStreamWaitValue32_v2, "cuStreamWaitValue32_v2", false),
+            (None, Some(v1)) => (v1.cuStreamWaitValue32, "cuStreamWaitValue32", true),
+            (None, None) => return None,
         };
         Some(MemOps {
-            cuDeviceGetAttribute: get!("cuDeviceGetAttribute")?,
-            cuMemHostAlloc: get!("cuMemHostAlloc")?,
-            cuMemHostGetDevicePointer_v2: get!("cuMemHostGetDevicePointer_v2")?,
-            cuMemFreeHost: get!("cuMemFreeHost")?,
+            mem,
             wait_value,
             wait_value_name,
             v1,
@@ -108,7 +124,7 @@ impl CudaWord {
                 let mut can = 0;
                 // SAFETY: `can` is writable; the device is the context's.
                 check("cuDeviceGetAttribute", unsafe {
-                    (ops.cuDeviceGetAttribute)(&mut can, CAN_USE_STREAM_MEM_OPS, ctx.device)
+                    (ops.mem.cuDeviceGetAttribute)(&mut can, CAN_USE_STREAM_MEM_OPS, ctx.device)
                 })?;
                 if can == 0 {
                     return Ok(None);
@@ -117,12 +133,12 @@ impl CudaWord {
             let mut host = std::ptr::null_mut();
             // SAFETY: `host` is writable; the context is bound.
             check("cuMemHostAlloc", unsafe {
-                (ops.cuMemHostAlloc)(&mut host, size_of::<u32>(), DEVICEMAP)
+                (ops.mem.cuMemHostAlloc)(&mut host, size_of::<u32>(), DEVICEMAP)
             })?;
             let mut device = 0;
             // SAFETY: `device` is writable; `host` was mapped just above.
             let mapped = check("cuMemHostGetDevicePointer_v2", unsafe {
-                (ops.cuMemHostGetDevicePointer_v2)(&mut device, host, 0)
+                (ops.mem.cuMemHostGetDevicePointer_v2)(&mut device, host, 0)
             });
             let word = Self {
                 stream,
@@ -185,7 +201,7 @@ impl Drop for CudaWord {
         let freed = in_context(self.ctx.raw, || {
             // SAFETY: allocated by `cuMemHostAlloc` in `new`, freed once,
             // after the stream has passed every wait on it.
-            check("cuMemFreeHost", unsafe { (ops.cuMemFreeHost)(host) })
+            check("cuMemFreeHost", unsafe { (ops.mem.cuMemFreeHost)(host) })
         });
         if let Err(err) = freed {
             log::error!("{BACKEND}: could not free a gate's host word: {err}");

@@ -68,97 +68,44 @@ pub fn search_path() -> Vec<PathBuf> {
     paths
 }
 
-macro_rules! functions {
-    ($($name:ident($($arg:ty),*);)*) => {
-        /// The runtime's functions this crate calls, resolved when it loads.
-        #[allow(non_snake_case)]
-        pub(crate) struct Functions {
-            $(pub(crate) $name: unsafe extern "C" fn($($arg),*) -> Status,)*
-            pub(crate) hipGetErrorName: unsafe extern "C" fn(Status) -> *const c_char,
-        }
-
-        impl Functions {
-            /// # Safety
-            ///
-            /// `lib` is a HIP runtime, whose functions of these names have
-            /// these C signatures (HIP's `hip_runtime_api.h`).
-            unsafe fn resolve(lib: &Library) -> Result<Self, String> {
-                Ok(Self {
-                    // SAFETY: as the caller promises, for each symbol.
-                    $($name: *unsafe {
-                        lib.get::<unsafe extern "C" fn($($arg),*) -> Status>(
-                            concat!(stringify!($name), "\0").as_bytes(),
-                        )
-                    }
-                    .map_err(|_| stringify!($name).to_owned())?,)*
-                    // SAFETY: as above.
-                    hipGetErrorName: *unsafe {
-                        lib.get::<unsafe extern "C" fn(Status) -> *const c_char>(b"hipGetErrorName\0")
-                    }
-                    .map_err(|_| "hipGetErrorName".to_owned())?,
-                })
-            }
-        }
-    };
-}
-
-functions! {
-    hipInit(c_uint);
-    hipRuntimeGetVersion(*mut c_int);
-    hipDriverGetVersion(*mut c_int);
-    hipGetDeviceCount(*mut c_int);
-    hipGetDevice(*mut c_int);
-    hipSetDevice(c_int);
-    hipEventCreateWithFlags(*mut RawEvent, c_uint);
-    hipEventRecord(RawEvent, RawStream);
-    hipEventSynchronize(RawEvent);
-    hipEventQuery(RawEvent);
-    hipEventElapsedTime(*mut c_float, RawEvent, RawEvent);
-    hipEventDestroy(RawEvent);
-    hipStreamCreateWithFlags(*mut RawStream, c_uint);
-    hipStreamWaitEvent(RawStream, RawEvent, c_uint);
-    hipStreamSynchronize(RawStream);
-    hipStreamDestroy(RawStream);
-    hipStreamIsCapturing(RawStream, *mut c_int);
-}
-
-/// A loaded runtime: its functions, and where it was found.
-/// Stream memory operations, which a runtime may lack (they came in ROCm
-/// 4.2-4.4 and are marked beta): resolved apart, so that a runtime without
-/// them still loads and has no gate.
-#[allow(non_snake_case)]
-pub(crate) struct MemOps {
-    pub(crate) hipDeviceGetAttribute: unsafe extern "C" fn(*mut c_int, c_int, c_int) -> Status,
-    pub(crate) hipExtMallocWithFlags:
-        unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> Status,
-    pub(crate) hipFree: unsafe extern "C" fn(*mut c_void) -> Status,
-    pub(crate) hipStreamWaitValue32:
-        unsafe extern "C" fn(RawStream, *mut c_void, u32, c_uint, u32) -> Status,
-}
-
-impl MemOps {
-    /// # Safety
-    ///
-    /// As for [`Functions::resolve`].
-    unsafe fn resolve(lib: &Library) -> Option<Self> {
-        macro_rules! get {
-            ($name:literal) => {
-                // SAFETY: as the caller promises: HIP's C signature of the
-                // function of that name, status as an integer.
-                unsafe { lib.get(concat!($name, "\0").as_bytes()) }
-                    .ok()
-                    .map(|f| *f)
-            };
-        }
-        Some(Self {
-            hipDeviceGetAttribute: get!("hipDeviceGetAttribute")?,
-            hipExtMallocWithFlags: get!("hipExtMallocWithFlags")?,
-            hipFree: get!("hipFree")?,
-            hipStreamWaitValue32: get!("hipStreamWaitValue32")?,
-        })
+device_events_core::driver_functions! {
+    /// The runtime's functions this crate calls, resolved when it loads;
+    /// each status is a plain integer.
+    pub(crate) struct Functions {
+        hipInit(c_uint) -> Status;
+        hipRuntimeGetVersion(*mut c_int) -> Status;
+        hipDriverGetVersion(*mut c_int) -> Status;
+        hipGetDeviceCount(*mut c_int) -> Status;
+        hipGetDevice(*mut c_int) -> Status;
+        hipSetDevice(c_int) -> Status;
+        hipEventCreateWithFlags(*mut RawEvent, c_uint) -> Status;
+        hipEventRecord(RawEvent, RawStream) -> Status;
+        hipEventSynchronize(RawEvent) -> Status;
+        hipEventQuery(RawEvent) -> Status;
+        hipEventElapsedTime(*mut c_float, RawEvent, RawEvent) -> Status;
+        hipEventDestroy(RawEvent) -> Status;
+        hipStreamCreateWithFlags(*mut RawStream, c_uint) -> Status;
+        hipStreamWaitEvent(RawStream, RawEvent, c_uint) -> Status;
+        hipStreamSynchronize(RawStream) -> Status;
+        hipStreamDestroy(RawStream) -> Status;
+        hipStreamIsCapturing(RawStream, *mut c_int) -> Status;
+        hipGetErrorName(Status) -> *const c_char;
     }
 }
 
+device_events_core::driver_functions! {
+    /// Stream memory operations, which a runtime may lack (they came in
+    /// ROCm 4.2-4.4 and are marked beta): resolved apart, so that a runtime
+    /// without them still loads and has no gate.
+    pub(crate) struct MemOps {
+        hipDeviceGetAttribute(*mut c_int, c_int, c_int) -> Status;
+        hipExtMallocWithFlags(*mut *mut c_void, usize, c_uint) -> Status;
+        hipFree(*mut c_void) -> Status;
+        hipStreamWaitValue32(RawStream, *mut c_void, u32, c_uint, u32) -> Status;
+    }
+}
+
+/// A loaded runtime: its functions, and where it was found.
 pub(crate) struct Runtime {
     pub(crate) fns: Functions,
     pub(crate) mem_ops: Option<MemOps>,
@@ -219,12 +166,12 @@ fn load() -> Result<Runtime, String> {
     for (lib, path) in candidates {
         // SAFETY: a library found under a HIP runtime's name is one; a
         // symbol it lacks is reported, and the next candidate tried.
-        match unsafe { Functions::resolve(&lib) } {
+        match unsafe { Functions::resolve(&lib) }.map_err(str::to_owned) {
             Ok(fns) => {
                 return Ok(Runtime {
                     fns,
                     // SAFETY: as for `Functions::resolve` just above.
-                    mem_ops: unsafe { MemOps::resolve(&lib) },
+                    mem_ops: unsafe { MemOps::resolve(&lib) }.ok(),
                     // SAFETY: HIP's C signature of the function of that
                     // name (the mode is a C enum: an `int`), status as an
                     // integer; the library stays open with the pointer.
