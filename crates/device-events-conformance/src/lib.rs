@@ -25,6 +25,7 @@
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod anchoring;
+pub mod contract;
 pub mod cpu;
 pub mod noting;
 pub mod soft;

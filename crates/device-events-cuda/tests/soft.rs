@@ -10,72 +10,27 @@ use device_events_core::{ErrorKind, EventApi, EventFence, EventProfiler};
 use device_events_cuda::Cuda;
 use support::{bind, context, stream};
 
-#[test]
-fn a_status_becomes_a_driver_error_with_call_code_name_and_class() {
-    let soft = SoftDriver::exclusive();
-    bind(0);
-    let s = stream();
-    let fence = EventFence::<Cuda>::new(s);
-    assert!(soft.fail_call("cuEventSynchronize", 1, 700));
-    let err = fence.wait_sync().unwrap_err();
-    assert_eq!(
-        err.to_string(),
-        "cuda: cuEventSynchronize failed: CUDA_ERROR_ILLEGAL_ADDRESS (700)"
-    );
-    assert_eq!(
-        (err.kind(), err.status()),
-        (ErrorKind::DevicePoisoned, Some(700))
-    );
-    assert!(soft.fail_call("cuEventRecord", 1, 2));
-    let err = EventFence::<Cuda>::new(s).wait_sync().unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::OutOfResources);
-    drop(fence);
-    Cuda::stream_destroy(s).unwrap();
-}
-
-#[test]
-fn an_event_is_bound_to_its_context_and_the_callers_restored() {
-    let _soft = SoftDriver::exclusive();
-    bind(0);
-    let s = stream();
-    let (start, end) = (Cuda::event_create().unwrap(), Cuda::event_create().unwrap());
-    assert_eq!(start.context(), context(0));
-    Cuda::event_record(&start, s).unwrap();
-    Cuda::event_record(&end, s).unwrap();
-    let other = context(1) as usize;
-    let outcome = std::thread::spawn(move || {
-        bind(1);
-        let (mut start, mut end) = (start, end);
-        Cuda::event_wait(&end).unwrap();
-        Cuda::event_elapsed(&start, &end).unwrap();
-        Cuda::event_destroy(&mut start).unwrap();
-        Cuda::event_destroy(&mut end).unwrap();
-        result::ctx::get_current().unwrap().map(|c| c as usize)
-    })
-    .join()
-    .unwrap();
-    assert_eq!(
-        outcome,
-        Some(other),
-        "the caller's context is current again"
-    );
-    Cuda::stream_destroy(s).unwrap();
-}
-
-#[test]
-fn recording_on_another_contexts_stream_is_refused_before_the_driver() {
-    let soft = SoftDriver::exclusive();
-    bind(1);
-    let foreign = stream();
-    bind(0);
-    let mut event = Cuda::event_create().unwrap();
-    soft.reset();
-    let err = Cuda::event_record(&event, foreign).unwrap_err();
-    assert!(err.to_string().contains("different contexts"), "{err}");
-    assert!(!soft.called().contains(&"cuEventRecord".to_owned()));
-    Cuda::event_destroy(&mut event).unwrap();
-    Cuda::stream_destroy(foreign).unwrap();
-}
+device_events_conformance::contract_suite!(
+    Cuda,
+    device_events_conformance::contract::Abi {
+        bind: |n| {
+            bind(n);
+        },
+        current: || {
+            let mut device = 0;
+            // SAFETY: `device` is writable.
+            unsafe { cudarc::driver::sys::cuCtxGetDevice(&mut device) }
+                .result()
+                .ok()
+                .map(|()| device)
+        },
+        record: "cuEventRecord",
+        synchronize: "cuEventSynchronize",
+        stream_synchronize: "cuStreamSynchronize",
+        stream_destroy: "cuStreamDestroy_v2",
+        poisoning: (700, "CUDA_ERROR_ILLEGAL_ADDRESS"),
+    }
+);
 
 #[test]
 fn elapsed_time_across_contexts_is_refused() {
@@ -205,30 +160,6 @@ fn fences_and_profilers_leak_nothing() {
     let soft = SoftDriver::exclusive();
     bind(0);
     device_events_conformance::fences_and_profilers_leak_nothing::<Cuda>(&soft);
-}
-
-#[test]
-fn a_destroyed_stream_is_refused_before_the_driver() {
-    let soft = SoftDriver::exclusive();
-    bind(0);
-    let s = stream();
-    Cuda::stream_destroy(s).unwrap();
-    soft.reset();
-    let err = Cuda::stream_synchronize(s).unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::InvalidHandle, "{err}");
-    let err = Cuda::stream_destroy(s).unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::InvalidHandle, "{err}");
-    let fence = EventFence::<Cuda>::new(s);
-    assert_eq!(fence.error().unwrap().kind(), ErrorKind::InvalidHandle);
-    drop(fence);
-    let called = soft.called();
-    for call in ["cuStreamSynchronize", "cuStreamDestroy_v2", "cuEventRecord"] {
-        assert!(
-            !called.contains(&call.to_owned()),
-            "{call} reached the driver"
-        );
-    }
-    assert_eq!(soft.counts().misuses, 0);
 }
 
 #[test]

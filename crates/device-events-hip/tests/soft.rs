@@ -5,74 +5,26 @@
 mod support;
 
 use device_events_conformance::soft::SoftDriver;
-use device_events_core::{ErrorKind, EventApi, EventFence};
+use device_events_core::{ErrorKind, EventApi};
 use device_events_hip::Hip;
-use support::{bind, stream};
+use support::bind;
 
-#[test]
-fn a_status_becomes_a_driver_error_with_call_code_name_and_class() {
-    let soft = SoftDriver::exclusive();
-    bind(0);
-    let s = stream();
-    let fence = EventFence::<Hip>::new(s);
-    assert!(soft.fail_call("hipEventSynchronize", 1, 719));
-    let err = fence.wait_sync().unwrap_err();
-    assert_eq!(
-        err.to_string(),
-        "hip: hipEventSynchronize failed: hipErrorLaunchFailure (719)"
-    );
-    assert_eq!(err.kind(), ErrorKind::DevicePoisoned);
-    assert!(soft.fail_call("hipEventRecord", 1, 907));
-    assert_eq!(
-        EventFence::<Hip>::new(s).wait_sync().unwrap_err().kind(),
-        ErrorKind::Capture
-    );
-    drop(fence);
-    Hip::stream_destroy(s).unwrap();
-}
-
-#[test]
-fn an_event_is_bound_to_its_device_and_the_callers_restored() {
-    let _soft = SoftDriver::exclusive();
-    bind(0);
-    let s = stream();
-    let (start, end) = (Hip::event_create().unwrap(), Hip::event_create().unwrap());
-    Hip::event_record(&start, s).unwrap();
-    Hip::event_record(&end, s).unwrap();
-    let after = std::thread::spawn(move || {
-        bind(1);
-        let (mut start, mut end) = (start, end);
-        Hip::event_wait(&end).unwrap();
-        Hip::event_elapsed(&start, &end).unwrap();
-        Hip::event_destroy(&mut start).unwrap();
-        Hip::event_destroy(&mut end).unwrap();
-        Hip::stream_create_non_blocking().unwrap()
-    })
-    .join()
-    .unwrap();
-    assert_eq!(
-        after.device(),
-        Some(1),
-        "the caller's device is current again"
-    );
-    Hip::stream_destroy(after).unwrap();
-    Hip::stream_destroy(s).unwrap();
-}
-
-#[test]
-fn recording_on_another_devices_stream_is_refused_before_the_runtime() {
-    let soft = SoftDriver::exclusive();
-    bind(1);
-    let foreign = stream();
-    bind(0);
-    let mut event = Hip::event_create().unwrap();
-    soft.reset();
-    let err = Hip::event_record(&event, foreign).unwrap_err();
-    assert!(err.to_string().contains("different devices"), "{err}");
-    assert!(!soft.called().contains(&"hipEventRecord".to_owned()));
-    Hip::event_destroy(&mut event).unwrap();
-    Hip::stream_destroy(foreign).unwrap();
-}
+device_events_conformance::contract_suite!(
+    Hip,
+    device_events_conformance::contract::Abi {
+        bind,
+        current: || {
+            let mut device = 0;
+            // SAFETY: `device` is writable.
+            (unsafe { cubecl_hip_sys::hipGetDevice(&mut device) } == 0).then_some(device)
+        },
+        record: "hipEventRecord",
+        synchronize: "hipEventSynchronize",
+        stream_synchronize: "hipStreamSynchronize",
+        stream_destroy: "hipStreamDestroy",
+        poisoning: (719, "hipErrorLaunchFailure"),
+    }
+);
 
 #[test]
 fn only_the_documented_functions_are_called() {
@@ -120,27 +72,6 @@ fn fences_and_profilers_leak_nothing() {
     let soft = SoftDriver::exclusive();
     bind(0);
     device_events_conformance::fences_and_profilers_leak_nothing::<Hip>(&soft);
-}
-
-#[test]
-fn a_destroyed_stream_is_refused_before_the_runtime() {
-    let soft = SoftDriver::exclusive();
-    bind(0);
-    let s = stream();
-    Hip::stream_destroy(s).unwrap();
-    soft.reset();
-    let err = Hip::stream_synchronize(s).unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::InvalidHandle, "{err}");
-    let err = Hip::stream_destroy(s).unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::InvalidHandle, "{err}");
-    let called = soft.called();
-    for call in ["hipStreamSynchronize", "hipStreamDestroy"] {
-        assert!(
-            !called.contains(&call.to_owned()),
-            "{call} reached the runtime"
-        );
-    }
-    assert_eq!(soft.counts().misuses, 0);
 }
 
 #[test]

@@ -1,0 +1,150 @@
+//! What a backend over a C ABI of the software driver (CUDA, HIP) promises
+//! about statuses, checked handles and bound contexts, written once: each
+//! check takes the ABI's names, and [`contract_suite!`](crate::contract_suite)
+//! makes each a named `#[test]` of the backend's suite.
+
+use device_events_core::{AnchorApi, ErrorKind, EventFence};
+
+use crate::soft::SoftDriver;
+
+/// An ABI's names and context calls, for the checks below.
+#[derive(Clone, Copy)]
+pub struct Abi {
+    /// Make device `n`'s context current on this thread.
+    pub bind: fn(i32),
+    /// The device whose context is current on this thread.
+    pub current: fn() -> Option<i32>,
+    /// The record, event wait, stream synchronize and stream destroy calls.
+    pub record: &'static str,
+    /// The event wait.
+    pub synchronize: &'static str,
+    /// The stream synchronize.
+    pub stream_synchronize: &'static str,
+    /// The stream destroy.
+    pub stream_destroy: &'static str,
+    /// A status that poisons the device, and its name.
+    pub poisoning: (i32, &'static str),
+}
+
+/// A status becomes a `DriverError` naming the backend, the call, the
+/// status's name and number, and its class: a poisoning fault is
+/// `DevicePoisoned`, out of memory (2 in both ABIs) `OutOfResources`.
+pub fn a_status_becomes_a_driver_error_with_call_code_name_and_class<A: AnchorApi>(
+    soft: &SoftDriver,
+    abi: Abi,
+) {
+    (abi.bind)(0);
+    let s = A::stream_create_non_blocking().unwrap();
+    let fence = EventFence::<A>::new(s);
+    let (code, name) = abi.poisoning;
+    assert!(soft.fail_call(abi.synchronize, 1, code));
+    let err = fence.wait_sync().unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "{}: {} failed: {name} ({code})",
+            A::BACKEND,
+            abi.synchronize
+        )
+    );
+    assert_eq!(
+        (err.kind(), err.status()),
+        (ErrorKind::DevicePoisoned, Some(i64::from(code)))
+    );
+    assert!(soft.fail_call(abi.record, 1, 2));
+    let err = EventFence::<A>::new(s).wait_sync().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::OutOfResources, "{err}");
+    drop(fence);
+    A::stream_destroy(s).unwrap();
+}
+
+/// Calls on an event bind its own context (device), whatever the calling
+/// thread's is, and give the caller's back.
+pub fn an_event_is_bound_to_its_context_and_the_callers_restored<A: AnchorApi>(
+    _: &SoftDriver,
+    abi: Abi,
+) {
+    (abi.bind)(0);
+    let s = A::stream_create_non_blocking().unwrap();
+    let (start, end) = (A::event_create().unwrap(), A::event_create().unwrap());
+    A::event_record(&start, s).unwrap();
+    A::event_record(&end, s).unwrap();
+    let after = std::thread::spawn(move || {
+        (abi.bind)(1);
+        let (mut start, mut end) = (start, end);
+        A::event_wait(&end).unwrap();
+        A::event_elapsed(&start, &end).unwrap();
+        A::event_destroy(&mut start).unwrap();
+        A::event_destroy(&mut end).unwrap();
+        (abi.current)()
+    })
+    .join()
+    .unwrap();
+    assert_eq!(after, Some(1), "the caller's context is current again");
+    A::stream_destroy(s).unwrap();
+}
+
+/// A record of an event on a stream of another context (device) is refused
+/// before the driver sees it.
+pub fn recording_on_another_contexts_stream_is_refused_before_the_driver<A: AnchorApi>(
+    soft: &SoftDriver,
+    abi: Abi,
+) {
+    (abi.bind)(1);
+    let foreign = A::stream_create_non_blocking().unwrap();
+    (abi.bind)(0);
+    let mut event = A::event_create().unwrap();
+    soft.reset();
+    let err = A::event_record(&event, foreign).unwrap_err();
+    assert!(err.to_string().contains("different"), "{err}");
+    assert!(!soft.called().contains(&abi.record.to_owned()));
+    A::event_destroy(&mut event).unwrap();
+    A::stream_destroy(foreign).unwrap();
+}
+
+/// Every copy of a destroyed stream is refused before the driver: no
+/// synchronize, no second destroy, no record reaches it.
+pub fn a_destroyed_stream_is_refused_before_the_driver<A: AnchorApi>(soft: &SoftDriver, abi: Abi) {
+    (abi.bind)(0);
+    let s = A::stream_create_non_blocking().unwrap();
+    A::stream_destroy(s).unwrap();
+    soft.reset();
+    let err = A::stream_synchronize(s).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidHandle, "{err}");
+    let err = A::stream_destroy(s).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidHandle, "{err}");
+    let fence = EventFence::<A>::new(s);
+    assert_eq!(fence.error().unwrap().kind(), ErrorKind::InvalidHandle);
+    drop(fence);
+    let called = soft.called();
+    for call in [abi.stream_synchronize, abi.stream_destroy, abi.record] {
+        assert!(
+            !called.contains(&call.to_owned()),
+            "{call} reached the driver"
+        );
+    }
+    assert_eq!(soft.counts().misuses, 0);
+}
+
+/// Makes each contract check a named `#[test]` of a backend's suite on the
+/// software driver, given the ABI's [`Abi`].
+#[macro_export]
+macro_rules! contract_suite {
+    ($backend:ty, $abi:expr) => {
+        $crate::contract_suite!(@tests $backend, $abi,
+            a_status_becomes_a_driver_error_with_call_code_name_and_class,
+            an_event_is_bound_to_its_context_and_the_callers_restored,
+            recording_on_another_contexts_stream_is_refused_before_the_driver,
+            a_destroyed_stream_is_refused_before_the_driver
+        );
+    };
+    (@tests $backend:ty, $abi:expr, $($check:ident),+) => {
+        $(
+            #[test]
+            fn $check() {
+                let soft = $crate::soft::SoftDriver::exclusive();
+                $crate::contract::$check::<$backend>(&soft, $abi);
+            }
+        )+
+    };
+}
