@@ -756,3 +756,63 @@ fn a_window_started_before_the_first_anchor_is_placed_within_its_bound() {
     );
     assert!(placed.ticks.duration() >= Duration::from_micros(300));
 }
+
+/// The simulated backend, whose waits panic: a backend bug.
+struct PanickyWaits;
+
+impl EventApi for PanickyWaits {
+    type Event = <Sim as EventApi>::Event;
+    type Stream = SimStream;
+    const BACKEND: &'static str = "sim";
+
+    fn event_create() -> Result<Self::Event, DriverError> {
+        Sim::event_create()
+    }
+    fn event_destroy(event: &mut Self::Event) -> Result<(), DriverError> {
+        Sim::event_destroy(event)
+    }
+    fn event_record(event: &Self::Event, stream: SimStream) -> Result<(), DriverError> {
+        Sim::event_record(event, stream)
+    }
+    fn event_wait(_: &Self::Event) -> Result<(), DriverError> {
+        panic!("a backend bug")
+    }
+    fn event_elapsed(start: &Self::Event, end: &Self::Event) -> Result<Duration, DriverError> {
+        Sim::event_elapsed(start, end)
+    }
+    fn stream_wait_event(stream: SimStream, event: &Self::Event) -> Result<(), DriverError> {
+        Sim::stream_wait_event(stream, event)
+    }
+    fn stream_synchronize(stream: SimStream) -> Result<(), DriverError> {
+        Sim::stream_synchronize(stream)
+    }
+    fn stream_create_non_blocking() -> Result<SimStream, DriverError> {
+        Sim::stream_create_non_blocking()
+    }
+    fn stream_destroy(stream: SimStream) -> Result<(), DriverError> {
+        Sim::stream_destroy(stream)
+    }
+}
+
+impl device_events_core::AnchorApi for PanickyWaits {}
+
+/// A calibration that panics (a backend bug) on the calibrator thread
+/// neither takes that thread down nor leaves the windows waiting for its
+/// anchor pending: they read `None`, and later calibrations still run.
+#[test]
+fn a_calibration_that_panics_leaves_no_window_pending() {
+    let _sim = setup();
+    let s = stream();
+    let mut profiler = EventProfiler::<PanickyWaits>::with_config(ProfilerConfig {
+        host_clock: Sim::host_now,
+        ..ProfilerConfig::default()
+    });
+    let token = profiler.start(s);
+    let window = profiler.stop(s, token).unwrap();
+    assert!(resolve(window).is_none(), "no anchor: no placement");
+    settle();
+    let mut sim_profiler = on_sim_clock();
+    let token = sim_profiler.start(s);
+    let window = sim_profiler.stop(s, token).unwrap();
+    assert!(resolve(window).is_some(), "the calibrator thread still serves");
+}
