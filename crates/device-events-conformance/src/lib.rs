@@ -25,11 +25,16 @@
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod anchoring;
+pub mod chain;
 pub mod contract;
 pub mod cpu;
 pub mod noting;
 pub mod soft;
 pub mod sweep;
+
+pub use chain::{
+    a_chain_of_windows_adds_up_to_its_span, a_failed_boundary_fails_only_the_windows_it_bounds,
+};
 
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -92,10 +97,10 @@ pub struct Harness<A: AnchorApi> {
 }
 
 /// Streams a check owns, released when it ends.
-struct Streams<A: AnchorApi>(Vec<OwnedStream<A>>);
+pub(crate) struct Streams<A: AnchorApi>(Vec<OwnedStream<A>>);
 
 impl<A: AnchorApi> Streams<A> {
-    fn new(n: usize) -> Self {
+    pub(crate) fn new(n: usize) -> Self {
         Self(
             (0..n)
                 .map(|_| OwnedStream::new().expect("create a stream"))
@@ -103,7 +108,7 @@ impl<A: AnchorApi> Streams<A> {
         )
     }
 
-    fn get(&self, i: usize) -> A::Stream {
+    pub(crate) fn get(&self, i: usize) -> A::Stream {
         self.0[i].get()
     }
 }
@@ -199,14 +204,14 @@ impl<A: AnchorApi> Harness<A> {
 
     /// The event the driver recorded last, where the truth can be read:
     /// taken right after a `start` or `stop`, the window's end it recorded.
-    fn last_event(&self) -> Option<usize> {
+    pub(crate) fn last_event(&self) -> Option<usize> {
         self.truth.as_ref().map(|truth| (truth.last_event)())
     }
 
     /// `measured`, a window around `work` whose two ends were `events`,
     /// against the truth: the driver's stamps of the two events on the
     /// software driver, the calibrated work on a real one.
-    fn assert_window(
+    pub(crate) fn assert_window(
         &self,
         measured: Duration,
         work: Duration,
@@ -320,7 +325,7 @@ fn resolve(duration: ProfileDuration) -> ProfileTicks {
 }
 
 /// Time from `epoch` on the host clock, for comparing placements.
-fn at(epoch: Instant, ticks: &ProfileTicks) -> (Duration, Duration) {
+pub(crate) fn at(epoch: Instant, ticks: &ProfileTicks) -> (Duration, Duration) {
     (
         ticks.start_duration_since(epoch),
         ticks.end_duration_since(epoch),
@@ -853,7 +858,9 @@ macro_rules! conformance_suite {
             thousands_in_flight_resolve_from_several_threads,
             elapsed_on_an_unrecorded_event_is_refused,
             elapsed_on_an_unreached_event_is_not_ready,
-            windows_resolve_on_other_threads
+            windows_resolve_on_other_threads,
+            a_chain_of_windows_adds_up_to_its_span,
+            a_failed_boundary_fails_only_the_windows_it_bounds
         );
     };
     ($backend:ty, $harness:expr) => {

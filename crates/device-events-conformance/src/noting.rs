@@ -62,4 +62,10 @@ impl<A: AnchorApi, N: Note<A>> AnchorApi for Noting<A, N> {
     fn poll(event: &A::Event) -> Option<Result<bool, DriverError>> {
         A::poll(event)
     }
+    fn in_context_of<T>(stream: A::Stream, call: impl FnOnce() -> T) -> Result<T, DriverError> {
+        A::in_context_of(stream, call)
+    }
+    fn own_thread() {
+        A::own_thread();
+    }
 }

@@ -178,9 +178,10 @@ impl<A: AnchorApi> Bracket<A> {
     }
 }
 
-/// How long a calibration polls tightly: past a launch latency, short
-/// enough to cost no core to speak of.
-const POLL_FOR: Duration = Duration::from_micros(100);
+/// How long a calibration polls tightly, yielding: past a launch latency
+/// and a busy machine's scheduling delays (a sleep would stretch the
+/// bracket by its own lateness), short enough to cost no core to speak of.
+const POLL_FOR: Duration = Duration::from_millis(1);
 /// After that, it asks from a sleep, at intervals doubling up to this: an
 /// anchor stream behind a long kernel (one hardware queue shared with the
 /// user's streams) costs the calibrator thread no core. Such a bracket is

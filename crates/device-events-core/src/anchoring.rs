@@ -237,16 +237,8 @@ impl<A: AnchorApi> Shared<A> {
                 None
             });
         }
-        // The first anchor has windows waiting for it: one sample, so they
-        // are answered soon; the refreshes a few milliseconds later take
-        // them all, and the fit weighs each by its width.
-        let first = self.latest().anchor.is_none();
         let how = Calibration {
-            samples: if first {
-                1
-            } else {
-                self.config.calibration_samples
-            },
+            samples: self.config.calibration_samples,
             clock: self.config.host_clock,
             gate: work.gate.as_deref_mut(),
             settle: self.config.gate_settle,

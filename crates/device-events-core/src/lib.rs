@@ -50,6 +50,7 @@ mod event;
 mod fence;
 mod gate;
 pub mod handles;
+mod point;
 mod pool;
 mod profiler;
 mod reading;

@@ -6,7 +6,7 @@ use cubecl_common::profile::{Duration, ProfileTicks};
 use crate::anchoring::WindowAnchor;
 use crate::driver::DriverError;
 use crate::gate::AnchorApi;
-use crate::pool::PooledEvent;
+use crate::point::Point;
 
 /// What a window's reading is checked against.
 #[derive(Clone, Copy)]
@@ -144,8 +144,8 @@ pub(crate) fn read_window<A: AnchorApi>(inputs: &Inputs<A>) -> Result<Placement,
 /// What a window's reading needs.
 pub(crate) struct Inputs<A: AnchorApi> {
     pub(crate) anchor: WindowAnchor<A>,
-    pub(crate) start: PooledEvent<A>,
-    pub(crate) end: PooledEvent<A>,
+    pub(crate) start: Point<A>,
+    pub(crate) end: Point<A>,
     pub(crate) limits: Limits,
 }
 

@@ -814,5 +814,8 @@ fn a_calibration_that_panics_leaves_no_window_pending() {
     let mut sim_profiler = on_sim_clock();
     let token = sim_profiler.start(s);
     let window = sim_profiler.stop(s, token).unwrap();
-    assert!(resolve(window).is_some(), "the calibrator thread still serves");
+    assert!(
+        resolve(window).is_some(),
+        "the calibrator thread still serves"
+    );
 }
