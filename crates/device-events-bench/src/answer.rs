@@ -7,11 +7,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use cudarc::driver::result;
 use device_events_conformance::cpu::process_cpu;
 use device_events_conformance::soft::SoftDriver;
 use device_events_core::{EventApi, EventProfiler, PlacedWindow, Placement};
-use device_events_cuda::{Cuda, CudaStream};
+use device_events_cuda::Cuda;
+
+use crate::work;
 
 /// Notes when it was woken.
 struct Noted(Mutex<Option<Instant>>);
@@ -25,18 +26,6 @@ impl Wake for Noted {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get_or_insert_with(Instant::now);
-    }
-}
-
-/// `bytes` of memset on `stream` at the driver's bandwidth.
-fn work(stream: CudaStream, bytes: usize) {
-    // SAFETY: a device allocation only this memset uses; the software
-    // driver's allocations cost no host memory. Leaked: a few per run.
-    unsafe {
-        let ptr = result::malloc_sync(bytes).unwrap();
-        stream
-            .with_raw(|raw| result::memset_d8_async(ptr, 0, bytes, raw).unwrap())
-            .unwrap();
     }
 }
 

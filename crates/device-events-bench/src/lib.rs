@@ -180,3 +180,20 @@ impl Default for CudaPair {
         Self::new()
     }
 }
+
+/// `bytes` of memset on `stream` at the software driver's bandwidth: work
+/// of a known length.
+///
+/// # Panics
+///
+/// When the driver refuses the allocation or the memset.
+pub fn work(stream: CudaStream, bytes: usize) {
+    // SAFETY: a device allocation only this memset uses; the software
+    // driver's allocations cost no host memory. Leaked: a few per run.
+    unsafe {
+        let ptr = cudarc::driver::result::malloc_sync(bytes).unwrap();
+        stream
+            .with_raw(|raw| cudarc::driver::result::memset_d8_async(ptr, 0, bytes, raw).unwrap())
+            .unwrap();
+    }
+}

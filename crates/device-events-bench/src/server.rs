@@ -7,25 +7,15 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use cudarc::driver::{result, sys};
+
+use crate::work;
 use device_events_conformance::soft::SoftDriver;
 use device_events_core::{
     AnchorApi, DriverError, EventApi, EventProfiler, EventQuery, FencePool, OwnedStream,
     ProfilerConfig,
 };
-use device_events_cuda::{Cuda, CudaStream};
+use device_events_cuda::Cuda;
 use device_events_hip::{Hip, HipStream};
-
-/// `bytes` of memset on `stream` at the driver's bandwidth.
-fn work(stream: CudaStream, bytes: usize) {
-    // SAFETY: a device allocation only this memset uses; the software
-    // driver's allocations cost no host memory. Leaked: one per run.
-    unsafe {
-        let ptr = result::malloc_sync(bytes).unwrap();
-        stream
-            .with_raw(|raw| result::memset_d8_async(ptr, 0, bytes, raw).unwrap())
-            .unwrap();
-    }
-}
 
 /// `start()`'s own duration, for windows opened every 100 µs for 800 ms
 /// while a 1 s kernel occupies the device's one hardware queue, which the

@@ -656,17 +656,15 @@ fn a_window_in_the_back_off_before_any_anchor_says_so() {
     );
 }
 
-/// The simulated backend, noting which threads waited in the driver.
-struct Watched;
-
-static WAITERS: std::sync::Mutex<Vec<std::thread::ThreadId>> = std::sync::Mutex::new(Vec::new());
-
-fn waited_here() -> bool {
-    let here = std::thread::current().id();
-    WAITERS.lock().unwrap().contains(&here)
+/// What happens at each wait in the driver, for [`OnWait`].
+trait WaitHook: Send + Sync + 'static {
+    fn waited();
 }
 
-impl EventApi for Watched {
+/// The simulated backend, with a hook at each wait in the driver.
+struct OnWait<H>(std::marker::PhantomData<fn() -> H>);
+
+impl<H: WaitHook> EventApi for OnWait<H> {
     type Event = <Sim as EventApi>::Event;
     type Stream = SimStream;
     const BACKEND: &'static str = "sim";
@@ -681,7 +679,7 @@ impl EventApi for Watched {
         Sim::event_record(event, stream)
     }
     fn event_wait(event: &Self::Event) -> Result<(), DriverError> {
-        WAITERS.lock().unwrap().push(std::thread::current().id());
+        H::waited();
         Sim::event_wait(event)
     }
     fn event_elapsed(start: &Self::Event, end: &Self::Event) -> Result<Duration, DriverError> {
@@ -691,7 +689,7 @@ impl EventApi for Watched {
         Sim::stream_wait_event(stream, event)
     }
     fn stream_synchronize(stream: SimStream) -> Result<(), DriverError> {
-        WAITERS.lock().unwrap().push(std::thread::current().id());
+        H::waited();
         Sim::stream_synchronize(stream)
     }
     fn stream_create_non_blocking() -> Result<SimStream, DriverError> {
@@ -702,7 +700,35 @@ impl EventApi for Watched {
     }
 }
 
-impl device_events_core::AnchorApi for Watched {}
+impl<H: WaitHook> device_events_core::AnchorApi for OnWait<H> {}
+
+static WAITERS: std::sync::Mutex<Vec<std::thread::ThreadId>> = std::sync::Mutex::new(Vec::new());
+
+/// Notes which threads waited in the driver.
+struct NoteThread;
+
+impl WaitHook for NoteThread {
+    fn waited() {
+        WAITERS.lock().unwrap().push(std::thread::current().id());
+    }
+}
+
+fn waited_here() -> bool {
+    let here = std::thread::current().id();
+    WAITERS.lock().unwrap().contains(&here)
+}
+
+/// Panics: a backend bug.
+struct PanicHook;
+
+impl WaitHook for PanicHook {
+    fn waited() {
+        panic!("a backend bug")
+    }
+}
+
+type Watched = OnWait<NoteThread>;
+type PanickyWaits = OnWait<PanicHook>;
 
 /// `start()` and `stop()` make no waiting driver call: the anchor is taken
 /// on the library's thread, at the first window and at each refresh.
@@ -756,45 +782,6 @@ fn a_window_started_before_the_first_anchor_is_placed_within_its_bound() {
     );
     assert!(placed.ticks.duration() >= Duration::from_micros(300));
 }
-
-/// The simulated backend, whose waits panic: a backend bug.
-struct PanickyWaits;
-
-impl EventApi for PanickyWaits {
-    type Event = <Sim as EventApi>::Event;
-    type Stream = SimStream;
-    const BACKEND: &'static str = "sim";
-
-    fn event_create() -> Result<Self::Event, DriverError> {
-        Sim::event_create()
-    }
-    fn event_destroy(event: &mut Self::Event) -> Result<(), DriverError> {
-        Sim::event_destroy(event)
-    }
-    fn event_record(event: &Self::Event, stream: SimStream) -> Result<(), DriverError> {
-        Sim::event_record(event, stream)
-    }
-    fn event_wait(_: &Self::Event) -> Result<(), DriverError> {
-        panic!("a backend bug")
-    }
-    fn event_elapsed(start: &Self::Event, end: &Self::Event) -> Result<Duration, DriverError> {
-        Sim::event_elapsed(start, end)
-    }
-    fn stream_wait_event(stream: SimStream, event: &Self::Event) -> Result<(), DriverError> {
-        Sim::stream_wait_event(stream, event)
-    }
-    fn stream_synchronize(stream: SimStream) -> Result<(), DriverError> {
-        Sim::stream_synchronize(stream)
-    }
-    fn stream_create_non_blocking() -> Result<SimStream, DriverError> {
-        Sim::stream_create_non_blocking()
-    }
-    fn stream_destroy(stream: SimStream) -> Result<(), DriverError> {
-        Sim::stream_destroy(stream)
-    }
-}
-
-impl device_events_core::AnchorApi for PanickyWaits {}
 
 /// A calibration that panics (a backend bug) on the calibrator thread
 /// neither takes that thread down nor leaves the windows waiting for its
