@@ -43,8 +43,9 @@ pub(crate) struct Anchor<A: EventApi> {
     chain_ns: f64,
     /// How far `chain_ns` can be off: the readings' error summed.
     chain_error_ns: f64,
-    /// Refresh once older than this: shorter while the drift is unknown.
-    max_age: Duration,
+    /// Refresh once the host clock is past this: `max_age` after it was
+    /// measured, shorter while the drift is unknown.
+    stale_after: Instant,
 }
 
 /// One calibration: the anchor event and the host-clock interval that
@@ -217,8 +218,9 @@ impl<A: EventApi> Bracket<A> {
 
 impl<A: EventApi> Anchor<A> {
     pub(crate) fn new(bracket: Bracket<A>, placement: Placement, chain: (f64, f64)) -> Self {
+        let measured = bracket.midpoint();
         Self {
-            measured: bracket.midpoint(),
+            measured,
             uncertainty: placement.uncertainty,
             event: bracket.event,
             instant: placement.instant,
@@ -226,7 +228,7 @@ impl<A: EventApi> Anchor<A> {
             rate_uncertainty: placement.rate_uncertainty,
             chain_ns: chain.0,
             chain_error_ns: chain.1,
-            max_age: placement.max_age,
+            stale_after: measured + placement.max_age,
         }
     }
 
@@ -261,12 +263,19 @@ impl<A: EventApi> Anchor<A> {
 
     /// How far the host duration of `device` can be off through the rate.
     pub(crate) fn rate_error(&self, device: Duration) -> Duration {
-        Duration::from_secs_f64(device.as_secs_f64() * self.rate_uncertainty)
+        // Truncated, and 1 ns for it: a bound never rounds down.
+        #[allow(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            clippy::cast_precision_loss
+        )]
+        let ns = (device.as_nanos() as f64 * self.rate_uncertainty) as u64;
+        Duration::from_nanos(ns + 1)
     }
 
     /// Whether the anchor is older than its bound at `now`.
     pub(crate) fn stale(&self, now: Instant) -> bool {
-        now.saturating_duration_since(self.measured) > self.max_age
+        now > self.stale_after
     }
 
     /// Host duration of a device duration, at the device clock's rate.

@@ -168,6 +168,9 @@ pub(crate) fn placement_or_none<A: AnchorApi>(
 pub(crate) fn reading_error(reading: Duration, resolution: Duration) -> Duration {
     #[allow(clippy::cast_possible_truncation)]
     let ms = (reading.as_secs_f64() * 1e3) as f32;
-    let step_ms = f64::from(ms.next_up() - ms);
-    resolution + Duration::from_secs_f64(step_ms / 2e3) + Duration::from_nanos(1)
+    // Half the step in nanoseconds, truncated, and 1 ns for the truncation
+    // and 1 for the conversion's rounding: a bound never rounds down.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let half_step_ns = (f64::from(ms.next_up() - ms) * 5e5) as u64;
+    resolution + Duration::from_nanos(half_step_ns + 2)
 }
