@@ -351,7 +351,6 @@ fn negative_reading_of_an_empty_window_is_clamped_to_zero() {
     // The span, the span the other way round, then the start's offset from
     // the anchor: both ends at one point, so the window is empty, not
     // reversed.
-    settle();
     Sim::queue_elapsed_readings([-0.5, -0.5, 0.010]);
     let ticks = resolve(timing).unwrap();
     assert_eq!(ticks.duration(), Duration::ZERO);
@@ -402,7 +401,6 @@ fn failed_anchor_refresh_backs_off_instead_of_retrying_at_every_start() {
     settle();
     Sim::advance_clock(Duration::from_millis(1001));
     // Every calibration waits for its anchor event: make those waits fail.
-    settle();
     Sim::fail_every("simEventSynchronize", ErrorKind::Other);
     let before = Sim::calls_of("simEventSynchronize");
     let started = Sim::host_now();
@@ -559,7 +557,6 @@ fn set_up_that_fails_half_way_releases_its_stream() {
     let s = stream();
     let mut profiler = on_sim_clock();
     // The anchor stream is made; the window's event and the anchor's are not.
-    settle();
     Sim::fail_every("simEventCreate", ErrorKind::OutOfResources);
     let token = profiler.start(s);
     let err = profiler.stop(s, token).err().unwrap();
@@ -630,7 +627,6 @@ fn a_window_in_the_back_off_before_any_anchor_says_so() {
     let _sim = setup();
     let s = stream();
     let mut profiler = on_sim_clock();
-    settle();
     Sim::fail_every("simEventSynchronize", ErrorKind::OutOfResources);
     // The first window rides the calibration being taken, which fails: it
     // reads `None`, logged with the failure.
