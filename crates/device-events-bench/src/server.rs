@@ -181,7 +181,7 @@ pub fn cuda_capturing() -> Capturing<Cuda> {
             .unwrap()
         },
         bind: || {
-            let ctx = device_events_bench_context();
+            let ctx = retained_primary_context();
             // SAFETY: a retained primary context.
             unsafe { result::ctx::set_current(ctx).unwrap() };
         },
@@ -189,7 +189,7 @@ pub fn cuda_capturing() -> Capturing<Cuda> {
 }
 
 /// Device 0's primary context, retained for the process.
-fn device_events_bench_context() -> sys::CUcontext {
+fn retained_primary_context() -> sys::CUcontext {
     result::init().unwrap();
     let device = result::device::get(0).unwrap();
     // SAFETY: `device` came from the driver; the retain lasts the process.

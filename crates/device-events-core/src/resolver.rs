@@ -202,12 +202,10 @@ fn serve() {
             t.next = now + t.interval;
             true
         });
-        // Handed over after one just answered: on its stream, likely next,
-        // and the very next one likeliest.
-        if answered.is_some() {
-            answered_at = Some(now);
-        }
         if let Some(first) = answered {
+            answered_at = Some(now);
+            // Handed over after one just answered: on its stream, likely
+            // next, and the very next one likeliest.
             let later = tracked.iter_mut().skip_while(|t| t.seq < first);
             for (i, t) in later.enumerate() {
                 t.interval = FIRST;
