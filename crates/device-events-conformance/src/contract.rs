@@ -14,7 +14,7 @@ pub struct Abi {
     pub bind: fn(i32),
     /// The device whose context is current on this thread.
     pub current: fn() -> Option<i32>,
-    /// The record, event wait, stream synchronize and stream destroy calls.
+    /// The event record.
     pub record: &'static str,
     /// The event wait.
     pub synchronize: &'static str,

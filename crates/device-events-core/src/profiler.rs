@@ -300,8 +300,8 @@ impl<A: AnchorApi> EventProfiler<A> {
         token: ProfileToken,
     ) -> Result<(PlacedWindow, ProfileToken), ProfileError> {
         let opened = self.take(token)??;
-        let boundary = std::sync::Arc::new(self.recorded(stream)?);
-        let closed = self.resolving(opened, Point::Shared(std::sync::Arc::clone(&boundary)));
+        let boundary = Arc::new(self.recorded(stream)?);
+        let closed = self.resolving(opened, Point::Shared(Arc::clone(&boundary)));
         let next = self.anchoring.for_window().map(|anchor| Opened {
             start: Point::Shared(boundary),
             anchor,
