@@ -127,7 +127,7 @@ impl CudaPair {
         let stream = ctx.new_stream().unwrap();
         // SAFETY: cudarc's stream of `ctx` (a primary context), kept alive
         // by `self.stream` until `Drop` forgets it first.
-        let ours = unsafe { CudaStream::from_raw(stream.cu_stream(), ctx.cu_ctx()) }.unwrap();
+        let ours = unsafe { Cuda::stream_from_raw(stream.cu_stream(), ctx.cu_ctx()) }.unwrap();
         Self {
             ctx,
             stream,

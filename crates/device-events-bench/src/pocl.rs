@@ -30,7 +30,8 @@ thread_local! {
 
 impl Note<OpenCl> for LastMarker {
     fn recorded(event: &ClEvent) {
-        event.with_marker(|marker| {
+        let Some(slot) = event.raw() else { return };
+        slot.with_marker(|marker| {
             if marker.is_null() {
                 return;
             }

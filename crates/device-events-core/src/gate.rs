@@ -2,8 +2,6 @@
 //! around a record and a wait: a gate the anchor's stream waits behind, and
 //! the host clock its device already stamps on.
 
-use std::sync::atomic::{AtomicU32, Ordering};
-
 use cubecl_common::profile::{Duration, Instant};
 
 use crate::EventApi;
@@ -91,6 +89,14 @@ pub trait AnchorApi: EventApi<Stream: Send + Sync> {
     /// for good, and its queries and waits never invalidate a user's
     /// capture elsewhere in the process. Cheap after the first call.
     fn own_thread() {}
+
+    /// Whether `event` and `stream` are of one context; `None` where the
+    /// backend cannot tell (or has no contexts). A profiler refuses an
+    /// event it has just made on another context than its anchor's.
+    fn same_context(event: &Self::Event, stream: Self::Stream) -> Option<bool> {
+        let _ = (event, stream);
+        None
+    }
 }
 
 /// An event's stamp on the host clock, and how far the mapping between the
@@ -130,104 +136,6 @@ pub trait Gate: Send {
     /// calibration time on a GPU; on a runtime whose worker threads sleep
     /// while idle (PoCL) any wait lets them fall asleep, so it says zero.
     fn settle(&self) -> Duration;
-}
-
-/// The backend's half of a gate over one 32-bit word of host memory: the
-/// word, and the stream's wait on it (`cuStreamWaitValue32`,
-/// `hipStreamWaitValue32`). [`WordGate`] is the other half, written once.
-///
-/// Its `Drop` releases the word, and must first let the stream pass every
-/// wait on it: the device must not read freed memory.
-pub trait HostWord: Send {
-    /// The word the stream waits on; the host writes it to open the gate.
-    fn word(&self) -> &AtomicU32;
-
-    /// Queue, on the stream, a wait until the word is at least `value`.
-    ///
-    /// # Errors
-    ///
-    /// [`DriverError`] when the driver refused the wait; nothing is queued.
-    fn wait_at_least(&mut self, value: u32) -> Result<(), DriverError>;
-
-    /// As [`Gate::settle`].
-    fn settle(&self) -> Duration;
-}
-
-/// A [`Gate`] over a [`HostWord`]: each close waits for the next count,
-/// each open writes the count, and dropping it opens it before the word is
-/// released. (The count wraps after 2³² closes: at five a second, after
-/// 27 years.)
-///
-/// ```
-/// use std::sync::atomic::AtomicU32;
-/// use device_events_core::profile::Duration;
-/// use device_events_core::{DriverError, Gate, HostWord, WordGate};
-///
-/// /// A stream that is never held: its waits are only counted.
-/// struct Counted(AtomicU32, u32);
-///
-/// impl HostWord for Counted {
-///     fn word(&self) -> &AtomicU32 {
-///         &self.0
-///     }
-///     fn wait_at_least(&mut self, value: u32) -> Result<(), DriverError> {
-///         self.1 = value;
-///         Ok(())
-///     }
-///     fn settle(&self) -> Duration {
-///         Duration::ZERO
-///     }
-/// }
-///
-/// let mut gate = WordGate::new(Counted(AtomicU32::new(0), 0));
-/// gate.close()?;
-/// gate.open()?;
-/// gate.close()?;
-/// assert_eq!(gate.word().word().load(std::sync::atomic::Ordering::Relaxed), 1);
-/// assert_eq!(gate.word().1, 2, "the second wait is for the second open");
-/// # Ok::<(), DriverError>(())
-/// ```
-pub struct WordGate<W: HostWord> {
-    word: W,
-    /// The count the last `close` waits for.
-    count: u32,
-}
-
-impl<W: HostWord> WordGate<W> {
-    /// A gate over `word`, open.
-    pub fn new(word: W) -> Self {
-        Self { word, count: 0 }
-    }
-
-    /// The backend's half.
-    pub fn word(&self) -> &W {
-        &self.word
-    }
-}
-
-impl<W: HostWord> Gate for WordGate<W> {
-    fn close(&mut self) -> Result<(), DriverError> {
-        let next = self.count.wrapping_add(1);
-        self.word.wait_at_least(next)?;
-        self.count = next;
-        Ok(())
-    }
-
-    fn open(&mut self) -> Result<(), DriverError> {
-        self.word.word().store(self.count, Ordering::Release);
-        Ok(())
-    }
-
-    fn settle(&self) -> Duration {
-        self.word.settle()
-    }
-}
-
-impl<W: HostWord> Drop for WordGate<W> {
-    /// Open: the word's own `Drop`, which runs next, drains the stream.
-    fn drop(&mut self) {
-        let _ = self.open();
-    }
 }
 
 /// A closed gate that opens when dropped, on every path: a wait the host

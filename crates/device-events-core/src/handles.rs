@@ -24,22 +24,6 @@ type Cell<T> = Arc<RwLock<Option<T>>>;
 /// A call holds its entry for as long as it uses the value ([`with`](Self::with)),
 /// and [`remove`](Self::remove) waits for calls in flight before it hands the
 /// value back: no call can use a value after its removal returns.
-///
-/// ```
-/// use device_events_core::handles::HandleTable;
-///
-/// static STREAMS: HandleTable<u64> = HandleTable::new();
-///
-/// let stream = STREAMS.insert(0xbeef);
-/// assert_eq!(STREAMS.with(stream, |raw| *raw), Some(0xbeef));
-/// assert_eq!(STREAMS.remove(stream), Some(0xbeef));
-/// // Every copy of the handle is dead now, even once its slot is reused.
-/// let other = STREAMS.insert(0xcafe);
-/// assert_eq!(STREAMS.with(stream, |raw| *raw), None);
-/// assert_eq!(STREAMS.remove(stream), None);
-/// assert_eq!(STREAMS.with(other, |raw| *raw), Some(0xcafe));
-/// # STREAMS.remove(other);
-/// ```
 pub struct HandleTable<T> {
     cells: Mutex<Arena<Cell<T>>>,
 }
@@ -89,9 +73,22 @@ impl<T> HandleTable<T> {
     pub fn len(&self) -> usize {
         self.cells().len()
     }
+}
 
-    /// Whether no value is live.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
+#[cfg(test)]
+mod tests {
+    use super::HandleTable;
+
+    #[test]
+    fn a_removed_handle_finds_nothing_even_once_its_slot_is_reused() {
+        static STREAMS: HandleTable<u64> = HandleTable::new();
+
+        let stream = STREAMS.insert(0xbeef);
+        assert_eq!(STREAMS.with(stream, |raw| *raw), Some(0xbeef));
+        assert_eq!(STREAMS.remove(stream), Some(0xbeef));
+        let other = STREAMS.insert(0xcafe);
+        assert_eq!(STREAMS.with(stream, |raw| *raw), None);
+        assert_eq!(STREAMS.remove(stream), None);
+        assert_eq!(STREAMS.with(other, |raw| *raw), Some(0xcafe));
     }
 }

@@ -8,7 +8,7 @@ use cubecl_common::profile::{Duration, ProfileDuration};
 use crate::anchoring::{Anchoring, WindowAnchor};
 use crate::arena::Arena;
 use crate::config::ProfilerConfig;
-use crate::driver::DriverError;
+use crate::driver::{DriverError, ErrorKind};
 use crate::errors::ProfileError;
 use crate::gate::AnchorApi;
 use crate::point::Point;
@@ -402,25 +402,27 @@ impl<A: AnchorApi> EventProfiler<A> {
         })
     }
 
-    /// An event for a window. One the pool has just created is first
-    /// recorded on the anchor stream, which the backend refuses unless both
-    /// are of one context: so every event the profiler holds is of the
-    /// anchor's context, and a window on another context's stream is
-    /// refused at `start` or `stop`, every time, rather than read as `None`
-    /// later, or not, depending on which event the pool hands out.
+    /// An event for a window. One the pool has just created is checked
+    /// against the anchor stream's context, so every event the profiler
+    /// holds is of the anchor's context, and a window on another context's
+    /// stream is refused at `start` or `stop`, every time, rather than read
+    /// as `None` later, or not, depending on which event the pool hands out.
     fn event(&self) -> Result<PooledEvent<A>, DriverError> {
         let (event, created) = self.pool.take_new()?;
         if created
             && let Some(stream) = self.anchoring.stream()
-            && let Err(err) = A::event_record(event.raw(), stream)
+            && A::same_context(event.raw(), stream) == Some(false)
         {
             // Of another context: released, never pooled to fail later.
             event.discard();
-            let why = err.detail().unwrap_or("the driver refused it").to_owned();
-            return Err(err.with_detail(format!(
-                "{why}; a profiler belongs to the context current at its first window, \
-                 and this thread's current context is another"
-            )));
+            return Err(DriverError::refused(
+                A::BACKEND,
+                "EventProfiler::start",
+                ErrorKind::InvalidHandle,
+                "the event and the profiler's anchor belong to different contexts; a \
+                 profiler belongs to the context current at its first window, and this \
+                 thread's current context is another",
+            ));
         }
         Ok(event)
     }

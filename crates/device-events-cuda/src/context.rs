@@ -11,7 +11,7 @@ use crate::{BACKEND, api, check};
 
 /// One retain of a device's primary context, released when dropped.
 #[derive(Debug)]
-pub(crate) struct Context {
+pub struct Context {
     pub(crate) raw: CUcontext,
     pub(crate) device: CUdevice,
 }
@@ -39,6 +39,34 @@ impl Drop for Context {
 /// is dead, and its address may since belong to another context.
 static RETAINED: Mutex<Vec<Weak<Context>>> = Mutex::new(Vec::new());
 
+/// The calling thread's current context.
+pub(crate) fn current() -> Result<Option<CUcontext>, DriverError> {
+    let mut ctx = std::ptr::null_mut();
+    // SAFETY: `ctx` is writable.
+    check("cuCtxGetCurrent", unsafe {
+        (api()?.cuCtxGetCurrent)(&mut ctx)
+    })?;
+    Ok((!ctx.is_null()).then_some(ctx))
+}
+
+/// Make `ctx` current, above the caller's.
+pub(crate) fn push(ctx: CUcontext) -> Result<(), DriverError> {
+    // SAFETY: `ctx` is retained by the handle the call is for (or live by
+    // `Cuda::stream_from_raw`'s contract).
+    check("cuCtxPushCurrent_v2", unsafe {
+        (api()?.cuCtxPushCurrent_v2)(ctx)
+    })
+}
+
+/// Give the caller its context back, after a `push`.
+pub(crate) fn pop() -> Result<(), DriverError> {
+    let mut popped = std::ptr::null_mut();
+    // SAFETY: pops the context pushed before; `popped` is writable.
+    check("cuCtxPopCurrent_v2", unsafe {
+        (api()?.cuCtxPopCurrent_v2)(&mut popped)
+    })
+}
+
 /// The calling thread's current context, retained.
 ///
 /// # Errors
@@ -48,12 +76,7 @@ static RETAINED: Mutex<Vec<Weak<Context>>> = Mutex::new(Vec::new());
 /// here), or the driver refuses.
 pub(crate) fn retain_current(call: &'static str) -> Result<Arc<Context>, DriverError> {
     let api = api()?;
-    let mut ctx = std::ptr::null_mut();
-    // SAFETY: `ctx` is writable.
-    check("cuCtxGetCurrent", unsafe {
-        (api.cuCtxGetCurrent)(&mut ctx)
-    })?;
-    if ctx.is_null() {
+    let Some(ctx) = current()? else {
         return Err(DriverError::refused(
             BACKEND,
             call,
@@ -61,7 +84,7 @@ pub(crate) fn retain_current(call: &'static str) -> Result<Arc<Context>, DriverE
             "no CUDA context is current on this thread; bind one first \
              (with cudarc: `CudaContext::new(ordinal)?.bind_to_thread()?`)",
         ));
-    }
+    };
     let mut retained = RETAINED.lock().unwrap_or_else(PoisonError::into_inner);
     // A live entry for `ctx` is this very context: its retain keeps it from
     // being torn down, so its address cannot have been reused.

@@ -12,15 +12,15 @@
 //! wait (`CUDA_ERROR_NOT_SUPPORTED`), the first time it does.
 
 use std::ffi::{c_int, c_uint, c_void};
+use std::sync::OnceLock;
 use std::sync::atomic::AtomicU32;
-use std::sync::{Arc, OnceLock};
 
 use cudarc::driver::sys::{self, CUdevice, CUdeviceptr, CUstream};
+use device_events_core::DriverError;
 use device_events_core::profile::Duration;
-use device_events_core::{DriverError, HostWord};
+use device_events_core::raw::{HostWord, Permit};
 
-use crate::context::Context;
-use crate::{BACKEND, CudaStream, api, check, in_context, on_stream};
+use crate::{Cuda, RawStream, api, check};
 
 /// `CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS` (`_V1` in CUDA 12's header).
 const CAN_USE_STREAM_MEM_OPS: c_int = 92;
@@ -98,113 +98,93 @@ fn mem_ops() -> Option<&'static MemOps> {
     .as_ref()
 }
 
-/// A word of mapped host memory the stream waits on.
-pub(crate) struct CudaWord {
-    stream: CudaStream,
-    ctx: Arc<Context>,
+/// A word of mapped host memory a stream waits on.
+struct CudaWord {
+    ops: &'static MemOps,
     host: *mut c_void,
     device: CUdeviceptr,
 }
 
 // SAFETY: `host` is page-locked memory this value alone owns, touched only
-// through an `AtomicU32`; the handles are opaque and the driver API is
-// thread-safe.
+// through an `AtomicU32`; the driver API is thread-safe.
 unsafe impl Send for CudaWord {}
 
-impl CudaWord {
-    /// A word on `stream`, or `None` where stream memory operations are
-    /// missing or switched off.
-    pub(crate) fn new(stream: CudaStream) -> Result<Option<Self>, DriverError> {
-        let Some(ops) = mem_ops() else {
+/// A word for `device`'s streams, made in its (bound) context, or `None`
+/// where stream memory operations are missing or switched off.
+pub(crate) fn word(device: CUdevice) -> Result<Option<Box<dyn HostWord<Cuda>>>, DriverError> {
+    let Some(ops) = mem_ops() else {
+        return Ok(None);
+    };
+    if ops.v1 {
+        let mut can = 0;
+        // SAFETY: `can` is writable; the device is the bound context's.
+        check("cuDeviceGetAttribute", unsafe {
+            (ops.mem.cuDeviceGetAttribute)(&mut can, CAN_USE_STREAM_MEM_OPS, device)
+        })?;
+        if can == 0 {
             return Ok(None);
-        };
-        let ctx = stream.live("cuMemHostAlloc", |live| Arc::clone(&live.ctx))?;
-        in_context(ctx.raw, || {
-            if ops.v1 {
-                let mut can = 0;
-                // SAFETY: `can` is writable; the device is the context's.
-                check("cuDeviceGetAttribute", unsafe {
-                    (ops.mem.cuDeviceGetAttribute)(&mut can, CAN_USE_STREAM_MEM_OPS, ctx.device)
-                })?;
-                if can == 0 {
-                    return Ok(None);
-                }
-            }
-            let mut host = std::ptr::null_mut();
-            // SAFETY: `host` is writable; the context is bound.
-            check("cuMemHostAlloc", unsafe {
-                (ops.mem.cuMemHostAlloc)(&mut host, size_of::<u32>(), DEVICEMAP)
-            })?;
-            let mut device = 0;
-            // SAFETY: `device` is writable; `host` was mapped just above.
-            let mapped = check("cuMemHostGetDevicePointer_v2", unsafe {
-                (ops.mem.cuMemHostGetDevicePointer_v2)(&mut device, host, 0)
-            });
-            let word = Self {
-                stream,
-                ctx: Arc::clone(&ctx),
-                host,
-                device,
-            };
-            // `word` frees `host` if the mapping failed.
-            mapped.map(|()| Some(word))
+        }
+    }
+    let mut host = std::ptr::null_mut();
+    // SAFETY: `host` is writable; the context is bound.
+    check("cuMemHostAlloc", unsafe {
+        (ops.mem.cuMemHostAlloc)(&mut host, size_of::<u32>(), DEVICEMAP)
+    })?;
+    let mut word = CudaWord {
+        ops,
+        host,
+        device: 0,
+    };
+    // SAFETY: `device` is writable; `host` was mapped just above.
+    let mapped = check("cuMemHostGetDevicePointer_v2", unsafe {
+        (ops.mem.cuMemHostGetDevicePointer_v2)(&mut word.device, host, 0)
+    });
+    if let Err(err) = mapped {
+        // No stream has waited on it yet.
+        let _ = word.release();
+        return Err(err);
+    }
+    Ok(Some(Box::new(word)))
+}
+
+impl CudaWord {
+    /// Free the word, its context bound; called once, as the value goes.
+    fn release(self) -> Result<(), DriverError> {
+        // SAFETY: allocated by `cuMemHostAlloc` in `word`, freed once (by
+        // value), after any stream has passed every wait on it.
+        check("cuMemFreeHost", unsafe {
+            (self.ops.mem.cuMemFreeHost)(self.host)
         })
     }
 }
 
-impl HostWord for CudaWord {
+impl HostWord<Cuda> for CudaWord {
     fn word(&self) -> &AtomicU32 {
         // SAFETY: `host` is a live, page-aligned block of at least four
-        // bytes that this value owns until it is dropped.
+        // bytes that this value owns until it is freed.
         unsafe { AtomicU32::from_ptr(self.host.cast()) }
     }
 
-    fn wait_at_least(&mut self, value: u32) -> Result<(), DriverError> {
-        let ops = mem_ops().ok_or_else(|| crate::stream::dead("cuStreamWaitValue32"))?;
-        let call = ops.wait_value_name;
-        let device = self.device;
-        on_stream(self.stream, call, |live| {
-            // SAFETY: the stream is live, its context bound; `device` maps
-            // this value's host word, alive until the stream has passed.
-            check(call, unsafe {
-                (ops.wait_value)(live.raw, device, value, WAIT_GEQ)
-            })
+    fn wait_at_least(
+        &self,
+        _: Permit<Cuda>,
+        stream: &RawStream,
+        value: u32,
+    ) -> Result<(), DriverError> {
+        // SAFETY: the stream is live and its context bound (the permit);
+        // `device` maps this value's host word, freed only once the stream
+        // has passed every wait.
+        check(self.ops.wait_value_name, unsafe {
+            (self.ops.wait_value)(stream.0, self.device, value, WAIT_GEQ)
         })
+    }
+
+    fn free(self: Box<Self>, _: Permit<Cuda>) -> Result<(), DriverError> {
+        (*self).release()
     }
 
     /// A GPU's launch latency is a few microseconds, tens under load.
     fn settle(&self) -> Duration {
         Duration::from_micros(50)
-    }
-}
-
-impl Drop for CudaWord {
-    /// Let the stream pass every wait (the gate is open by now), then free
-    /// the word: the device must not read it after it is freed.
-    fn drop(&mut self) {
-        let Some(ops) = mem_ops() else { return };
-        let Ok(api) = api() else { return };
-        let host = self.host;
-        let drained = on_stream(self.stream, "cuStreamSynchronize", |live| {
-            // SAFETY: the stream is live, its context bound.
-            check("cuStreamSynchronize", unsafe {
-                (api.cuStreamSynchronize)(live.raw)
-            })
-        });
-        if let Err(err) = drained {
-            // The stream is gone or failed: its waits are satisfied (opened
-            // before this) or will never run; keeping four bytes is the
-            // safe side.
-            log::warn!("{BACKEND}: a gate's word is kept, its stream could not be drained: {err}");
-            return;
-        }
-        let freed = in_context(self.ctx.raw, || {
-            // SAFETY: allocated by `cuMemHostAlloc` in `new`, freed once,
-            // after the stream has passed every wait on it.
-            check("cuMemFreeHost", unsafe { (ops.mem.cuMemFreeHost)(host) })
-        });
-        if let Err(err) = freed {
-            log::error!("{BACKEND}: could not free a gate's host word: {err}");
-        }
     }
 }

@@ -1,4 +1,4 @@
-//! The CUDA backend of device-events: [`EventApi`] over the CUDA driver API,
+//! The CUDA backend of device-events: [`EventApi`](device_events_core::EventApi) over the CUDA driver API,
 //! through cudarc's bindings, with `libcuda` loaded at run time.
 //!
 //! Pick it with `device-events-core`: `EventFence<Cuda>` and
@@ -40,7 +40,8 @@
 //! as the handles do: dropping `ctx` above before the fence is safe, since
 //! each event and stream retains its primary context. A `CudaStream` is a
 //! checked handle: used after `stream_destroy`, it is refused before the
-//! driver sees it.
+//! driver sees it. This crate holds only the driver calls ([`RawApi`]);
+//! the checks, the binding and the refusals are `device-events-core`'s.
 //!
 //! # Driver
 //!
@@ -98,25 +99,21 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-mod capture;
 mod context;
 mod ffi;
 mod gate;
-mod stream;
+mod raw;
 
 use std::ffi::CStr;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 use cudarc::driver::result;
-use cudarc::driver::sys;
-use device_events_core::driver::{elapsed_from_ms, with_bound};
-use device_events_core::profile::Duration;
-use device_events_core::{CaptureStatus, DriverError, ErrorKind, EventApi, EventQuery};
+use cudarc::driver::sys::{self, CUcontext, CUstream};
+use device_events_core::raw::{CheckedEvent, CheckedStream, RawApi};
+use device_events_core::{CaptureStatus, DriverError, ErrorKind};
 
-use context::{Context, retain_current};
-pub use stream::CudaStream;
-use stream::{Live, STREAMS, dead};
+pub use context::Context;
+pub use raw::{RawEvent, RawStream};
 
 const BACKEND: &str = "cuda";
 
@@ -124,38 +121,12 @@ const BACKEND: &str = "cuda";
 #[derive(Debug)]
 pub struct Cuda;
 
+/// A CUDA stream: a checked handle (see [`CheckedStream`]).
+pub type CudaStream = CheckedStream<Cuda>;
+
 /// A CUDA event with timing enabled, and the context it was made in,
 /// retained until the event is dropped.
-#[derive(Debug)]
-pub struct CudaEvent {
-    /// Null once destroyed.
-    raw: sys::CUevent,
-    ctx: Arc<Context>,
-}
-
-// SAFETY: `CUevent` is an opaque handle into the driver, not a pointer this
-// crate dereferences. The CUDA driver API is thread-safe: an event may be
-// recorded, synchronized, timed and destroyed from any host thread, given
-// its context is current for the call, which every call here arranges by
-// binding `ctx` (retained, so alive). No interior mutability, and
-// `event_destroy` takes it by `&mut`, so no call races its release.
-unsafe impl Send for CudaEvent {}
-// SAFETY: as for `Send`: every method takes `&self` to pass the handle to a
-// thread-safe driver call; nothing is mutated through a shared reference.
-unsafe impl Sync for CudaEvent {}
-
-impl CudaEvent {
-    /// The raw event, for calls this crate does not wrap; null once
-    /// destroyed.
-    pub fn raw(&self) -> sys::CUevent {
-        self.raw
-    }
-
-    /// The context the event was created in.
-    pub fn context(&self) -> sys::CUcontext {
-        self.ctx.raw
-    }
-}
+pub type CudaEvent = CheckedEvent<Cuda>;
 
 /// A cudarc error as a [`DriverError`] naming `call`, classified; for code
 /// that mixes cudarc calls with this crate's.
@@ -218,78 +189,6 @@ pub(crate) fn api() -> Result<&'static ffi::Api, DriverError> {
     .map_err(Clone::clone)
 }
 
-/// The calling thread's current context.
-fn current() -> Result<Option<sys::CUcontext>, DriverError> {
-    let api = api()?;
-    let mut ctx = std::ptr::null_mut();
-    // SAFETY: `ctx` is writable.
-    check("cuCtxGetCurrent", unsafe {
-        (api.cuCtxGetCurrent)(&mut ctx)
-    })?;
-    Ok((!ctx.is_null()).then_some(ctx))
-}
-
-/// Run `call` with `ctx` current, then restore the caller's context.
-pub(crate) fn in_context<T>(
-    ctx: sys::CUcontext,
-    call: impl FnOnce() -> Result<T, DriverError>,
-) -> Result<T, DriverError> {
-    let api = api()?;
-    with_bound(
-        BACKEND,
-        ctx,
-        current,
-        |ctx| {
-            // SAFETY: `ctx` is retained by the handle the call is for (or
-            // live by `from_raw`'s contract).
-            check("cuCtxPushCurrent_v2", unsafe {
-                (api.cuCtxPushCurrent_v2)(ctx)
-            })
-        },
-        |_| {
-            let mut popped = std::ptr::null_mut();
-            // SAFETY: pops the context pushed above; `popped` is writable.
-            check("cuCtxPopCurrent_v2", unsafe {
-                (api.cuCtxPopCurrent_v2)(&mut popped)
-            })
-        },
-        call,
-    )
-}
-
-/// Run `call` on `stream`'s raw handle with its context bound.
-fn on_stream<T>(
-    stream: CudaStream,
-    name: &'static str,
-    call: impl FnOnce(&Live) -> Result<T, DriverError>,
-) -> Result<T, DriverError> {
-    stream.live(name, |live| in_context(live.ctx.raw, || call(live)))?
-}
-
-fn live_event(event: &CudaEvent, call: &'static str) -> Result<sys::CUevent, DriverError> {
-    if event.raw.is_null() {
-        return Err(DriverError::refused(
-            BACKEND,
-            call,
-            ErrorKind::InvalidHandle,
-            "the event was destroyed; refused before the driver",
-        ));
-    }
-    Ok(event.raw)
-}
-
-/// Whether events made from now on wait by sleeping
-/// (`CU_EVENT_BLOCKING_SYNC`) rather than spinning.
-static BLOCKING_SYNC: AtomicBool = AtomicBool::new(false);
-
-fn wait_mode_flags() -> std::ffi::c_uint {
-    if BLOCKING_SYNC.load(Ordering::Relaxed) {
-        ffi::EVENT_BLOCKING_SYNC
-    } else {
-        ffi::EVENT_DEFAULT
-    }
-}
-
 impl Cuda {
     /// How fences and windows made from now on wait for the device: by
     /// default `cuEventSynchronize` spins a core for the whole wait, waking
@@ -304,33 +203,45 @@ impl Cuda {
     /// # device_events_cuda::Cuda::set_blocking_sync(false);
     /// ```
     pub fn set_blocking_sync(blocking: bool) {
-        BLOCKING_SYNC.store(blocking, Ordering::Relaxed);
+        Self::state().set_blocking_sync(blocking);
     }
 
-    /// Whether `stream` is capturing a graph: screen a stream with this before
-    /// profiling on it, since records there are graph nodes, not timestamps.
+    /// Whether `stream` is capturing a graph (`cuStreamIsCapturing`): screen
+    /// a stream with this before profiling on it, since records there are
+    /// graph nodes, not timestamps.
     ///
     /// # Errors
     ///
     /// [`DriverError`] when the driver is missing, the stream is not live or
     /// the driver refuses the query.
     pub fn capture_status(stream: CudaStream) -> Result<CaptureStatus, DriverError> {
-        const CALL: &str = "cuStreamIsCapturing";
-        let api = api()?;
-        let status = on_stream(stream, CALL, |live| {
-            let mut status = 0u32;
-            // SAFETY: the stream is live (held by the table meanwhile) and
-            // its context bound; `status` is writable.
-            check(CALL, unsafe {
-                (api.cuStreamIsCapturing)(live.raw, &mut status)
-            })?;
-            Ok(status)
-        })?;
-        Ok(match status {
-            ffi::CAPTURE_NONE => CaptureStatus::None,
-            ffi::CAPTURE_ACTIVE => CaptureStatus::Active,
-            _ => CaptureStatus::Invalidated,
-        })
+        stream.capture_status()
+    }
+
+    /// Admit a stream made elsewhere (by cudarc, or your runtime), or the
+    /// null, legacy (`CU_STREAM_LEGACY`) or per-thread
+    /// (`CU_STREAM_PER_THREAD`) stream. `stream_destroy` on the result
+    /// forgets it and leaves the stream itself to its owner.
+    ///
+    /// # Safety
+    ///
+    /// `ctx` is a live primary context and `raw` a live stream of it (or
+    /// one of the special streams), and `raw` stays live until
+    /// `stream_destroy` has run on the returned handle.
+    ///
+    /// # Errors
+    ///
+    /// When the driver is missing or `ctx` is not a primary context.
+    pub unsafe fn stream_from_raw(
+        raw: CUstream,
+        ctx: CUcontext,
+    ) -> Result<CudaStream, DriverError> {
+        context::push(ctx)?;
+        let held = context::retain_current("Cuda::stream_from_raw");
+        if let Err(err) = context::pop() {
+            log::error!("{BACKEND}: the caller's context could not be restored: {err}");
+        }
+        Ok(CudaStream::admit_foreign(RawStream(raw), held?))
     }
 
     /// Whether a CUDA driver can be loaded and initialised here; never panics.
@@ -342,186 +253,5 @@ impl Cuda {
     /// is found, or the driver's own when `cuInit` fails.
     pub fn probe() -> Result<(), DriverError> {
         api().map(drop)
-    }
-}
-
-impl EventApi for Cuda {
-    type Event = CudaEvent;
-    type Stream = CudaStream;
-    const BACKEND: &'static str = BACKEND;
-
-    fn event_create() -> Result<CudaEvent, DriverError> {
-        const CALL: &str = "cuEventCreate";
-        let api = api()?;
-        let ctx = retain_current(CALL)?;
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: `raw` is writable; `ctx` is current.
-        check(CALL, unsafe {
-            (api.cuEventCreate)(&mut raw, wait_mode_flags())
-        })?;
-        Ok(CudaEvent { raw, ctx })
-    }
-
-    fn event_destroy(event: &mut CudaEvent) -> Result<(), DriverError> {
-        const CALL: &str = "cuEventDestroy_v2";
-        let api = api()?;
-        let raw = live_event(event, CALL)?;
-        event.raw = std::ptr::null_mut();
-        in_context(event.ctx.raw, || {
-            // SAFETY: `raw` was created by `event_create` and, nulled in the
-            // event above, is destroyed exactly once; its context is bound.
-            check(CALL, unsafe { (api.cuEventDestroy_v2)(raw) })
-        })
-    }
-
-    fn event_record(event: &CudaEvent, stream: CudaStream) -> Result<(), DriverError> {
-        const CALL: &str = "cuEventRecord";
-        let api = api()?;
-        let raw = live_event(event, CALL)?;
-        on_stream(stream, CALL, |live| {
-            if live.ctx.raw != event.ctx.raw {
-                return Err(DriverError::refused(
-                    BACKEND,
-                    CALL,
-                    ErrorKind::InvalidHandle,
-                    format!(
-                        "the event and the stream belong to different contexts (event: {:?}, \
-                         stream: {:?}); make the fence, pool or profiler with the stream's \
-                         context current",
-                        event.ctx.raw, live.ctx.raw
-                    ),
-                ));
-            }
-            // SAFETY: both handles are live and of the bound context.
-            check(CALL, unsafe { (api.cuEventRecord)(raw, live.raw) })
-        })
-    }
-
-    fn event_wait(event: &CudaEvent) -> Result<(), DriverError> {
-        const CALL: &str = "cuEventSynchronize";
-        let api = api()?;
-        let raw = live_event(event, CALL)?;
-        in_context(event.ctx.raw, || {
-            capture::MODES.relaxed(|| {
-                // SAFETY: the event is live, its context bound.
-                check(CALL, unsafe { (api.cuEventSynchronize)(raw) })
-            })
-        })
-    }
-
-    fn event_elapsed(start: &CudaEvent, end: &CudaEvent) -> Result<Duration, DriverError> {
-        const CALL: &str = "cuEventElapsedTime";
-        let api = api()?;
-        let (from, to) = (live_event(start, CALL)?, live_event(end, CALL)?);
-        if start.ctx.raw != end.ctx.raw {
-            return Err(DriverError::refused(
-                BACKEND,
-                CALL,
-                ErrorKind::Other,
-                "elapsed time across contexts is undefined",
-            ));
-        }
-        let mut ms = 0.0f32;
-        in_context(start.ctx.raw, || {
-            // SAFETY: both events are live and of the bound context; `ms`
-            // is writable.
-            check(CALL, unsafe { (api.cuEventElapsedTime)(&mut ms, from, to) })
-        })?;
-        elapsed_from_ms(BACKEND, CALL, ms)
-    }
-
-    fn stream_wait_event(stream: CudaStream, event: &CudaEvent) -> Result<(), DriverError> {
-        const CALL: &str = "cuStreamWaitEvent";
-        let api = api()?;
-        let raw = live_event(event, CALL)?;
-        on_stream(stream, CALL, |live| {
-            // SAFETY: both handles are live, the stream's context bound; the
-            // driver allows the event to be of another context.
-            check(CALL, unsafe { (api.cuStreamWaitEvent)(live.raw, raw, 0) })
-        })
-    }
-
-    fn stream_synchronize(stream: CudaStream) -> Result<(), DriverError> {
-        const CALL: &str = "cuStreamSynchronize";
-        let api = api()?;
-        on_stream(stream, CALL, |live| {
-            capture::MODES.relaxed(|| {
-                // SAFETY: the stream is live, its context bound.
-                check(CALL, unsafe { (api.cuStreamSynchronize)(live.raw) })
-            })
-        })
-    }
-
-    fn stream_create_non_blocking() -> Result<CudaStream, DriverError> {
-        const CALL: &str = "cuStreamCreate";
-        let api = api()?;
-        let ctx = retain_current(CALL)?;
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: `raw` is writable; `ctx` is current.
-        check(CALL, unsafe {
-            (api.cuStreamCreate)(&mut raw, ffi::STREAM_NON_BLOCKING)
-        })?;
-        Ok(CudaStream::admit(Live {
-            raw,
-            ctx,
-            owned: true,
-        }))
-    }
-
-    fn stream_destroy(stream: CudaStream) -> Result<(), DriverError> {
-        const CALL: &str = "cuStreamDestroy_v2";
-        let api = api()?;
-        // Out of the table first, once calls in flight on it have returned:
-        // no copy of the handle can reach the driver after this.
-        let live = STREAMS.remove(stream.handle).ok_or_else(|| dead(CALL))?;
-        if !live.owned {
-            return Ok(());
-        }
-        in_context(live.ctx.raw, || {
-            // SAFETY: made by `stream_create_non_blocking`, removed from the
-            // table above, so destroyed exactly once; its context is bound.
-            check(CALL, unsafe { (api.cuStreamDestroy_v2)(live.raw) })
-        })
-    }
-}
-
-impl EventQuery for Cuda {
-    fn event_query(event: &CudaEvent) -> Result<bool, DriverError> {
-        const CALL: &str = "cuEventQuery";
-        let api = api()?;
-        let raw = live_event(event, CALL)?;
-        in_context(event.ctx.raw, || {
-            capture::MODES.relaxed(|| {
-                // SAFETY: the event is live, its context bound.
-                match unsafe { (api.cuEventQuery)(raw) } {
-                    ffi::NOT_READY => Ok(false),
-                    status => check(CALL, status).map(|()| true),
-                }
-            })
-        })
-    }
-}
-
-/// A gate where the driver has stream memory operations, and polls through
-/// `cuEventQuery`; stamps only as device time.
-impl device_events_core::AnchorApi for Cuda {
-    fn poll(event: &CudaEvent) -> Option<Result<bool, DriverError>> {
-        Some(Self::event_query(event))
-    }
-
-    fn in_context_of<T>(stream: CudaStream, call: impl FnOnce() -> T) -> Result<T, DriverError> {
-        // Out of the table first: `call` uses the stream too.
-        let ctx = stream.live("cuCtxPushCurrent_v2", |live| Arc::clone(&live.ctx))?;
-        in_context(ctx.raw, || Ok(call()))
-    }
-
-    fn own_thread() {
-        capture::MODES.own_thread();
-    }
-
-    fn gate(stream: CudaStream) -> Result<Option<Box<dyn device_events_core::Gate>>, DriverError> {
-        Ok(gate::CudaWord::new(stream)?.map(|word| {
-            Box::new(device_events_core::WordGate::new(word)) as Box<dyn device_events_core::Gate>
-        }))
     }
 }

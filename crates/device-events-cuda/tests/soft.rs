@@ -238,7 +238,7 @@ fn the_legacy_stream_of_another_context_is_used_with_that_context_bound() {
     // SAFETY: device 1's primary context is retained for the process; the
     // legacy stream is always live.
     let legacy = unsafe {
-        device_events_cuda::CudaStream::from_raw(
+        device_events_cuda::Cuda::stream_from_raw(
             0x1 as cudarc::driver::sys::CUstream, // CU_STREAM_LEGACY
             context(1),
         )

@@ -10,10 +10,12 @@
 use std::ffi::{c_int, c_uint, c_void};
 use std::sync::atomic::AtomicU32;
 
+use device_events_core::DriverError;
 use device_events_core::profile::Duration;
-use device_events_core::{DriverError, EventApi, HostWord};
+use device_events_core::raw::{HostWord, Permit};
 
-use crate::{Hip, HipStream, check, on_device, on_stream};
+use crate::runtime::MemOps;
+use crate::{Hip, HipRawStream, check, runtime_initialised};
 
 /// `hipDeviceAttributeCanUseStreamWaitValue`.
 const CAN_USE_STREAM_WAIT_VALUE: c_int = 10013;
@@ -22,102 +24,68 @@ const SIGNAL_MEMORY: c_uint = 2;
 /// `hipStreamWaitValueGte`.
 const WAIT_GTE: c_uint = 0;
 
-/// A word of signal memory the stream waits on.
-pub(crate) struct HipWord {
-    stream: HipStream,
-    device: c_int,
+/// A word of signal memory a stream waits on.
+struct HipWord {
+    ops: &'static MemOps,
     word: *mut c_void,
 }
 
 // SAFETY: `word` is signal memory this value alone owns, touched only
-// through an `AtomicU32`; the handles are opaque and the runtime is
-// thread-safe.
+// through an `AtomicU32`; the runtime is thread-safe.
 unsafe impl Send for HipWord {}
 
-impl HipWord {
-    /// A word on `stream`, or `None` where the runtime or device has no
-    /// stream memory operations.
-    pub(crate) fn new(stream: HipStream) -> Result<Option<Self>, DriverError> {
-        let device = on_stream(stream, "hipDeviceGetAttribute", |_, live| Ok(live.device))?;
-        on_device(device, |rt| {
-            let Some(ops) = &rt.mem_ops else {
-                return Ok(None);
-            };
-            let mut can = 0;
-            // SAFETY: `can` is writable; `device` is the stream's.
-            check("hipDeviceGetAttribute", unsafe {
-                (ops.hipDeviceGetAttribute)(&mut can, CAN_USE_STREAM_WAIT_VALUE, device)
-            })?;
-            if can == 0 {
-                return Ok(None);
-            }
-            let mut word = std::ptr::null_mut();
-            // SAFETY: `word` is writable; the device is bound.
-            check("hipExtMallocWithFlags", unsafe {
-                (ops.hipExtMallocWithFlags)(&mut word, size_of::<u32>(), SIGNAL_MEMORY)
-            })?;
-            Ok(Some(Self {
-                stream,
-                device,
-                word,
-            }))
-        })
+/// A word for `device`'s streams, made with the device bound, or `None`
+/// where the runtime or device has no stream memory operations.
+pub(crate) fn word(device: c_int) -> Result<Option<Box<dyn HostWord<Hip>>>, DriverError> {
+    let Some(ops) = &runtime_initialised()?.mem_ops else {
+        return Ok(None);
+    };
+    let mut can = 0;
+    // SAFETY: `can` is writable; `device` exists (a stream's).
+    check("hipDeviceGetAttribute", unsafe {
+        (ops.hipDeviceGetAttribute)(&mut can, CAN_USE_STREAM_WAIT_VALUE, device)
+    })?;
+    if can == 0 {
+        return Ok(None);
     }
+    let mut word = std::ptr::null_mut();
+    // SAFETY: `word` is writable; the device is bound.
+    check("hipExtMallocWithFlags", unsafe {
+        (ops.hipExtMallocWithFlags)(&mut word, size_of::<u32>(), SIGNAL_MEMORY)
+    })?;
+    Ok(Some(Box::new(HipWord { ops, word })))
 }
 
-impl HostWord for HipWord {
+impl HostWord<Hip> for HipWord {
     fn word(&self) -> &AtomicU32 {
         // SAFETY: `word` is live, host-visible signal memory of at least
         // four bytes, aligned by the allocator, owned by this value until
-        // it is dropped.
+        // it is freed.
         unsafe { AtomicU32::from_ptr(self.word.cast()) }
     }
 
-    fn wait_at_least(&mut self, value: u32) -> Result<(), DriverError> {
-        const CALL: &str = "hipStreamWaitValue32";
-        let word = self.word;
-        on_stream(self.stream, CALL, |rt, live| {
-            let ops = rt.mem_ops.as_ref().ok_or_else(|| crate::dead(CALL))?;
-            // SAFETY: the stream is live, its device bound; `word` is this
-            // value's signal memory, alive until the stream has passed.
-            check(CALL, unsafe {
-                (ops.hipStreamWaitValue32)(live.raw, word, value, WAIT_GTE, u32::MAX)
-            })
+    fn wait_at_least(
+        &self,
+        _: Permit<Hip>,
+        stream: &HipRawStream,
+        value: u32,
+    ) -> Result<(), DriverError> {
+        // SAFETY: the stream is live and its device bound (the permit);
+        // `word` is this value's signal memory, freed only once the stream
+        // has passed every wait.
+        check("hipStreamWaitValue32", unsafe {
+            (self.ops.hipStreamWaitValue32)(stream.0, self.word, value, WAIT_GTE, u32::MAX)
         })
+    }
+
+    fn free(self: Box<Self>, _: Permit<Hip>) -> Result<(), DriverError> {
+        // SAFETY: allocated by `hipExtMallocWithFlags` in `word`, freed
+        // once (by value), after the stream has passed every wait on it.
+        check("hipFree", unsafe { (self.ops.hipFree)(self.word) })
     }
 
     /// A GPU's launch latency is a few microseconds, tens under load.
     fn settle(&self) -> Duration {
         Duration::from_micros(50)
-    }
-}
-
-impl Drop for HipWord {
-    /// Let the stream pass every wait (the gate is open by now), then free
-    /// the word: the device must not read it after it is freed.
-    fn drop(&mut self) {
-        let drained = on_stream(self.stream, "hipStreamSynchronize", |rt, live| {
-            // SAFETY: the stream is live, its device bound.
-            check("hipStreamSynchronize", unsafe {
-                (rt.fns.hipStreamSynchronize)(live.raw)
-            })
-        });
-        if let Err(err) = drained {
-            log::warn!(
-                "{}: a gate's word is kept, its stream could not be drained: {err}",
-                Hip::BACKEND
-            );
-            return;
-        }
-        let word = self.word;
-        let freed = on_device(self.device, |rt| {
-            let ops = rt.mem_ops.as_ref().ok_or_else(|| crate::dead("hipFree"))?;
-            // SAFETY: allocated by `hipExtMallocWithFlags` in `new`, freed
-            // once, after the stream has passed every wait on it.
-            check("hipFree", unsafe { (ops.hipFree)(word) })
-        });
-        if let Err(err) = freed {
-            log::error!("{}: could not free a gate's word: {err}", Hip::BACKEND);
-        }
     }
 }

@@ -1,4 +1,4 @@
-//! The HIP backend of device-events: [`EventApi`] over the HIP runtime,
+//! The HIP backend of device-events: [`EventApi`](device_events_core::EventApi) over the HIP runtime,
 //! `libamdhip64`, loaded at run time.
 //!
 //! Pick it with `device-events-core`: `EventFence<Hip>` and
@@ -48,193 +48,39 @@
 //! as an invalid enum value. With the runtime and no AMD GPU, `hipInit`
 //! returns `hipErrorInvalidDevice` (101), reported as [`ErrorKind::NoDevice`].
 //! `hipEventElapsedTime` has been seen to return negative values; they are
-//! clamped to zero, as [`EventApi::event_elapsed`] promises.
+//! clamped to zero, as [`EventApi::event_elapsed`](device_events_core::EventApi::event_elapsed) promises.
 //!
 //! # Graph capture
 //!
 //! Screen a stream with [`Hip::capture_status`] before profiling on it:
 //! inside a capture, records are graph nodes, not timestamps.
 
-mod capture;
 mod gate;
+mod raw;
 pub mod runtime;
 
 use std::ffi::{CStr, c_int};
 use std::path::PathBuf;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, Ordering};
 
-use device_events_core::driver::{elapsed_from_ms, with_bound};
-use device_events_core::handles::{Handle, HandleTable};
-use device_events_core::profile::Duration;
-use device_events_core::{CaptureStatus, DriverError, ErrorKind, EventApi, EventQuery};
-use runtime::{RawEvent, RawStream, Runtime};
+use device_events_core::raw::{CheckedEvent, CheckedStream, RawApi};
+use device_events_core::{CaptureStatus, DriverError, ErrorKind};
+use runtime::{RawStream, Runtime};
+
+pub use raw::{HipRawEvent, HipRawStream};
 
 /// The HIP backend.
 #[derive(Debug)]
 pub struct Hip;
 
+/// A HIP stream: a checked handle (see [`CheckedStream`]). A HIP handle
+/// depends on its device ordinal, which no runtime call invalidates short
+/// of `hipDeviceReset`, and on the runtime library, which stays loaded for
+/// the process.
+pub type HipStream = CheckedStream<Hip>;
+
 /// A HIP event with timing enabled, and the device it was created on.
-#[derive(Debug)]
-pub struct HipEvent {
-    raw: RawEvent,
-    device: c_int,
-}
-
-// SAFETY: `hipEvent_t` is an opaque handle into the runtime, never
-// dereferenced here. The HIP runtime is thread-safe: an event may be
-// recorded, synchronized, timed and destroyed from any host thread, given its
-// device is current for the call, which every call here arranges by binding
-// `device`. No interior mutability; `event_destroy` takes `&mut`.
-unsafe impl Send for HipEvent {}
-// SAFETY: as for `Send`: `&self` methods only pass the handle to thread-safe
-// runtime calls.
-unsafe impl Sync for HipEvent {}
-
-impl HipEvent {
-    /// The raw event, for calls this crate does not wrap.
-    pub fn raw(&self) -> RawEvent {
-        self.raw
-    }
-
-    /// The device the event was created on.
-    pub fn device(&self) -> c_int {
-        self.device
-    }
-}
-
-/// A live stream: the runtime's handle, its device, and whether this crate
-/// made it and so destroys it.
-struct Live {
-    raw: RawStream,
-    device: c_int,
-    owned: bool,
-}
-
-// SAFETY: `raw` is an opaque runtime handle, never dereferenced here, usable
-// from any thread through the thread-safe runtime; the table hands it only
-// to calls that bind `device` first.
-unsafe impl Send for Live {}
-// SAFETY: as for `Send`; `&Live` gives only copies of the handle.
-unsafe impl Sync for Live {}
-
-static STREAMS: HandleTable<Live> = HandleTable::new();
-
-/// A HIP stream: a checked handle into this crate's table of live streams.
-///
-/// `Copy`, as [`EventApi`] requires. Once [`Hip::stream_destroy`] has run
-/// on it, every copy is refused with an [`ErrorKind::InvalidHandle`] error
-/// before any runtime call. A HIP handle depends on its device ordinal,
-/// which no runtime call invalidates short of `hipDeviceReset`, and on the
-/// runtime library, which stays loaded for the process.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct HipStream {
-    handle: Handle,
-}
-
-impl HipStream {
-    /// Admit a stream made elsewhere, or the null stream of `device`.
-    ///
-    /// The null stream synchronizes implicitly with blocking streams only.
-    /// Streams this crate creates are non-blocking (`hipStreamNonBlocking`),
-    /// so, as HIP documents, they neither wait for the null stream's work
-    /// nor it for theirs: order them with a fence.
-    /// [`Hip::stream_destroy`] on the result forgets it and leaves the
-    /// stream itself to its owner.
-    ///
-    /// # Safety
-    ///
-    /// `raw` is a live stream of `device` (or null), made by the same copy of
-    /// the HIP runtime this crate loaded, and stays live until
-    /// `Hip::stream_destroy` has run on the returned handle. A stream of
-    /// another copy (another `libamdhip64` opened by path) means nothing to
-    /// this one. This crate uses a runtime already loaded in the process
-    /// before it opens one ([`runtime::search_path`]), so a runtime opened
-    /// by the user's bindings first (as `cubecl-hip-sys` does) is the same;
-    /// [`Hip::runtime`] says which library it is.
-    ///
-    /// # Errors
-    ///
-    /// When the runtime is missing or `device` does not exist.
-    pub unsafe fn from_raw(raw: RawStream, device: c_int) -> Result<Self, DriverError> {
-        let rt = runtime()?;
-        let mut count = 0;
-        // SAFETY: `count` is writable.
-        check("hipGetDeviceCount", unsafe {
-            (rt.fns.hipGetDeviceCount)(&mut count)
-        })?;
-        if !(0..count).contains(&device) {
-            return Err(DriverError::refused(
-                Hip::BACKEND,
-                "HipStream::from_raw",
-                ErrorKind::NoDevice,
-                format!("device {device} does not exist (the runtime reports {count})"),
-            ));
-        }
-        Ok(Self::admit(Live {
-            raw,
-            device,
-            owned: false,
-        }))
-    }
-
-    fn admit(live: Live) -> Self {
-        Self {
-            handle: STREAMS.insert(live),
-        }
-    }
-
-    /// Run `f` with the raw stream, for calls this crate does not wrap; the
-    /// stream cannot be destroyed meanwhile.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::InvalidHandle`] when the stream was destroyed.
-    pub fn with_raw<R>(self, f: impl FnOnce(RawStream) -> R) -> Result<R, DriverError> {
-        STREAMS
-            .with(self.handle, |live| f(live.raw))
-            .ok_or_else(|| dead("HipStream::with_raw"))
-    }
-
-    /// The device the stream belongs to, while it lives.
-    pub fn device(self) -> Option<c_int> {
-        STREAMS.with(self.handle, |live| live.device)
-    }
-}
-
-fn dead(call: &'static str) -> DriverError {
-    DriverError::refused(
-        Hip::BACKEND,
-        call,
-        ErrorKind::InvalidHandle,
-        "the stream was destroyed (or never admitted); refused before the runtime",
-    )
-}
-
-/// Run `call` on `stream`'s raw handle with its device bound.
-fn on_stream<T>(
-    stream: HipStream,
-    name: &'static str,
-    call: impl FnOnce(&Runtime, &Live) -> Result<T, DriverError>,
-) -> Result<T, DriverError> {
-    STREAMS
-        .with(stream.handle, |live| {
-            on_device(live.device, |rt| call(rt, live))
-        })
-        .ok_or_else(|| dead(name))?
-}
-
-fn live_event(event: &HipEvent, call: &'static str) -> Result<RawEvent, DriverError> {
-    if event.raw.is_null() {
-        return Err(DriverError::refused(
-            Hip::BACKEND,
-            call,
-            ErrorKind::InvalidHandle,
-            "the event was destroyed; refused before the runtime",
-        ));
-    }
-    Ok(event.raw)
-}
+pub type HipEvent = CheckedEvent<Hip>;
 
 /// A HIP status as a [`DriverError`] naming `call`, classified; `Ok` for
 /// success. For code that mixes its own HIP calls with this crate's: any
@@ -270,14 +116,19 @@ pub fn check(call: &'static str, status: impl Into<i64>) -> Result<(), DriverErr
             name.to_string_lossy().into_owned()
         })
     });
-    Err(DriverError::from_c_status(Hip::BACKEND, call, status, name))
+    Err(DriverError::from_c_status(
+        <Hip as RawApi>::BACKEND,
+        call,
+        status,
+        name,
+    ))
 }
 
 /// The runtime, loaded; the no-device error when there is none.
-fn library() -> Result<&'static Runtime, DriverError> {
+pub(crate) fn library() -> Result<&'static Runtime, DriverError> {
     runtime::loaded().map_err(|why| {
         DriverError::refused(
-            Hip::BACKEND,
+            <Hip as RawApi>::BACKEND,
             "loading the runtime",
             ErrorKind::NoDevice,
             why,
@@ -286,7 +137,7 @@ fn library() -> Result<&'static Runtime, DriverError> {
 }
 
 /// The runtime, loaded and initialised once per process.
-fn runtime() -> Result<&'static Runtime, DriverError> {
+pub(crate) fn runtime_initialised() -> Result<&'static Runtime, DriverError> {
     static INIT: OnceLock<Result<(), DriverError>> = OnceLock::new();
     let rt = library()?;
     INIT.get_or_init(|| {
@@ -298,8 +149,8 @@ fn runtime() -> Result<&'static Runtime, DriverError> {
 }
 
 /// The calling thread's current device.
-fn current() -> Result<c_int, DriverError> {
-    let rt = runtime()?;
+pub(crate) fn current() -> Result<c_int, DriverError> {
+    let rt = runtime_initialised()?;
     let mut device = 0;
     // SAFETY: `device` is writable.
     check("hipGetDevice", unsafe {
@@ -308,25 +159,12 @@ fn current() -> Result<c_int, DriverError> {
     Ok(device)
 }
 
-/// Run `call` with `device` current, then restore the caller's device.
-fn on_device<T>(
-    device: c_int,
-    call: impl FnOnce(&Runtime) -> Result<T, DriverError>,
-) -> Result<T, DriverError> {
-    let rt = runtime()?;
-    let set = |device: c_int| {
-        // SAFETY: a device a handle was made on, or the one current a
-        // moment ago.
-        check("hipSetDevice", unsafe { (rt.fns.hipSetDevice)(device) })
-    };
-    with_bound(
-        Hip::BACKEND,
-        device,
-        || current().map(Some),
-        set,
-        |previous| previous.map_or(Ok(()), set),
-        || call(rt),
-    )
+/// Make `device` current: one a handle was made on, or the one current a
+/// moment ago.
+pub(crate) fn set_device(device: c_int) -> Result<(), DriverError> {
+    let rt = runtime_initialised()?;
+    // SAFETY: takes any ordinal; one that does not exist is refused.
+    check("hipSetDevice", unsafe { (rt.fns.hipSetDevice)(device) })
 }
 
 /// The HIP runtime found here, described before any device is asked for.
@@ -359,18 +197,6 @@ impl std::fmt::Display for RuntimeInfo {
     }
 }
 
-/// Whether events made from now on wait by sleeping
-/// (`hipEventBlockingSync`) rather than spinning.
-static BLOCKING_SYNC: AtomicBool = AtomicBool::new(false);
-
-fn wait_mode_flags() -> std::ffi::c_uint {
-    if BLOCKING_SYNC.load(Ordering::Relaxed) {
-        runtime::HIP_EVENT_BLOCKING_SYNC
-    } else {
-        runtime::HIP_EVENT_DEFAULT
-    }
-}
-
 impl Hip {
     /// How fences and windows made from now on wait for the device: by
     /// default `hipEventSynchronize` spins a core for the whole wait; with
@@ -383,31 +209,57 @@ impl Hip {
     /// # device_events_hip::Hip::set_blocking_sync(false);
     /// ```
     pub fn set_blocking_sync(blocking: bool) {
-        BLOCKING_SYNC.store(blocking, Ordering::Relaxed);
+        Self::state().set_blocking_sync(blocking);
     }
 
-    /// Whether `stream` is capturing a graph: screen a stream with this before
-    /// profiling on it.
+    /// Whether `stream` is capturing a graph (`hipStreamIsCapturing`):
+    /// screen a stream with this before profiling on it.
     ///
     /// # Errors
     ///
     /// [`DriverError`] when the runtime is missing or refuses the query.
     pub fn capture_status(stream: HipStream) -> Result<CaptureStatus, DriverError> {
-        const CALL: &str = "hipStreamIsCapturing";
-        let status = on_stream(stream, CALL, |rt, live| {
-            let mut status = 0;
-            // SAFETY: the stream is live, its device bound; `status` is
-            // writable.
-            check(CALL, unsafe {
-                (rt.fns.hipStreamIsCapturing)(live.raw, &mut status)
-            })?;
-            Ok(status)
+        stream.capture_status()
+    }
+
+    /// Admit a stream made elsewhere, or the null stream of `device`.
+    ///
+    /// The null stream synchronizes implicitly with blocking streams only.
+    /// Streams this crate creates are non-blocking (`hipStreamNonBlocking`),
+    /// so, as HIP documents, they neither wait for the null stream's work
+    /// nor it for theirs: order them with a fence. `stream_destroy` on the
+    /// result forgets it and leaves the stream itself to its owner.
+    ///
+    /// # Safety
+    ///
+    /// `raw` is a live stream of `device` (or null), made by the same copy of
+    /// the HIP runtime this crate loaded, and stays live until
+    /// `stream_destroy` has run on the returned handle. A stream of another
+    /// copy (another `libamdhip64` opened by path) means nothing to this
+    /// one. This crate uses a runtime already loaded in the process before
+    /// it opens one ([`runtime::search_path`]), so a runtime opened by the
+    /// user's bindings first (as `cubecl-hip-sys` does) is the same;
+    /// [`Hip::runtime`] says which library it is.
+    ///
+    /// # Errors
+    ///
+    /// When the runtime is missing or `device` does not exist.
+    pub unsafe fn stream_from_raw(raw: RawStream, device: c_int) -> Result<HipStream, DriverError> {
+        let rt = runtime_initialised()?;
+        let mut count = 0;
+        // SAFETY: `count` is writable.
+        check("hipGetDeviceCount", unsafe {
+            (rt.fns.hipGetDeviceCount)(&mut count)
         })?;
-        Ok(match status {
-            runtime::HIP_STREAM_CAPTURE_STATUS_NONE => CaptureStatus::None,
-            runtime::HIP_STREAM_CAPTURE_STATUS_ACTIVE => CaptureStatus::Active,
-            _ => CaptureStatus::Invalidated,
-        })
+        if !(0..count).contains(&device) {
+            return Err(DriverError::refused(
+                Self::BACKEND,
+                "Hip::stream_from_raw",
+                ErrorKind::NoDevice,
+                format!("device {device} does not exist (the runtime reports {count})"),
+            ));
+        }
+        Ok(HipStream::admit_foreign(HipRawStream(raw), device))
     }
 
     /// Whether a HIP runtime can be loaded and initialised here, with a
@@ -428,7 +280,7 @@ impl Hip {
     /// found, or when it finds no AMD GPU; the runtime's own when `hipInit`
     /// fails otherwise.
     pub fn probe() -> Result<(), DriverError> {
-        runtime().map(drop)
+        runtime_initialised().map(drop)
     }
 
     /// The runtime this crate loads, and its version: found or not, and
@@ -463,182 +315,5 @@ impl Hip {
             runtime_version,
             driver_version,
         })
-    }
-}
-
-impl EventApi for Hip {
-    type Event = HipEvent;
-    type Stream = HipStream;
-    const BACKEND: &'static str = "hip";
-
-    fn event_create() -> Result<HipEvent, DriverError> {
-        let device = current()?;
-        let rt = runtime()?;
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: `raw` is writable; the default flags keep timing enabled.
-        check("hipEventCreateWithFlags", unsafe {
-            (rt.fns.hipEventCreateWithFlags)(&mut raw, wait_mode_flags())
-        })?;
-        Ok(HipEvent { raw, device })
-    }
-
-    fn event_destroy(event: &mut HipEvent) -> Result<(), DriverError> {
-        let raw = live_event(event, "hipEventDestroy")?;
-        event.raw = std::ptr::null_mut();
-        on_device(event.device, |rt| {
-            // SAFETY: `raw` was created by `event_create` and, swapped out
-            // above, is destroyed exactly once.
-            check("hipEventDestroy", unsafe { (rt.fns.hipEventDestroy)(raw) })
-        })
-    }
-
-    fn event_record(event: &HipEvent, stream: HipStream) -> Result<(), DriverError> {
-        const CALL: &str = "hipEventRecord";
-        let raw = live_event(event, CALL)?;
-        on_stream(stream, CALL, |rt, live| {
-            if event.device != live.device {
-                return Err(DriverError::refused(
-                    Self::BACKEND,
-                    CALL,
-                    ErrorKind::InvalidHandle,
-                    format!(
-                        "the event and the stream belong to different devices (event: {}, \
-                         stream: {}); make the fence, pool or profiler with the stream's \
-                         device current",
-                        event.device, live.device
-                    ),
-                ));
-            }
-            // SAFETY: both handles are live and of the bound device.
-            check(CALL, unsafe { (rt.fns.hipEventRecord)(raw, live.raw) })
-        })
-    }
-
-    fn event_wait(event: &HipEvent) -> Result<(), DriverError> {
-        let raw = live_event(event, "hipEventSynchronize")?;
-        on_device(event.device, |rt| {
-            capture::MODES.relaxed(|| {
-                // SAFETY: the event is live, its device bound.
-                check("hipEventSynchronize", unsafe {
-                    (rt.fns.hipEventSynchronize)(raw)
-                })
-            })
-        })
-    }
-
-    fn event_elapsed(start: &HipEvent, end: &HipEvent) -> Result<Duration, DriverError> {
-        const CALL: &str = "hipEventElapsedTime";
-        let (from, to) = (live_event(start, CALL)?, live_event(end, CALL)?);
-        if start.device != end.device {
-            return Err(DriverError::refused(
-                Self::BACKEND,
-                CALL,
-                ErrorKind::Other,
-                "elapsed time across devices is undefined",
-            ));
-        }
-        let mut ms = 0.0f32;
-        on_device(start.device, |rt| {
-            // SAFETY: both events are live and of one device; `ms` is writable.
-            check(CALL, unsafe {
-                (rt.fns.hipEventElapsedTime)(&mut ms, from, to)
-            })
-        })?;
-        elapsed_from_ms(Self::BACKEND, CALL, ms)
-    }
-
-    fn stream_wait_event(stream: HipStream, event: &HipEvent) -> Result<(), DriverError> {
-        const CALL: &str = "hipStreamWaitEvent";
-        let raw = live_event(event, CALL)?;
-        on_stream(stream, CALL, |rt, live| {
-            // SAFETY: both handles are live, the stream's device bound;
-            // flags 0 is the default wait.
-            check(CALL, unsafe {
-                (rt.fns.hipStreamWaitEvent)(live.raw, raw, 0)
-            })
-        })
-    }
-
-    fn stream_synchronize(stream: HipStream) -> Result<(), DriverError> {
-        const CALL: &str = "hipStreamSynchronize";
-        on_stream(stream, CALL, |rt, live| {
-            capture::MODES.relaxed(|| {
-                // SAFETY: the stream is live, its device bound.
-                check(CALL, unsafe { (rt.fns.hipStreamSynchronize)(live.raw) })
-            })
-        })
-    }
-
-    fn stream_create_non_blocking() -> Result<HipStream, DriverError> {
-        let device = current()?;
-        let rt = runtime()?;
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: `raw` is writable.
-        check("hipStreamCreateWithFlags", unsafe {
-            (rt.fns.hipStreamCreateWithFlags)(&mut raw, runtime::HIP_STREAM_NON_BLOCKING)
-        })?;
-        Ok(HipStream::admit(Live {
-            raw,
-            device,
-            owned: true,
-        }))
-    }
-
-    fn stream_destroy(stream: HipStream) -> Result<(), DriverError> {
-        const CALL: &str = "hipStreamDestroy";
-        runtime()?;
-        // Out of the table first, once calls in flight on it have returned:
-        // no copy of the handle can reach the runtime after this.
-        let live = STREAMS.remove(stream.handle).ok_or_else(|| dead(CALL))?;
-        if !live.owned {
-            return Ok(());
-        }
-        on_device(live.device, |rt| {
-            // SAFETY: made by `stream_create_non_blocking`, removed from the
-            // table above, so destroyed exactly once; its device is bound.
-            check(CALL, unsafe { (rt.fns.hipStreamDestroy)(live.raw) })
-        })
-    }
-}
-
-impl EventQuery for Hip {
-    fn event_query(event: &HipEvent) -> Result<bool, DriverError> {
-        const CALL: &str = "hipEventQuery";
-        let raw = live_event(event, CALL)?;
-        on_device(event.device, |rt| {
-            capture::MODES.relaxed(|| {
-                // SAFETY: the event is live, its device bound.
-                match unsafe { (rt.fns.hipEventQuery)(raw) } {
-                    runtime::HIP_ERROR_NOT_READY => Ok(false),
-                    status => check(CALL, status).map(|()| true),
-                }
-            })
-        })
-    }
-}
-
-/// A gate where the runtime and device have stream memory operations, and
-/// polls through `hipEventQuery`; stamps only as device time.
-impl device_events_core::AnchorApi for Hip {
-    fn poll(event: &HipEvent) -> Option<Result<bool, DriverError>> {
-        Some(Self::event_query(event))
-    }
-
-    fn in_context_of<T>(stream: HipStream, call: impl FnOnce() -> T) -> Result<T, DriverError> {
-        // Out of the table first: `call` uses the stream too.
-        let device = STREAMS
-            .with(stream.handle, |live| live.device)
-            .ok_or_else(|| dead("hipSetDevice"))?;
-        on_device(device, |_| Ok(call()))
-    }
-
-    fn own_thread() {
-        capture::MODES.own_thread();
-    }
-
-    fn gate(stream: HipStream) -> Result<Option<Box<dyn device_events_core::Gate>>, DriverError> {
-        Ok(gate::HipWord::new(stream)?.map(|word| {
-            Box::new(device_events_core::WordGate::new(word)) as Box<dyn device_events_core::Gate>
-        }))
     }
 }

@@ -39,7 +39,7 @@ fn a_fence_orders_a_stream_after_the_null_stream() {
     bind(0);
     let s = stream();
     // SAFETY: the null stream of device 0 is always live.
-    let null = unsafe { device_events_hip::HipStream::from_raw(std::ptr::null_mut(), 0) }.unwrap();
+    let null = unsafe { device_events_hip::Hip::stream_from_raw(std::ptr::null_mut(), 0) }.unwrap();
     let fence = EventFence::<Hip>::new(null);
     fence.wait_async(s).unwrap();
     fence.wait_sync().unwrap();

@@ -12,7 +12,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use device_events_core::{DriverError, ErrorKind, EventApi, EventProfiler, FencePool, OwnedStream};
-use device_events_hip::{Hip, HipStream};
+use device_events_hip::Hip;
 
 /// Runs `body` on its own thread: a runtime that hangs fails the test in
 /// 30 s rather than stalling CI.
@@ -61,7 +61,7 @@ fn every_way_to_a_fence_or_window_is_a_no_device_error() {
         assert_no_device("a raw stream", Hip::stream_create_non_blocking());
         // SAFETY: the null stream; refused, as device 0 does not exist.
         assert_no_device("the null stream", unsafe {
-            HipStream::from_raw(std::ptr::null_mut(), 0)
+            Hip::stream_from_raw(std::ptr::null_mut(), 0)
         });
         assert_no_device("an event", Hip::event_create());
         // Pools and profilers ask the runtime for nothing until used.

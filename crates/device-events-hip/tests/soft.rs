@@ -80,7 +80,7 @@ fn admitting_a_stream_of_a_device_that_does_not_exist_says_so() {
     bind(0);
     // SAFETY: refused before anything uses the stream.
     let err =
-        unsafe { device_events_hip::HipStream::from_raw(std::ptr::null_mut(), 7) }.unwrap_err();
+        unsafe { device_events_hip::Hip::stream_from_raw(std::ptr::null_mut(), 7) }.unwrap_err();
     assert!(err.to_string().contains("device 7 does not exist"), "{err}");
     assert_eq!(err.kind(), ErrorKind::NoDevice);
 }
@@ -92,7 +92,7 @@ fn the_null_stream_of_another_device_is_used_with_that_device_bound() {
     let event = Hip::event_create().unwrap();
     bind(0);
     // SAFETY: the null stream of device 1 is always live.
-    let null = unsafe { device_events_hip::HipStream::from_raw(std::ptr::null_mut(), 1) }.unwrap();
+    let null = unsafe { device_events_hip::Hip::stream_from_raw(std::ptr::null_mut(), 1) }.unwrap();
     Hip::event_record(&event, null).unwrap();
     Hip::stream_synchronize(null).unwrap();
     let mut event = event;

@@ -5,11 +5,13 @@ use std::sync::Arc;
 
 use cl3::types::cl_event;
 use device_events_core::profile::{Duration, Instant};
-use device_events_core::{AnchorApi, DriverError, Gate, HostStamp};
+use device_events_core::raw::RawApi;
+use device_events_core::{DriverError, Gate, HostStamp};
 
 use crate::context::ClContext;
+use crate::raw::{ClMarker, end_time};
 use crate::status::{check, error};
-use crate::{ClEvent, ClStream, OpenCl, end_time, on_queue};
+use crate::{ClStream, OpenCl};
 
 /// `CL_COMPLETE`.
 const COMPLETE: i32 = 0;
@@ -34,20 +36,21 @@ impl Gate for UserEventGate {
             .map_err(|code| error("clCreateUserEvent", code))?;
         // Held before anything can fail, so that `open` completes it.
         self.closed.push(user);
-        on_queue(self.queue, CALL, |live| {
+        self.queue.with_live(CALL, |queue, _| {
+            let queue = <OpenCl as RawApi>::stream_handle(queue);
             // SAFETY: the queue is live while the table holds it; the wait
             // list is the one user event made above, of the queue's
             // context.
             let barrier = unsafe {
-                cl3::command_queue::enqueue_barrier_with_wait_list(live.queue, 1, &raw const user)
+                cl3::command_queue::enqueue_barrier_with_wait_list(queue, 1, &raw const user)
             }
             .map_err(|code| error(CALL, code))?;
             // SAFETY: the barrier's own event, not kept: released once.
             check("clReleaseEvent", unsafe {
                 cl3::event::release_event(barrier)
             })?;
-            check("clFlush", cl3::command_queue::flush(live.queue))
-        })
+            check("clFlush", cl3::command_queue::flush(queue))
+        })?
     }
 
     fn open(&mut self) -> Result<(), DriverError> {
@@ -114,44 +117,35 @@ fn raw_now() -> (i128, Instant, Duration) {
         })
 }
 
-impl AnchorApi for OpenCl {
-    fn in_context_of<T>(stream: ClStream, call: impl FnOnce() -> T) -> Result<T, DriverError> {
-        let context = on_queue(stream, "clCreateUserEvent", |live| {
-            Ok(Arc::clone(&live.context))
-        })?;
-        Ok(crate::context::with_selected(context, call))
-    }
+/// A gate on `queue`: user events the queue waits behind.
+pub(crate) fn gate(queue: ClStream) -> Result<Option<Box<dyn Gate>>, DriverError> {
+    let context = queue.with_live("clCreateUserEvent", |_, held| Arc::clone(held))?;
+    Ok(Some(Box::new(UserEventGate {
+        queue,
+        context,
+        closed: Vec::new(),
+    })))
+}
 
-    fn gate(stream: ClStream) -> Result<Option<Box<dyn Gate>>, DriverError> {
-        let context = on_queue(stream, "clCreateUserEvent", |live| {
-            Ok(Arc::clone(&live.context))
-        })?;
-        Ok(Some(Box::new(UserEventGate {
-            queue: stream,
-            context,
-            closed: Vec::new(),
-        })))
+/// Where the device finished `event`'s marker, on the host clock, where the
+/// context's device stamps with `CLOCK_MONOTONIC_RAW` (PoCL's CPU device).
+pub(crate) fn host_stamp(
+    event: &ClMarker,
+    context: &ClContext,
+) -> Result<Option<HostStamp>, DriverError> {
+    if !context.raw_clock {
+        return Ok(None);
     }
-
-    /// On PoCL's CPU device, the marker's `CL_PROFILING_COMMAND_END` read
-    /// on `CLOCK_MONOTONIC_RAW` and moved to `Instant`'s clock by paired
-    /// reads. (`clGetDeviceAndHostTimer` would name the pairing, but
-    /// Debian's PoCL 3.1 answers it with `CL_INVALID_OPERATION`.)
-    fn host_stamp(event: &ClEvent) -> Result<Option<HostStamp>, DriverError> {
-        if !event.context.raw_clock {
-            return Ok(None);
-        }
-        let Some(stamp) = event.with_marker(|marker| (!marker.is_null()).then(|| end_time(marker)))
-        else {
-            return Ok(None);
-        };
-        let stamp = i128::from(stamp?);
-        let (raw, now, uncertainty) = raw_now();
-        let ago = Duration::from_nanos(u64::try_from((raw - stamp).abs()).unwrap_or(u64::MAX));
-        Ok(Some(HostStamp {
-            at: if raw >= stamp { now - ago } else { now + ago },
-            // The pairing's half-width, and the 1 ns of the stamp itself.
-            uncertainty: uncertainty + Duration::from_nanos(1),
-        }))
-    }
+    let Some(stamp) = event.with_marker(|marker| (!marker.is_null()).then(|| end_time(marker)))
+    else {
+        return Ok(None);
+    };
+    let stamp = i128::from(stamp?);
+    let (raw, now, uncertainty) = raw_now();
+    let ago = Duration::from_nanos(u64::try_from((raw - stamp).abs()).unwrap_or(u64::MAX));
+    Ok(Some(HostStamp {
+        at: if raw >= stamp { now - ago } else { now + ago },
+        // The pairing's half-width, and the 1 ns of the stamp itself.
+        uncertainty: uncertainty + Duration::from_nanos(1),
+    }))
 }

@@ -30,7 +30,7 @@ const CL_DEVICE_VERSION: u32 = 0x102F;
 /// An OpenCL context on one device, released when the last event, queue
 /// or thread using it lets go.
 #[derive(Debug)]
-pub(crate) struct ClContext {
+pub struct ClContext {
     pub(crate) raw: cl_context,
     pub(crate) device: cl_device_id,
     /// Tells contexts apart without comparing raw pointers, which the
@@ -198,11 +198,13 @@ pub(crate) fn select(context: Arc<ClContext>) {
     SELECTED.with(|s| *s.borrow_mut() = Some(context));
 }
 
-/// Run `call` with `context` the calling thread's, then give the thread
-/// back its own selection.
-pub(crate) fn with_selected<T>(context: Arc<ClContext>, call: impl FnOnce() -> T) -> T {
-    let previous = SELECTED.with(|s| s.borrow_mut().replace(context));
-    let out = call();
-    SELECTED.with(|s| *s.borrow_mut() = previous);
-    out
+/// The calling thread's selection, if it made one.
+pub(crate) fn selected() -> Option<u64> {
+    SELECTED.with(|s| s.borrow().as_ref().map(|c| c.id))
+}
+
+/// Make `context` (or none) the calling thread's selection; the previous
+/// one.
+pub(crate) fn swap(context: Option<Arc<ClContext>>) -> Option<Arc<ClContext>> {
+    SELECTED.with(|s| std::mem::replace(&mut *s.borrow_mut(), context))
 }

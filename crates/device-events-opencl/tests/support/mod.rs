@@ -120,7 +120,9 @@ fn marker_end_ns(marker: usize) -> Option<u64> {
 
 impl Note<OpenCl> for LastMarker {
     fn recorded(event: &ClEvent) {
-        event.with_marker(|marker| LAST_MARKER.store(marker as usize, Ordering::Relaxed));
+        if let Some(slot) = event.raw() {
+            slot.with_marker(|marker| LAST_MARKER.store(marker as usize, Ordering::Relaxed));
+        }
     }
 }
 

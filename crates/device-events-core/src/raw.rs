@@ -1,0 +1,327 @@
+//! The seam a backend implements: its driver calls, each turning a status
+//! into a [`DriverError`], and nothing else. Liveness, binding, refusals and
+//! capture modes are the checked layer's, written once (`checked.rs`).
+
+use std::fmt::Debug;
+use std::marker::PhantomData;
+use std::sync::atomic::AtomicU32;
+
+use cubecl_common::profile::Duration;
+
+use crate::driver::{CaptureStatus, DriverError};
+use crate::gate::{Gate, HostStamp};
+
+/// Proof that a call comes from the checked layer, which only this crate
+/// can make. A raw call's safety rests on what that layer guarantees: its
+/// handles are live and of one context, the handle's context is bound (held
+/// alive by [`RawApi::Held`]), and each handle is destroyed exactly once.
+/// A user cannot reach a raw call around it.
+pub struct Permit<R>(PhantomData<fn() -> R>);
+
+impl<R> Clone for Permit<R> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<R> Copy for Permit<R> {}
+
+impl<R> Permit<R> {
+    pub(crate) const fn new() -> Self {
+        Self(PhantomData)
+    }
+}
+
+/// The names of a backend's driver calls, for the errors the checked layer
+/// raises before the driver is reached.
+#[derive(Clone, Copy, Debug)]
+pub struct CallNames {
+    /// `cuEventCreate`, `hipEventCreateWithFlags`, ...
+    pub create_event: &'static str,
+    /// `cuEventDestroy_v2`, ...
+    pub destroy_event: &'static str,
+    /// `cuEventRecord`, ...
+    pub record_event: &'static str,
+    /// `cuEventSynchronize`, ...
+    pub synchronize_event: &'static str,
+    /// `cuEventQuery`, ...
+    pub query_event: &'static str,
+    /// `cuEventElapsedTime`, ...
+    pub elapsed: &'static str,
+    /// `cuStreamCreate`, ...
+    pub create_stream: &'static str,
+    /// `cuStreamDestroy_v2`, ...
+    pub destroy_stream: &'static str,
+    /// `cuStreamWaitEvent`, ...
+    pub wait_event: &'static str,
+    /// `cuStreamSynchronize`, ...
+    pub synchronize_stream: &'static str,
+    /// `cuCtxPushCurrent_v2`, `hipSetDevice`, ...: binding a context.
+    pub bind: &'static str,
+}
+
+/// A backend's driver calls. Implementing it makes the backend an
+/// [`EventApi`](crate::EventApi), [`EventQuery`](crate::EventQuery) and
+/// [`AnchorApi`](crate::AnchorApi), whose streams and events are the
+/// checked [`CheckedStream`] and [`CheckedEvent`].
+///
+/// Each call runs with its handle's context bound, on live handles; it
+/// issues its driver call and turns the status into a [`DriverError`]
+/// naming the call. The optional calls default to "not here".
+///
+/// The counting backend of this crate's tests is one
+/// (`tally::Tally`, feature `sim`): its calls see only live
+/// handles with their own context bound, whatever the caller does.
+///
+/// ```
+/// use device_events_core::{EventApi, EventFence, tally::Tally};
+///
+/// Tally::set_current(Some(1));
+/// let stream = Tally::stream_create_non_blocking()?;
+/// Tally::set_current(Some(2));
+/// EventFence::<Tally>::new(stream).wait_sync().unwrap_err(); // another context's
+/// Tally::set_current(None);
+/// Tally::stream_synchronize(stream)?; // context 1 bound for the call
+/// Tally::stream_destroy(stream)?;
+/// // Every copy of a destroyed stream is refused before the driver.
+/// assert!(Tally::stream_synchronize(stream).is_err());
+/// assert_eq!(Tally::faults(), 0);
+/// # Ok::<(), device_events_core::DriverError>(())
+/// ```
+pub trait RawApi: Sized + Send + Sync + 'static {
+    /// The backend's name, as a reader of a log line sees it.
+    const BACKEND: &'static str;
+    /// The driver calls' names.
+    const CALLS: CallNames;
+    /// Whether a stream may wait for an event of another context (CUDA and
+    /// HIP allow it; OpenCL does not).
+    const WAITS_ACROSS_CONTEXTS: bool = true;
+    /// Whether a calibration polls its anchor before waiting for it.
+    const POLLS_ANCHORS: bool = true;
+
+    /// A context's identity: compared, never bound.
+    type Context: Copy + Eq + Debug + Send + Sync;
+    /// A context kept alive for as long as a handle of it lives (a retain);
+    /// binding takes one, so no torn-down context reaches the driver.
+    type Held: Clone + Send + Sync;
+    /// What [`unbind`](Self::unbind) needs to give the thread its context
+    /// back.
+    type Restore;
+    /// A driver event.
+    type Event: Send + Sync;
+    /// A driver stream.
+    type Stream: Send + Sync;
+    /// The driver's own stream handle, for calls this crate does not wrap.
+    type Handle: Copy;
+
+    /// The backend's table of live streams and its settings.
+    fn state() -> &'static State<Self>;
+
+    /// The calling thread's current context, if any.
+    ///
+    /// # Errors
+    ///
+    /// When the driver is missing or refuses.
+    fn current(permit: Permit<Self>) -> Result<Option<Self::Context>, DriverError>;
+    /// The current context, held; refused when there is none.
+    ///
+    /// # Errors
+    ///
+    /// When no context is current, or it cannot be held.
+    fn hold_current(permit: Permit<Self>, call: &'static str) -> Result<Self::Held, DriverError>;
+    /// A held context's identity.
+    fn context_of(held: &Self::Held) -> Self::Context;
+    /// Make `held` current.
+    ///
+    /// # Errors
+    ///
+    /// When the driver refuses.
+    fn bind(permit: Permit<Self>, held: &Self::Held) -> Result<Self::Restore, DriverError>;
+    /// Undo a [`bind`](Self::bind): `previous` is what was current before.
+    ///
+    /// # Errors
+    ///
+    /// When the driver refuses.
+    fn unbind(
+        permit: Permit<Self>,
+        restore: Self::Restore,
+        previous: Option<Self::Context>,
+    ) -> Result<(), DriverError>;
+
+    /// Create a timing event in the current context, `held`; `blocking_sync` makes
+    /// its waits sleep instead of spin.
+    ///
+    /// # Errors
+    ///
+    /// The driver's.
+    fn create_event(
+        permit: Permit<Self>,
+        held: &Self::Held,
+        blocking_sync: bool,
+    ) -> Result<Self::Event, DriverError>;
+    /// Release an event.
+    ///
+    /// # Errors
+    ///
+    /// The driver's.
+    fn destroy_event(permit: Permit<Self>, event: Self::Event) -> Result<(), DriverError>;
+    /// Record `event` on `stream`, both of the bound context.
+    ///
+    /// # Errors
+    ///
+    /// The driver's.
+    fn record_event(
+        permit: Permit<Self>,
+        event: &Self::Event,
+        stream: &Self::Stream,
+    ) -> Result<(), DriverError>;
+    /// Block until the device has reached `event`.
+    ///
+    /// # Errors
+    ///
+    /// The driver's.
+    fn synchronize_event(permit: Permit<Self>, event: &Self::Event) -> Result<(), DriverError>;
+    /// Whether the device has reached `event`, without waiting.
+    ///
+    /// # Errors
+    ///
+    /// The driver's, for anything but "not ready".
+    fn query_event(permit: Permit<Self>, event: &Self::Event) -> Result<bool, DriverError>;
+    /// Device time from `start` to `end`, negative readings as zero.
+    ///
+    /// # Errors
+    ///
+    /// The driver's.
+    fn elapsed(
+        permit: Permit<Self>,
+        start: &Self::Event,
+        end: &Self::Event,
+    ) -> Result<Duration, DriverError>;
+    /// Create a non-blocking stream in the current context, `held`.
+    ///
+    /// # Errors
+    ///
+    /// The driver's.
+    fn create_stream(permit: Permit<Self>, held: &Self::Held) -> Result<Self::Stream, DriverError>;
+    /// Release a stream made by [`stream_create`](Self::create_stream).
+    ///
+    /// # Errors
+    ///
+    /// The driver's.
+    fn destroy_stream(permit: Permit<Self>, stream: Self::Stream) -> Result<(), DriverError>;
+    /// Make `stream` wait for `event` on the device.
+    ///
+    /// # Errors
+    ///
+    /// The driver's.
+    fn wait_event(
+        permit: Permit<Self>,
+        stream: &Self::Stream,
+        event: &Self::Event,
+    ) -> Result<(), DriverError>;
+    /// Block until `stream`'s work is done.
+    ///
+    /// # Errors
+    ///
+    /// The driver's.
+    fn synchronize_stream(permit: Permit<Self>, stream: &Self::Stream) -> Result<(), DriverError>;
+    /// The driver's handle of a stream.
+    fn stream_handle(stream: &Self::Stream) -> Self::Handle;
+
+    /// Whether `stream` captures a graph; `None` where the driver cannot
+    /// say.
+    ///
+    /// # Errors
+    ///
+    /// The driver's.
+    fn capture_status(
+        permit: Permit<Self>,
+        stream: &Self::Stream,
+    ) -> Result<Option<CaptureStatus>, DriverError> {
+        let _ = (permit, stream);
+        Ok(None)
+    }
+
+    /// Swap the thread's capture interaction mode with `*mode`
+    /// (`cuThreadExchangeStreamCaptureMode`); `Ok(false)` where the driver
+    /// has no such call.
+    ///
+    /// # Errors
+    ///
+    /// The driver's.
+    fn exchange_capture_mode(permit: Permit<Self>, mode: &mut i32) -> Result<bool, DriverError> {
+        let _ = (permit, mode);
+        Ok(false)
+    }
+
+    /// A word of host memory mapped for the device, which the bound
+    /// context's streams can wait on; `None` where the driver has none.
+    ///
+    /// # Errors
+    ///
+    /// The driver's.
+    fn host_word(
+        permit: Permit<Self>,
+        held: &Self::Held,
+    ) -> Result<Option<Box<dyn HostWord<Self>>>, DriverError> {
+        let _ = (permit, held);
+        Ok(None)
+    }
+
+    /// A gate on `stream` (see [`AnchorApi::gate`](crate::AnchorApi::gate));
+    /// by default one over [`host_word`](Self::host_word).
+    ///
+    /// # Errors
+    ///
+    /// The driver's.
+    fn anchor_gate(
+        permit: Permit<Self>,
+        stream: CheckedStream<Self>,
+    ) -> Result<Option<Box<dyn Gate>>, DriverError> {
+        crate::checked::word_gate(permit, stream)
+    }
+
+    /// Where the device stamped `event` on the host clock, if the driver
+    /// says (see [`AnchorApi::host_stamp`](crate::AnchorApi::host_stamp)).
+    ///
+    /// # Errors
+    ///
+    /// The driver's.
+    fn stamp_on_host(
+        permit: Permit<Self>,
+        event: &Self::Event,
+        held: &Self::Held,
+    ) -> Result<Option<HostStamp>, DriverError> {
+        let _ = (permit, event, held);
+        Ok(None)
+    }
+}
+
+/// A mapped word of host memory made by [`RawApi::host_word`]. The checked
+/// layer drains the stream before it frees the word.
+pub trait HostWord<R: RawApi>: Send {
+    /// The word, as the host writes it.
+    fn word(&self) -> &AtomicU32;
+    /// Queue on `stream` (its context bound) a wait until the word is at
+    /// least `value`.
+    ///
+    /// # Errors
+    ///
+    /// The driver's; nothing is queued.
+    fn wait_at_least(
+        &self,
+        permit: Permit<R>,
+        stream: &R::Stream,
+        value: u32,
+    ) -> Result<(), DriverError>;
+    /// Free the word, its context bound; no stream reads it any more.
+    ///
+    /// # Errors
+    ///
+    /// The driver's.
+    fn free(self: Box<Self>, permit: Permit<R>) -> Result<(), DriverError>;
+    /// As [`Gate::settle`].
+    fn settle(&self) -> Duration;
+}
+
+pub use crate::checked::{CheckedEvent, CheckedStream, Live, State};

@@ -1,0 +1,122 @@
+//! The checked layer over a raw backend: what every backend's calls are
+//! spared, on the counting backend. A fault is a driver call on a handle
+//! that is not live or with a context bound that is not the handle's.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use device_events_core::tally::Tally;
+use device_events_core::{ErrorKind, EventApi, EventQuery};
+
+/// The counts are process-wide: one test at a time.
+fn exclusive() -> MutexGuard<'static, ()> {
+    static ONE: Mutex<()> = Mutex::new(());
+    ONE.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[test]
+fn a_destroyed_stream_is_refused_before_the_driver() {
+    let _one = exclusive();
+    Tally::set_current(Some(1));
+    let s = Tally::stream_create_non_blocking().unwrap();
+    let mut event = Tally::event_create().unwrap();
+    Tally::stream_destroy(s).unwrap();
+    let (syncs, records, destroys) = (
+        Tally::calls("synchronize_stream"),
+        Tally::calls("record_event"),
+        Tally::calls("destroy_stream"),
+    );
+    for err in [
+        Tally::stream_synchronize(s).unwrap_err(),
+        Tally::event_record(&event, s).unwrap_err(),
+        Tally::stream_wait_event(s, &event).unwrap_err(),
+        Tally::stream_destroy(s).unwrap_err(),
+    ] {
+        assert_eq!(err.kind(), ErrorKind::InvalidHandle, "{err}");
+    }
+    assert_eq!(
+        (
+            Tally::calls("synchronize_stream"),
+            Tally::calls("record_event"),
+            Tally::calls("destroy_stream")
+        ),
+        (syncs, records, destroys)
+    );
+    Tally::event_destroy(&mut event).unwrap();
+    assert_eq!(Tally::faults(), 0);
+}
+
+#[test]
+fn an_event_is_destroyed_once() {
+    let _one = exclusive();
+    Tally::set_current(Some(1));
+    let mut event = Tally::event_create().unwrap();
+    let destroys = Tally::calls("destroy_event");
+    Tally::event_destroy(&mut event).unwrap();
+    let again = Tally::event_destroy(&mut event).unwrap_err();
+    assert_eq!(again.kind(), ErrorKind::InvalidHandle);
+    assert!(Tally::event_query(&event).is_err());
+    assert_eq!(Tally::calls("destroy_event"), destroys + 1);
+    assert_eq!(Tally::faults(), 0);
+}
+
+#[test]
+fn a_call_binds_the_handles_context_and_gives_the_caller_its_own_back() {
+    let _one = exclusive();
+    Tally::set_current(Some(1));
+    let s = Tally::stream_create_non_blocking().unwrap();
+    let mut event = Tally::event_create().unwrap();
+    Tally::event_record(&event, s).unwrap();
+    let faults = Tally::faults();
+    for current in [Some(2), None] {
+        Tally::set_current(current);
+        Tally::stream_synchronize(s).unwrap();
+        Tally::event_wait(&event).unwrap();
+        assert!(Tally::event_query(&event).unwrap());
+        Tally::event_elapsed(&event, &event).unwrap();
+        assert_eq!(
+            device_events_core::raw::CheckedStream::context(s),
+            Some(1),
+            "the stream keeps its context"
+        );
+        // What the thread had current is current again.
+        Tally::set_current(current);
+    }
+    Tally::set_current(Some(2));
+    Tally::event_destroy(&mut event).unwrap();
+    Tally::stream_destroy(s).unwrap();
+    assert_eq!(Tally::faults(), faults, "every call ran in context 1");
+}
+
+#[test]
+fn no_binding_when_the_handles_context_is_current() {
+    let _one = exclusive();
+    Tally::set_current(Some(1));
+    let binds = Tally::calls("bind");
+    let s = Tally::stream_create_non_blocking().unwrap();
+    let mut event = Tally::event_create().unwrap();
+    Tally::event_record(&event, s).unwrap();
+    Tally::event_wait(&event).unwrap();
+    Tally::stream_synchronize(s).unwrap();
+    Tally::event_destroy(&mut event).unwrap();
+    Tally::stream_destroy(s).unwrap();
+    assert_eq!(Tally::calls("bind"), binds);
+}
+
+#[test]
+fn recording_on_another_contexts_stream_is_refused_before_the_driver() {
+    let _one = exclusive();
+    Tally::set_current(Some(1));
+    let s = Tally::stream_create_non_blocking().unwrap();
+    Tally::set_current(Some(2));
+    let mut event = Tally::event_create().unwrap();
+    let records = Tally::calls("record_event");
+    let err = Tally::event_record(&event, s).unwrap_err();
+    assert!(err.to_string().contains("different contexts"), "{err}");
+    assert_eq!(Tally::calls("record_event"), records);
+    // A wait may cross contexts, as CUDA and HIP allow.
+    Tally::stream_wait_event(s, &event).unwrap();
+    Tally::event_destroy(&mut event).unwrap();
+    Tally::stream_destroy(s).unwrap();
+    assert_eq!(Tally::faults(), 0);
+}

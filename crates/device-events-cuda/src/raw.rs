@@ -1,0 +1,225 @@
+//! The driver calls: each one the checked layer of `device-events-core`
+//! makes on live handles, with the handle's context bound.
+
+use std::ffi::c_uint;
+use std::sync::Arc;
+
+use cudarc::driver::sys::{CUevent, CUstream};
+use device_events_core::driver::elapsed_from_ms;
+use device_events_core::profile::Duration;
+use device_events_core::raw::{CallNames, HostWord, Permit, RawApi, State};
+use device_events_core::{CaptureStatus, DriverError};
+
+use crate::context::{Context, retain_current};
+use crate::{BACKEND, Cuda, api, check, ffi, gate};
+
+/// A `CUevent` this crate created; not `Clone`, so destroyed once.
+#[derive(Debug)]
+pub struct RawEvent(CUevent);
+
+/// A `CUstream`: one this crate created, or one admitted by
+/// [`Cuda::stream_from_raw`].
+#[derive(Debug)]
+pub struct RawStream(pub(crate) CUstream);
+
+// SAFETY: opaque driver handles, never dereferenced here. The CUDA driver
+// API is thread-safe: an event or stream may be used from any host thread
+// given its context is current, which the checked layer arranges.
+unsafe impl Send for RawEvent {}
+// SAFETY: as for `Send`; `&RawEvent` only hands the handle to driver calls.
+unsafe impl Sync for RawEvent {}
+// SAFETY: as for `RawEvent`.
+unsafe impl Send for RawStream {}
+// SAFETY: as for `RawEvent`.
+unsafe impl Sync for RawStream {}
+
+impl RawEvent {
+    /// The driver's event, for calls this crate does not wrap.
+    pub fn get(&self) -> CUevent {
+        self.0
+    }
+}
+
+static STATE: State<Cuda> = State::new();
+
+// SAFETY (every call below): the permit says the checked layer made the
+// call, so each handle is live, of the bound context (held by `Context`
+// retains), and a destroy gets its handle by value, exactly once.
+impl RawApi for Cuda {
+    const BACKEND: &'static str = BACKEND;
+    const CALLS: CallNames = CallNames {
+        create_event: "cuEventCreate",
+        destroy_event: "cuEventDestroy_v2",
+        record_event: "cuEventRecord",
+        synchronize_event: "cuEventSynchronize",
+        query_event: "cuEventQuery",
+        elapsed: "cuEventElapsedTime",
+        create_stream: "cuStreamCreate",
+        destroy_stream: "cuStreamDestroy_v2",
+        wait_event: "cuStreamWaitEvent",
+        synchronize_stream: "cuStreamSynchronize",
+        bind: "cuCtxPushCurrent_v2",
+    };
+    /// A `CUcontext`'s address.
+    type Context = usize;
+    type Held = Arc<Context>;
+    type Restore = ();
+    type Event = RawEvent;
+    type Stream = RawStream;
+    type Handle = CUstream;
+
+    fn state() -> &'static State<Self> {
+        &STATE
+    }
+
+    fn current(_: Permit<Self>) -> Result<Option<usize>, DriverError> {
+        crate::context::current().map(|ctx| ctx.map(|ctx| ctx as usize))
+    }
+
+    fn hold_current(_: Permit<Self>, call: &'static str) -> Result<Arc<Context>, DriverError> {
+        retain_current(call)
+    }
+
+    fn context_of(held: &Arc<Context>) -> usize {
+        held.raw as usize
+    }
+
+    fn bind(_: Permit<Self>, held: &Arc<Context>) -> Result<(), DriverError> {
+        crate::context::push(held.raw)
+    }
+
+    fn unbind(_: Permit<Self>, (): (), _: Option<usize>) -> Result<(), DriverError> {
+        crate::context::pop()
+    }
+
+    fn create_event(
+        _: Permit<Self>,
+        _: &Arc<Context>,
+        blocking_sync: bool,
+    ) -> Result<RawEvent, DriverError> {
+        let flags = if blocking_sync {
+            ffi::EVENT_BLOCKING_SYNC
+        } else {
+            ffi::EVENT_DEFAULT
+        };
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: `raw` is writable; a context is current.
+        check("cuEventCreate", unsafe {
+            (api()?.cuEventCreate)(&mut raw, flags)
+        })?;
+        Ok(RawEvent(raw))
+    }
+
+    fn destroy_event(_: Permit<Self>, event: RawEvent) -> Result<(), DriverError> {
+        // SAFETY: see the impl.
+        check("cuEventDestroy_v2", unsafe {
+            (api()?.cuEventDestroy_v2)(event.0)
+        })
+    }
+
+    fn record_event(
+        _: Permit<Self>,
+        event: &RawEvent,
+        stream: &RawStream,
+    ) -> Result<(), DriverError> {
+        // SAFETY: see the impl.
+        check("cuEventRecord", unsafe {
+            (api()?.cuEventRecord)(event.0, stream.0)
+        })
+    }
+
+    fn synchronize_event(_: Permit<Self>, event: &RawEvent) -> Result<(), DriverError> {
+        // SAFETY: see the impl.
+        check("cuEventSynchronize", unsafe {
+            (api()?.cuEventSynchronize)(event.0)
+        })
+    }
+
+    fn query_event(_: Permit<Self>, event: &RawEvent) -> Result<bool, DriverError> {
+        // SAFETY: see the impl.
+        match unsafe { (api()?.cuEventQuery)(event.0) } {
+            ffi::NOT_READY => Ok(false),
+            status => check("cuEventQuery", status).map(|()| true),
+        }
+    }
+
+    fn elapsed(_: Permit<Self>, start: &RawEvent, end: &RawEvent) -> Result<Duration, DriverError> {
+        const CALL: &str = "cuEventElapsedTime";
+        let mut ms = 0.0f32;
+        // SAFETY: see the impl; `ms` is writable.
+        check(CALL, unsafe {
+            (api()?.cuEventElapsedTime)(&mut ms, start.0, end.0)
+        })?;
+        elapsed_from_ms(BACKEND, CALL, ms)
+    }
+
+    fn create_stream(_: Permit<Self>, _: &Arc<Context>) -> Result<RawStream, DriverError> {
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: `raw` is writable; a context is current.
+        check("cuStreamCreate", unsafe {
+            (api()?.cuStreamCreate)(&mut raw, ffi::STREAM_NON_BLOCKING)
+        })?;
+        Ok(RawStream(raw))
+    }
+
+    fn destroy_stream(_: Permit<Self>, stream: RawStream) -> Result<(), DriverError> {
+        // SAFETY: see the impl.
+        check("cuStreamDestroy_v2", unsafe {
+            (api()?.cuStreamDestroy_v2)(stream.0)
+        })
+    }
+
+    fn wait_event(
+        _: Permit<Self>,
+        stream: &RawStream,
+        event: &RawEvent,
+    ) -> Result<(), DriverError> {
+        // SAFETY: see the impl; the event may be of another context.
+        check("cuStreamWaitEvent", unsafe {
+            (api()?.cuStreamWaitEvent)(stream.0, event.0, 0)
+        })
+    }
+
+    fn synchronize_stream(_: Permit<Self>, stream: &RawStream) -> Result<(), DriverError> {
+        // SAFETY: see the impl.
+        check("cuStreamSynchronize", unsafe {
+            (api()?.cuStreamSynchronize)(stream.0)
+        })
+    }
+
+    fn stream_handle(stream: &RawStream) -> CUstream {
+        stream.0
+    }
+
+    fn capture_status(
+        _: Permit<Self>,
+        stream: &RawStream,
+    ) -> Result<Option<CaptureStatus>, DriverError> {
+        let mut status = 0u32;
+        // SAFETY: see the impl; `status` is writable.
+        check("cuStreamIsCapturing", unsafe {
+            (api()?.cuStreamIsCapturing)(stream.0, &mut status)
+        })?;
+        Ok(Some(match status {
+            ffi::CAPTURE_NONE => CaptureStatus::None,
+            ffi::CAPTURE_ACTIVE => CaptureStatus::Active,
+            _ => CaptureStatus::Invalidated,
+        }))
+    }
+
+    fn exchange_capture_mode(_: Permit<Self>, mode: &mut i32) -> Result<bool, DriverError> {
+        let mut raw: c_uint = mode.cast_unsigned();
+        // SAFETY: `raw` is valid for a read and a write.
+        let status = unsafe { (api()?.cuThreadExchangeStreamCaptureMode)(&mut raw) };
+        check("cuThreadExchangeStreamCaptureMode", status)?;
+        *mode = raw.cast_signed();
+        Ok(true)
+    }
+
+    fn host_word(
+        _: Permit<Self>,
+        held: &Arc<Context>,
+    ) -> Result<Option<Box<dyn HostWord<Self>>>, DriverError> {
+        gate::word(held.device)
+    }
+}

@@ -1,0 +1,236 @@
+//! The runtime calls: each one the checked layer of `device-events-core`
+//! makes on live handles, with the handle's device bound.
+
+use std::ffi::c_int;
+
+use device_events_core::driver::elapsed_from_ms;
+use device_events_core::profile::Duration;
+use device_events_core::raw::{CallNames, HostWord, Permit, RawApi, State};
+use device_events_core::{CaptureStatus, DriverError};
+
+use crate::runtime::{self, RawEvent, RawStream};
+use crate::{Hip, check, gate, runtime as rt};
+
+/// A `hipEvent_t` this crate created; not `Clone`, so destroyed once.
+#[derive(Debug)]
+pub struct HipRawEvent(RawEvent);
+
+/// A `hipStream_t`: one this crate created, or one admitted by
+/// [`Hip::stream_from_raw`].
+#[derive(Debug)]
+pub struct HipRawStream(pub(crate) RawStream);
+
+// SAFETY: opaque runtime handles, never dereferenced here. The HIP runtime
+// is thread-safe: an event or stream may be used from any host thread given
+// its device is current, which the checked layer arranges.
+unsafe impl Send for HipRawEvent {}
+// SAFETY: as for `Send`; `&HipRawEvent` only hands the handle to calls.
+unsafe impl Sync for HipRawEvent {}
+// SAFETY: as for `HipRawEvent`.
+unsafe impl Send for HipRawStream {}
+// SAFETY: as for `HipRawEvent`.
+unsafe impl Sync for HipRawStream {}
+
+impl HipRawEvent {
+    /// The runtime's event, for calls this crate does not wrap.
+    pub fn get(&self) -> RawEvent {
+        self.0
+    }
+}
+
+static STATE: State<Hip> = State::new();
+
+// SAFETY (every call below): the permit says the checked layer made the
+// call, so each handle is live, of the bound device, made by this copy of
+// the runtime, and a destroy gets its handle by value, exactly once.
+impl RawApi for Hip {
+    const BACKEND: &'static str = "hip";
+    const CALLS: CallNames = CallNames {
+        create_event: "hipEventCreateWithFlags",
+        destroy_event: "hipEventDestroy",
+        record_event: "hipEventRecord",
+        synchronize_event: "hipEventSynchronize",
+        query_event: "hipEventQuery",
+        elapsed: "hipEventElapsedTime",
+        create_stream: "hipStreamCreateWithFlags",
+        destroy_stream: "hipStreamDestroy",
+        wait_event: "hipStreamWaitEvent",
+        synchronize_stream: "hipStreamSynchronize",
+        bind: "hipSetDevice",
+    };
+    /// A device ordinal.
+    type Context = c_int;
+    type Held = c_int;
+    type Restore = ();
+    type Event = HipRawEvent;
+    type Stream = HipRawStream;
+    type Handle = RawStream;
+
+    fn state() -> &'static State<Self> {
+        &STATE
+    }
+
+    fn current(_: Permit<Self>) -> Result<Option<c_int>, DriverError> {
+        crate::current().map(Some)
+    }
+
+    fn hold_current(_: Permit<Self>, _: &'static str) -> Result<c_int, DriverError> {
+        crate::current()
+    }
+
+    fn context_of(device: &c_int) -> c_int {
+        *device
+    }
+
+    fn bind(_: Permit<Self>, device: &c_int) -> Result<(), DriverError> {
+        crate::set_device(*device)
+    }
+
+    fn unbind(_: Permit<Self>, (): (), previous: Option<c_int>) -> Result<(), DriverError> {
+        previous.map_or(Ok(()), crate::set_device)
+    }
+
+    fn create_event(
+        _: Permit<Self>,
+        _: &c_int,
+        blocking_sync: bool,
+    ) -> Result<HipRawEvent, DriverError> {
+        let flags = if blocking_sync {
+            runtime::HIP_EVENT_BLOCKING_SYNC
+        } else {
+            runtime::HIP_EVENT_DEFAULT
+        };
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: `raw` is writable; both flags keep timing enabled.
+        check("hipEventCreateWithFlags", unsafe {
+            (fns()?.hipEventCreateWithFlags)(&mut raw, flags)
+        })?;
+        Ok(HipRawEvent(raw))
+    }
+
+    fn destroy_event(_: Permit<Self>, event: HipRawEvent) -> Result<(), DriverError> {
+        // SAFETY: see the impl.
+        check("hipEventDestroy", unsafe {
+            (fns()?.hipEventDestroy)(event.0)
+        })
+    }
+
+    fn record_event(
+        _: Permit<Self>,
+        event: &HipRawEvent,
+        stream: &HipRawStream,
+    ) -> Result<(), DriverError> {
+        // SAFETY: see the impl.
+        check("hipEventRecord", unsafe {
+            (fns()?.hipEventRecord)(event.0, stream.0)
+        })
+    }
+
+    fn synchronize_event(_: Permit<Self>, event: &HipRawEvent) -> Result<(), DriverError> {
+        // SAFETY: see the impl.
+        check("hipEventSynchronize", unsafe {
+            (fns()?.hipEventSynchronize)(event.0)
+        })
+    }
+
+    fn query_event(_: Permit<Self>, event: &HipRawEvent) -> Result<bool, DriverError> {
+        // SAFETY: see the impl.
+        match unsafe { (fns()?.hipEventQuery)(event.0) } {
+            runtime::HIP_ERROR_NOT_READY => Ok(false),
+            status => check("hipEventQuery", status).map(|()| true),
+        }
+    }
+
+    fn elapsed(
+        _: Permit<Self>,
+        start: &HipRawEvent,
+        end: &HipRawEvent,
+    ) -> Result<Duration, DriverError> {
+        const CALL: &str = "hipEventElapsedTime";
+        let mut ms = 0.0f32;
+        // SAFETY: see the impl; `ms` is writable.
+        check(CALL, unsafe {
+            (fns()?.hipEventElapsedTime)(&mut ms, start.0, end.0)
+        })?;
+        elapsed_from_ms(Self::BACKEND, CALL, ms)
+    }
+
+    fn create_stream(_: Permit<Self>, _: &c_int) -> Result<HipRawStream, DriverError> {
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: `raw` is writable.
+        check("hipStreamCreateWithFlags", unsafe {
+            (fns()?.hipStreamCreateWithFlags)(&mut raw, runtime::HIP_STREAM_NON_BLOCKING)
+        })?;
+        Ok(HipRawStream(raw))
+    }
+
+    fn destroy_stream(_: Permit<Self>, stream: HipRawStream) -> Result<(), DriverError> {
+        // SAFETY: see the impl.
+        check("hipStreamDestroy", unsafe {
+            (fns()?.hipStreamDestroy)(stream.0)
+        })
+    }
+
+    fn wait_event(
+        _: Permit<Self>,
+        stream: &HipRawStream,
+        event: &HipRawEvent,
+    ) -> Result<(), DriverError> {
+        // SAFETY: see the impl; flags 0 is the default wait.
+        check("hipStreamWaitEvent", unsafe {
+            (fns()?.hipStreamWaitEvent)(stream.0, event.0, 0)
+        })
+    }
+
+    fn synchronize_stream(_: Permit<Self>, stream: &HipRawStream) -> Result<(), DriverError> {
+        // SAFETY: see the impl.
+        check("hipStreamSynchronize", unsafe {
+            (fns()?.hipStreamSynchronize)(stream.0)
+        })
+    }
+
+    fn stream_handle(stream: &HipRawStream) -> RawStream {
+        stream.0
+    }
+
+    fn capture_status(
+        _: Permit<Self>,
+        stream: &HipRawStream,
+    ) -> Result<Option<CaptureStatus>, DriverError> {
+        let mut status = 0;
+        // SAFETY: see the impl; `status` is writable.
+        check("hipStreamIsCapturing", unsafe {
+            (fns()?.hipStreamIsCapturing)(stream.0, &mut status)
+        })?;
+        Ok(Some(match status {
+            runtime::HIP_STREAM_CAPTURE_STATUS_NONE => CaptureStatus::None,
+            runtime::HIP_STREAM_CAPTURE_STATUS_ACTIVE => CaptureStatus::Active,
+            _ => CaptureStatus::Invalidated,
+        }))
+    }
+
+    /// Where the runtime has `hipThreadExchangeStreamCaptureMode` (ROCm 5.0
+    /// on); a runtime without it is left as it is.
+    fn exchange_capture_mode(_: Permit<Self>, mode: &mut i32) -> Result<bool, DriverError> {
+        let Some(exchange) = rt::loaded().ok().and_then(|rt| rt.exchange_capture_mode) else {
+            return Ok(false);
+        };
+        // SAFETY: `mode` is valid for a read and a write.
+        check("hipThreadExchangeStreamCaptureMode", unsafe {
+            exchange(mode)
+        })?;
+        Ok(true)
+    }
+
+    fn host_word(
+        _: Permit<Self>,
+        device: &c_int,
+    ) -> Result<Option<Box<dyn HostWord<Self>>>, DriverError> {
+        gate::word(*device)
+    }
+}
+
+/// The runtime's functions, initialised.
+fn fns() -> Result<&'static runtime::Functions, DriverError> {
+    crate::runtime_initialised().map(|rt| &rt.fns)
+}
