@@ -40,11 +40,21 @@ impl RawEvent {
     }
 }
 
+/// Call driver function `$f` and check its status. Only the `RawApi`
+/// calls below use it.
+macro_rules! cu {
+    ($f:ident($($arg:expr),* $(,)?)) => {{
+        let f = api()?.$f;
+        // SAFETY: a `RawApi` call's permit says every handle passed is live,
+        // of the bound context, and destroyed exactly once (by value); every
+        // out-pointer passed is a writable local.
+        check(stringify!($f), unsafe { f($($arg),*) })
+    }};
+}
+
 static STATE: State<Cuda> = State::new();
 
-// SAFETY (every call below): the permit says the checked layer made the
-// call, so each handle is live, of the bound context (held by `Context`
-// retains), and a destroy gets its handle by value, exactly once.
+/// Contexts are primary contexts, retained by every handle of theirs.
 impl RawApi for Cuda {
     const BACKEND: &'static str = BACKEND;
     const CALLS: CallNames = CallNames {
@@ -103,18 +113,12 @@ impl RawApi for Cuda {
             ffi::EVENT_DEFAULT
         };
         let mut raw = std::ptr::null_mut();
-        // SAFETY: `raw` is writable; a context is current.
-        check("cuEventCreate", unsafe {
-            (api()?.cuEventCreate)(&mut raw, flags)
-        })?;
+        cu!(cuEventCreate(&mut raw, flags))?;
         Ok(RawEvent(raw))
     }
 
     fn destroy_event(_: Permit<Self>, event: RawEvent) -> Result<(), DriverError> {
-        // SAFETY: see the impl.
-        check("cuEventDestroy_v2", unsafe {
-            (api()?.cuEventDestroy_v2)(event.0)
-        })
+        cu!(cuEventDestroy_v2(event.0))
     }
 
     fn record_event(
@@ -122,21 +126,15 @@ impl RawApi for Cuda {
         event: &RawEvent,
         stream: &RawStream,
     ) -> Result<(), DriverError> {
-        // SAFETY: see the impl.
-        check("cuEventRecord", unsafe {
-            (api()?.cuEventRecord)(event.0, stream.0)
-        })
+        cu!(cuEventRecord(event.0, stream.0))
     }
 
     fn synchronize_event(_: Permit<Self>, event: &RawEvent) -> Result<(), DriverError> {
-        // SAFETY: see the impl.
-        check("cuEventSynchronize", unsafe {
-            (api()?.cuEventSynchronize)(event.0)
-        })
+        cu!(cuEventSynchronize(event.0))
     }
 
     fn query_event(_: Permit<Self>, event: &RawEvent) -> Result<bool, DriverError> {
-        // SAFETY: see the impl.
+        // SAFETY: the permit's, as for `cu!`.
         match unsafe { (api()?.cuEventQuery)(event.0) } {
             ffi::NOT_READY => Ok(false),
             status => check("cuEventQuery", status).map(|()| true),
@@ -144,29 +142,19 @@ impl RawApi for Cuda {
     }
 
     fn elapsed(_: Permit<Self>, start: &RawEvent, end: &RawEvent) -> Result<Duration, DriverError> {
-        const CALL: &str = "cuEventElapsedTime";
         let mut ms = 0.0f32;
-        // SAFETY: see the impl; `ms` is writable.
-        check(CALL, unsafe {
-            (api()?.cuEventElapsedTime)(&mut ms, start.0, end.0)
-        })?;
-        elapsed_from_ms(BACKEND, CALL, ms)
+        cu!(cuEventElapsedTime(&mut ms, start.0, end.0))?;
+        elapsed_from_ms(BACKEND, "cuEventElapsedTime", ms)
     }
 
     fn create_stream(_: Permit<Self>, _: &Arc<Context>) -> Result<RawStream, DriverError> {
         let mut raw = std::ptr::null_mut();
-        // SAFETY: `raw` is writable; a context is current.
-        check("cuStreamCreate", unsafe {
-            (api()?.cuStreamCreate)(&mut raw, ffi::STREAM_NON_BLOCKING)
-        })?;
+        cu!(cuStreamCreate(&mut raw, ffi::STREAM_NON_BLOCKING))?;
         Ok(RawStream(raw))
     }
 
     fn destroy_stream(_: Permit<Self>, stream: RawStream) -> Result<(), DriverError> {
-        // SAFETY: see the impl.
-        check("cuStreamDestroy_v2", unsafe {
-            (api()?.cuStreamDestroy_v2)(stream.0)
-        })
+        cu!(cuStreamDestroy_v2(stream.0))
     }
 
     fn wait_event(
@@ -174,17 +162,11 @@ impl RawApi for Cuda {
         stream: &RawStream,
         event: &RawEvent,
     ) -> Result<(), DriverError> {
-        // SAFETY: see the impl; the event may be of another context.
-        check("cuStreamWaitEvent", unsafe {
-            (api()?.cuStreamWaitEvent)(stream.0, event.0, 0)
-        })
+        cu!(cuStreamWaitEvent(stream.0, event.0, 0))
     }
 
     fn synchronize_stream(_: Permit<Self>, stream: &RawStream) -> Result<(), DriverError> {
-        // SAFETY: see the impl.
-        check("cuStreamSynchronize", unsafe {
-            (api()?.cuStreamSynchronize)(stream.0)
-        })
+        cu!(cuStreamSynchronize(stream.0))
     }
 
     fn stream_handle(stream: &RawStream) -> CUstream {
@@ -196,10 +178,7 @@ impl RawApi for Cuda {
         stream: &RawStream,
     ) -> Result<Option<CaptureStatus>, DriverError> {
         let mut status = 0u32;
-        // SAFETY: see the impl; `status` is writable.
-        check("cuStreamIsCapturing", unsafe {
-            (api()?.cuStreamIsCapturing)(stream.0, &mut status)
-        })?;
+        cu!(cuStreamIsCapturing(stream.0, &mut status))?;
         Ok(Some(match status {
             ffi::CAPTURE_NONE => CaptureStatus::None,
             ffi::CAPTURE_ACTIVE => CaptureStatus::Active,
@@ -209,9 +188,7 @@ impl RawApi for Cuda {
 
     fn exchange_capture_mode(_: Permit<Self>, mode: &mut i32) -> Result<bool, DriverError> {
         let mut raw: c_uint = mode.cast_unsigned();
-        // SAFETY: `raw` is valid for a read and a write.
-        let status = unsafe { (api()?.cuThreadExchangeStreamCaptureMode)(&mut raw) };
-        check("cuThreadExchangeStreamCaptureMode", status)?;
+        cu!(cuThreadExchangeStreamCaptureMode(&mut raw))?;
         *mode = raw.cast_signed();
         Ok(true)
     }

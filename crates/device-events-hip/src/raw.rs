@@ -38,11 +38,23 @@ impl HipRawEvent {
     }
 }
 
+/// Call driver function `$f` and check its status. Only the `RawApi`
+/// calls below use it.
+macro_rules! hip {
+    ($f:ident($($arg:expr),* $(,)?)) => {{
+        let f = fns()?.$f;
+        // SAFETY: a `RawApi` call's permit says every handle passed is live,
+        // of the bound device, made by this copy of the runtime, and destroyed
+        // exactly once (by value); every
+        // out-pointer passed is a writable local.
+        check(stringify!($f), unsafe { f($($arg),*) })
+    }};
+}
+
 static STATE: State<Hip> = State::new();
 
-// SAFETY (every call below): the permit says the checked layer made the
-// call, so each handle is live, of the bound device, made by this copy of
-// the runtime, and a destroy gets its handle by value, exactly once.
+/// Contexts are device ordinals; handles are of the runtime this crate
+/// loaded.
 impl RawApi for Hip {
     const BACKEND: &'static str = "hip";
     const CALLS: CallNames = CallNames {
@@ -101,18 +113,12 @@ impl RawApi for Hip {
             runtime::HIP_EVENT_DEFAULT
         };
         let mut raw = std::ptr::null_mut();
-        // SAFETY: `raw` is writable; both flags keep timing enabled.
-        check("hipEventCreateWithFlags", unsafe {
-            (fns()?.hipEventCreateWithFlags)(&mut raw, flags)
-        })?;
+        hip!(hipEventCreateWithFlags(&mut raw, flags))?;
         Ok(HipRawEvent(raw))
     }
 
     fn destroy_event(_: Permit<Self>, event: HipRawEvent) -> Result<(), DriverError> {
-        // SAFETY: see the impl.
-        check("hipEventDestroy", unsafe {
-            (fns()?.hipEventDestroy)(event.0)
-        })
+        hip!(hipEventDestroy(event.0))
     }
 
     fn record_event(
@@ -120,21 +126,15 @@ impl RawApi for Hip {
         event: &HipRawEvent,
         stream: &HipRawStream,
     ) -> Result<(), DriverError> {
-        // SAFETY: see the impl.
-        check("hipEventRecord", unsafe {
-            (fns()?.hipEventRecord)(event.0, stream.0)
-        })
+        hip!(hipEventRecord(event.0, stream.0))
     }
 
     fn synchronize_event(_: Permit<Self>, event: &HipRawEvent) -> Result<(), DriverError> {
-        // SAFETY: see the impl.
-        check("hipEventSynchronize", unsafe {
-            (fns()?.hipEventSynchronize)(event.0)
-        })
+        hip!(hipEventSynchronize(event.0))
     }
 
     fn query_event(_: Permit<Self>, event: &HipRawEvent) -> Result<bool, DriverError> {
-        // SAFETY: see the impl.
+        // SAFETY: the permit's, as for `hip!`.
         match unsafe { (fns()?.hipEventQuery)(event.0) } {
             runtime::HIP_ERROR_NOT_READY => Ok(false),
             status => check("hipEventQuery", status).map(|()| true),
@@ -146,29 +146,22 @@ impl RawApi for Hip {
         start: &HipRawEvent,
         end: &HipRawEvent,
     ) -> Result<Duration, DriverError> {
-        const CALL: &str = "hipEventElapsedTime";
         let mut ms = 0.0f32;
-        // SAFETY: see the impl; `ms` is writable.
-        check(CALL, unsafe {
-            (fns()?.hipEventElapsedTime)(&mut ms, start.0, end.0)
-        })?;
-        elapsed_from_ms(Self::BACKEND, CALL, ms)
+        hip!(hipEventElapsedTime(&mut ms, start.0, end.0))?;
+        elapsed_from_ms(Self::BACKEND, "hipEventElapsedTime", ms)
     }
 
     fn create_stream(_: Permit<Self>, _: &c_int) -> Result<HipRawStream, DriverError> {
         let mut raw = std::ptr::null_mut();
-        // SAFETY: `raw` is writable.
-        check("hipStreamCreateWithFlags", unsafe {
-            (fns()?.hipStreamCreateWithFlags)(&mut raw, runtime::HIP_STREAM_NON_BLOCKING)
-        })?;
+        hip!(hipStreamCreateWithFlags(
+            &mut raw,
+            runtime::HIP_STREAM_NON_BLOCKING
+        ))?;
         Ok(HipRawStream(raw))
     }
 
     fn destroy_stream(_: Permit<Self>, stream: HipRawStream) -> Result<(), DriverError> {
-        // SAFETY: see the impl.
-        check("hipStreamDestroy", unsafe {
-            (fns()?.hipStreamDestroy)(stream.0)
-        })
+        hip!(hipStreamDestroy(stream.0))
     }
 
     fn wait_event(
@@ -176,17 +169,11 @@ impl RawApi for Hip {
         stream: &HipRawStream,
         event: &HipRawEvent,
     ) -> Result<(), DriverError> {
-        // SAFETY: see the impl; flags 0 is the default wait.
-        check("hipStreamWaitEvent", unsafe {
-            (fns()?.hipStreamWaitEvent)(stream.0, event.0, 0)
-        })
+        hip!(hipStreamWaitEvent(stream.0, event.0, 0))
     }
 
     fn synchronize_stream(_: Permit<Self>, stream: &HipRawStream) -> Result<(), DriverError> {
-        // SAFETY: see the impl.
-        check("hipStreamSynchronize", unsafe {
-            (fns()?.hipStreamSynchronize)(stream.0)
-        })
+        hip!(hipStreamSynchronize(stream.0))
     }
 
     fn stream_handle(stream: &HipRawStream) -> RawStream {
@@ -198,10 +185,7 @@ impl RawApi for Hip {
         stream: &HipRawStream,
     ) -> Result<Option<CaptureStatus>, DriverError> {
         let mut status = 0;
-        // SAFETY: see the impl; `status` is writable.
-        check("hipStreamIsCapturing", unsafe {
-            (fns()?.hipStreamIsCapturing)(stream.0, &mut status)
-        })?;
+        hip!(hipStreamIsCapturing(stream.0, &mut status))?;
         Ok(Some(match status {
             runtime::HIP_STREAM_CAPTURE_STATUS_NONE => CaptureStatus::None,
             runtime::HIP_STREAM_CAPTURE_STATUS_ACTIVE => CaptureStatus::Active,
