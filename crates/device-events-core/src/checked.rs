@@ -6,174 +6,20 @@
 
 use std::cell::Cell;
 use std::fmt;
-use std::marker::PhantomData;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 
 use cubecl_common::profile::Duration;
 
-use crate::driver::{CaptureStatus, DriverError, ErrorKind, with_bound};
+use crate::driver::{DriverError, ErrorKind, with_bound};
 use crate::gate::{Gate, HostStamp};
-use crate::handles::{Handle, HandleTable};
-use crate::raw::{HostWord, Permit, RawApi};
+use crate::raw::{Permit, RawApi};
 use crate::{AnchorApi, EventApi, EventQuery, capture};
 
-/// A backend's live streams and settings, kept in a `static` of its own
-/// ([`RawApi::state`]).
-pub struct State<R: RawApi> {
-    streams: HandleTable<Live<R>>,
-    blocking_sync: AtomicBool,
-}
+mod stream;
+mod word_gate;
 
-impl<R: RawApi> State<R> {
-    /// No streams yet; events spin while they wait.
-    #[allow(clippy::new_without_default)]
-    pub const fn new() -> Self {
-        Self {
-            streams: HandleTable::new(),
-            blocking_sync: AtomicBool::new(false),
-        }
-    }
-
-    /// Whether events made from now on wait by sleeping rather than
-    /// spinning: a sleeping wait costs no core and wakes tens of
-    /// microseconds late. Events made before keep their mode.
-    pub fn set_blocking_sync(&self, blocking: bool) {
-        self.blocking_sync.store(blocking, Ordering::Relaxed);
-    }
-
-    /// How many streams are live (made or admitted, not yet destroyed).
-    pub fn live_streams(&self) -> usize {
-        self.streams.len()
-    }
-}
-
-/// A live stream: the driver's, its context (held), and whether the
-/// backend made it and so destroys it.
-pub struct Live<R: RawApi> {
-    raw: R::Stream,
-    held: R::Held,
-    owned: bool,
-}
-
-/// A stream: a checked handle into its backend's table of live streams.
-///
-/// `Copy`, as [`EventApi`] requires. Once `stream_destroy` has run on it,
-/// every copy is refused with [`ErrorKind::InvalidHandle`] before any
-/// driver call; its context is held while it lives.
-pub struct CheckedStream<R: RawApi> {
-    handle: Handle,
-    backend: PhantomData<fn() -> R>,
-}
-
-impl<R: RawApi> Clone for CheckedStream<R> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<R: RawApi> Copy for CheckedStream<R> {}
-
-impl<R: RawApi> PartialEq for CheckedStream<R> {
-    fn eq(&self, other: &Self) -> bool {
-        self.handle == other.handle
-    }
-}
-
-impl<R: RawApi> Eq for CheckedStream<R> {}
-
-impl<R: RawApi> std::hash::Hash for CheckedStream<R> {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.handle.hash(state);
-    }
-}
-
-impl<R: RawApi> fmt::Debug for CheckedStream<R> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CheckedStream")
-            .field("backend", &R::BACKEND)
-            .field("handle", &self.handle)
-            .finish()
-    }
-}
-
-impl<R: RawApi> CheckedStream<R> {
-    fn admit(raw: R::Stream, held: R::Held, owned: bool) -> Self {
-        Self {
-            handle: R::state().streams.insert(Live { raw, held, owned }),
-            backend: PhantomData,
-        }
-    }
-
-    /// Admit a stream made elsewhere, of the context `held`. Destroying the
-    /// handle forgets it and leaves the stream itself to its owner. Raw
-    /// streams come only from their backend's own (unsafe) admission call.
-    pub fn admit_foreign(raw: R::Stream, held: R::Held) -> Self {
-        Self::admit(raw, held, false)
-    }
-
-    /// Run `f` with the driver's handle, for calls this crate does not wrap
-    /// (a launch, a memset); the stream cannot be destroyed meanwhile.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::InvalidHandle`] when the stream was destroyed.
-    pub fn with_raw<T>(self, f: impl FnOnce(R::Handle) -> T) -> Result<T, DriverError> {
-        self.with_live("with_raw", |raw, _| f(R::stream_handle(raw)))
-    }
-
-    /// Run `f` on the live stream and its held context, unbound.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::InvalidHandle`] when the stream was destroyed.
-    pub fn with_live<T>(
-        self,
-        call: &'static str,
-        f: impl FnOnce(&R::Stream, &R::Held) -> T,
-    ) -> Result<T, DriverError> {
-        R::state()
-            .streams
-            .with(self.handle, |live| f(&live.raw, &live.held))
-            .ok_or_else(|| dead::<R>(call, "stream"))
-    }
-
-    /// The stream's context, while the stream lives.
-    pub fn context(self) -> Option<R::Context> {
-        R::state()
-            .streams
-            .with(self.handle, |live| R::context_of(&live.held))
-    }
-
-    /// Whether the stream is capturing a graph: screen a stream with this
-    /// before profiling on it, since records there are graph nodes, not
-    /// timestamps.
-    ///
-    /// # Errors
-    ///
-    /// When the stream is not live, the driver cannot say, or refuses.
-    pub fn capture_status(self) -> Result<CaptureStatus, DriverError> {
-        on_stream(self, "capture status", |live| {
-            R::capture_status(Permit::new(), &live.raw)
-        })?
-        .ok_or_else(|| {
-            DriverError::refused(
-                R::BACKEND,
-                "capture status",
-                ErrorKind::Other,
-                "this driver cannot tell whether a stream captures",
-            )
-        })
-    }
-
-    /// Run `f` on the live stream with its context bound.
-    fn on<T>(
-        self,
-        call: &'static str,
-        f: impl FnOnce(&R::Stream) -> Result<T, DriverError>,
-    ) -> Result<T, DriverError> {
-        on_stream(self, call, |live| f(&live.raw))
-    }
-}
+pub use stream::{CheckedStream, Live, State};
+pub(crate) use word_gate::word_gate;
 
 /// An event, and the context it was made in, held until it is dropped.
 pub struct CheckedEvent<R: RawApi> {
@@ -410,80 +256,5 @@ impl<R: RawApi> AnchorApi for R {
 
     fn same_context(event: &CheckedEvent<R>, stream: CheckedStream<R>) -> Option<bool> {
         stream.context().map(|context| context == event.context())
-    }
-}
-
-/// A gate over the backend's [`HostWord`]: each close waits for the next
-/// count, each open writes the count, and dropping it opens it, drains the
-/// stream and only then frees the word. (The count wraps after 2³² closes:
-/// at five a second, after 27 years.)
-struct WordGate<R: RawApi> {
-    stream: CheckedStream<R>,
-    held: R::Held,
-    word: Option<Box<dyn HostWord<R>>>,
-    /// The count the last `close` waits for.
-    count: u32,
-}
-
-pub(crate) fn word_gate<R: RawApi>(
-    permit: Permit<R>,
-    stream: CheckedStream<R>,
-) -> Result<Option<Box<dyn Gate>>, DriverError> {
-    let held = stream.with_live(R::CALLS.bind, |_, held| held.clone())?;
-    let Some(word) = bound::<R, _>(&held, || R::host_word(permit, &held))? else {
-        return Ok(None);
-    };
-    Ok(Some(Box::new(WordGate {
-        stream,
-        held,
-        word: Some(word),
-        count: 0,
-    })))
-}
-
-impl<R: RawApi> Gate for WordGate<R> {
-    fn close(&mut self) -> Result<(), DriverError> {
-        let next = self.count.wrapping_add(1);
-        if let Some(word) = &self.word {
-            self.stream.on(R::CALLS.wait_event, |raw| {
-                word.wait_at_least(Permit::new(), raw, next)
-            })?;
-        }
-        self.count = next;
-        Ok(())
-    }
-
-    fn open(&mut self) -> Result<(), DriverError> {
-        if let Some(word) = &self.word {
-            word.word()
-                .store(self.count, std::sync::atomic::Ordering::Release);
-        }
-        Ok(())
-    }
-
-    fn settle(&self) -> Duration {
-        self.word.as_ref().map_or(Duration::ZERO, |w| w.settle())
-    }
-}
-
-impl<R: RawApi> Drop for WordGate<R> {
-    /// Open, let the stream pass every wait, then free the word: the device
-    /// must not read it after it is freed.
-    fn drop(&mut self) {
-        let _ = self.open();
-        let Some(word) = self.word.take() else { return };
-        if let Err(err) = <R as EventApi>::stream_synchronize(self.stream) {
-            // The stream is gone or failed: its waits are satisfied or will
-            // never run; keeping four bytes is the safe side.
-            log::warn!(
-                "{}: a gate's word is kept, its stream could not be drained: {err}",
-                R::BACKEND
-            );
-            std::mem::forget(word);
-            return;
-        }
-        if let Err(err) = bound::<R, _>(&self.held, || word.free(Permit::new())) {
-            log::error!("{}: could not free a gate's host word: {err}", R::BACKEND);
-        }
     }
 }

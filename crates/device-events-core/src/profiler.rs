@@ -18,6 +18,8 @@ use crate::resolver;
 use crate::resolving::{PlacedWindow, Resolving};
 use crate::token::ProfileToken;
 
+mod chain;
+
 /// Timing windows on streams, with device-measured durations placed on the
 /// host clock.
 ///
@@ -249,78 +251,6 @@ impl<A: AnchorApi> EventProfiler<A> {
         let end = self.recorded(stream)?;
         Ok(self.resolving(opened, Point::Own(end)))
     }
-
-    /// Close the window on `stream` and open the next there, at one
-    /// recorded point: the end of one is the start of the other, so a
-    /// server that times every kernel pays one record per kernel, and the
-    /// durations of a chain add up to its span.
-    ///
-    /// ```
-    /// use device_events_core::{EventApi, EventProfiler, OwnedStream, sim::Sim};
-    /// use std::time::Duration;
-    ///
-    /// let stream = OwnedStream::<Sim>::new()?;
-    /// let s = stream.get();
-    /// let mut profiler = EventProfiler::<Sim>::new();
-    /// let first = profiler.start(s);
-    /// Sim::enqueue_work(s, Duration::from_micros(100));
-    /// let (first, second) = profiler.split(s, first)?;
-    /// Sim::enqueue_work(s, Duration::from_micros(200));
-    /// let second = profiler.stop(s, second)?;
-    /// let first = pollster::block_on(first.resolve()).expect("measured");
-    /// let second = pollster::block_on(second.resolve()).expect("measured");
-    /// assert!(first.duration() >= Duration::from_micros(100));
-    /// assert!(second.duration() >= Duration::from_micros(200));
-    /// # drop(profiler);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// As for [`stop`](Self::stop). When the boundary's record fails, both
-    /// windows it would have bounded fail with it: start a new chain.
-    pub fn split(
-        &mut self,
-        stream: A::Stream,
-        token: ProfileToken,
-    ) -> Result<(ProfileDuration, ProfileToken), ProfileError> {
-        let (closed, next) = self.split_placed(stream, token)?;
-        Ok((closed.into_profile_duration(), next))
-    }
-
-    /// As [`split`](Self::split), with a bound on the closed window's
-    /// placement error.
-    ///
-    /// # Errors
-    ///
-    /// As for [`split`](Self::split).
-    pub fn split_placed(
-        &mut self,
-        stream: A::Stream,
-        token: ProfileToken,
-    ) -> Result<(PlacedWindow, ProfileToken), ProfileError> {
-        let opened = self.take(token)??;
-        let boundary = Arc::new(self.recorded(stream)?);
-        let closed = self.resolving(opened, Point::Shared(Arc::clone(&boundary)));
-        let next = self.anchoring.for_window().map(|anchor| Opened {
-            start: Point::Shared(boundary),
-            anchor,
-        });
-        if let Err(err) = &next {
-            self.note_fault(err);
-        }
-        let next = ProfileToken {
-            profiler: self.id,
-            key: self.windows.insert(next),
-        };
-        Ok((
-            PlacedWindow {
-                future: Box::pin(closed),
-            },
-            next,
-        ))
-    }
-
     /// An event of the pool, recorded on `stream`.
     fn recorded(&mut self, stream: A::Stream) -> Result<PooledEvent<A>, DriverError> {
         let event = self.event().and_then(|event| {
