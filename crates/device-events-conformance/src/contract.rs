@@ -14,6 +14,8 @@ pub struct Abi {
     pub bind: fn(i32),
     /// The device whose context is current on this thread.
     pub current: fn() -> Option<i32>,
+    /// The event create.
+    pub create: &'static str,
     /// The event record.
     pub record: &'static str,
     /// The event wait.
@@ -126,6 +128,46 @@ pub fn a_destroyed_stream_is_refused_before_the_driver<A: AnchorApi>(soft: &Soft
     assert_eq!(soft.counts().misuses, 0);
 }
 
+/// A dropped fence's event is kept, and the next fence on a stream of its
+/// context records it again: one event created for a fence made again and
+/// again. Kept ones are few, and all are released on demand.
+pub fn a_dropped_fences_event_serves_the_next_fence<A: AnchorApi>(soft: &SoftDriver, abi: Abi) {
+    (abi.bind)(0);
+    let s = A::stream_create_non_blocking().unwrap();
+    let base = soft.counts().events;
+    soft.reset();
+    for _ in 0..3 {
+        let fence = EventFence::<A>::new(s);
+        fence.wait_sync().unwrap();
+    }
+    assert_eq!(soft.call_count(abi.create), 1, "one event for three fences");
+    let many: Vec<_> = (0..100).map(|_| EventFence::<A>::new(s)).collect();
+    drop(many);
+    assert_eq!(
+        soft.counts().events,
+        base,
+        "kept events are released on demand (counts() releases them)"
+    );
+    A::stream_destroy(s).unwrap();
+}
+
+/// A fence's event is of its stream's context, whichever context the
+/// thread has current: a fence on a device-1 stream made with device 0
+/// current works, and device 0 is current again afterwards.
+pub fn a_fence_follows_its_streams_context<A: AnchorApi>(soft: &SoftDriver, abi: Abi) {
+    (abi.bind)(1);
+    let s = A::stream_create_non_blocking().unwrap();
+    (abi.bind)(0);
+    for _ in 0..2 {
+        let fence = EventFence::<A>::new(s);
+        assert!(fence.error().is_none(), "{:?}", fence.error());
+        fence.wait_sync().unwrap();
+    }
+    assert_eq!((abi.current)(), Some(0));
+    A::stream_destroy(s).unwrap();
+    assert_eq!(soft.counts().misuses, 0);
+}
+
 /// Makes each contract check a named `#[test]` of a backend's suite on the
 /// software driver, given the ABI's [`Abi`].
 #[macro_export]
@@ -135,7 +177,9 @@ macro_rules! contract_suite {
             a_status_becomes_a_driver_error_with_call_code_name_and_class,
             an_event_is_bound_to_its_context_and_the_callers_restored,
             recording_on_another_contexts_stream_is_refused_before_the_driver,
-            a_destroyed_stream_is_refused_before_the_driver
+            a_destroyed_stream_is_refused_before_the_driver,
+            a_dropped_fences_event_serves_the_next_fence,
+            a_fence_follows_its_streams_context
         );
     };
     (@tests $backend:ty, $abi:expr, $($check:ident),+) => {

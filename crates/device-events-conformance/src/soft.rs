@@ -211,6 +211,15 @@ impl SoftDriver {
         unsafe { f(name.as_ptr()) }
     }
 
+    /// Driver calls the calling thread has made since it began (the
+    /// library's own threads' calls are not among them).
+    pub fn thread_calls(&self) -> u64 {
+        type F = unsafe extern "C" fn() -> u64;
+        let f = self.symbol::<F>(b"soft_driver_thread_calls\0");
+        // SAFETY: takes nothing, reads a thread-local counter.
+        unsafe { f() }
+    }
+
     /// Forget injections and call counts.
     pub fn reset(&self) {
         type F = unsafe extern "C" fn();
@@ -222,12 +231,14 @@ impl SoftDriver {
     /// Live handles and calls, now.
     ///
     /// Calibrations in flight end first: a profiler dropped during one
-    /// releases its anchor's events and stream as it ends.
+    /// releases its anchor's events and stream as it ends. Fence events
+    /// kept for reuse are released first too.
     pub fn counts(&self) -> Counts {
         type F = unsafe extern "C" fn(*mut Counts) -> i32;
         if !device_events_core::wait_for_calibrations(std::time::Duration::from_secs(30)) {
             eprintln!("a calibration did not end within 30 s");
         }
+        device_events_core::release_idle_events();
         let mut counts = Counts::default();
         let f = self.symbol::<F>(b"soft_driver_counts\0");
         // SAFETY: `counts` is a live, writable value of the mirrored layout.

@@ -15,9 +15,11 @@ use crate::gate::{Gate, HostStamp};
 use crate::raw::{Permit, RawApi};
 use crate::{AnchorApi, EventApi, EventQuery, capture};
 
+mod idle;
 mod stream;
 mod word_gate;
 
+pub use idle::{IDLE_EVENTS, release_idle_events};
 pub use stream::{CheckedStream, Live, State};
 pub(crate) use word_gate::word_gate;
 
@@ -38,6 +40,13 @@ impl<R: RawApi> CheckedEvent<R> {
     /// The context the event was made in.
     pub fn context(&self) -> R::Context {
         R::context_of(&self.held)
+    }
+
+    fn new(raw: R::Event, held: R::Held) -> Self {
+        Self {
+            raw: Some(raw),
+            held,
+        }
     }
 
     fn live(&self, call: &'static str) -> Result<&R::Event, DriverError> {
@@ -129,10 +138,7 @@ impl<R: RawApi> EventApi for R {
         let held = R::hold_current(permit, R::CALLS.create_event)?;
         let blocking = R::state().blocking_sync.load(Ordering::Relaxed);
         let raw = R::create_event(permit, &held, blocking)?;
-        Ok(CheckedEvent {
-            raw: Some(raw),
-            held,
-        })
+        Ok(CheckedEvent::new(raw, held))
     }
 
     fn event_destroy(event: &mut CheckedEvent<R>) -> Result<(), DriverError> {
@@ -252,6 +258,14 @@ impl<R: RawApi> AnchorApi for R {
 
     fn own_thread() {
         capture::own_thread::<R>();
+    }
+
+    fn fence_event(stream: CheckedStream<R>) -> Result<CheckedEvent<R>, DriverError> {
+        idle::fence_event(stream)
+    }
+
+    fn keep_event(event: CheckedEvent<R>) -> Option<CheckedEvent<R>> {
+        idle::keep_event(event)
     }
 
     fn same_context(event: &CheckedEvent<R>, stream: CheckedStream<R>) -> Option<bool> {

@@ -1,8 +1,8 @@
 //! Owned events: each is released exactly once, from `Drop`, with a failure
 //! logged rather than raised.
 
-use crate::EventApi;
 use crate::driver::DriverError;
+use crate::{AnchorApi, EventApi};
 
 /// An event this crate created and will destroy.
 pub(crate) struct OwnedEvent<A: EventApi> {
@@ -26,6 +26,44 @@ impl<A: EventApi> Drop for OwnedEvent<A> {
                 "{}: the driver refused to release an event: {err}",
                 A::BACKEND
             );
+        }
+    }
+}
+
+/// A fence's event: when dropped it goes back to its backend's idle
+/// events ([`AnchorApi::keep_event`]) or, where the backend keeps none, is
+/// destroyed.
+pub(crate) struct KeptEvent<A: EventApi> {
+    /// Taken only by `Drop`.
+    raw: Option<A::Event>,
+    keep: fn(A::Event) -> Option<A::Event>,
+}
+
+impl<A: EventApi> KeptEvent<A> {
+    pub(crate) fn for_stream(stream: A::Stream) -> Result<Self, DriverError>
+    where
+        A: AnchorApi,
+    {
+        A::fence_event(stream).map(|raw| Self {
+            raw: Some(raw),
+            keep: A::keep_event,
+        })
+    }
+
+    pub(crate) fn raw(&self) -> &A::Event {
+        match &self.raw {
+            Some(raw) => raw,
+            None => unreachable!("a kept event is only emptied by its own Drop"),
+        }
+    }
+}
+
+impl<A: EventApi> Drop for KeptEvent<A> {
+    fn drop(&mut self) {
+        if let Some(raw) = self.raw.take()
+            && let Some(raw) = (self.keep)(raw)
+        {
+            drop(OwnedEvent::<A> { raw });
         }
     }
 }

@@ -2,14 +2,15 @@
 
 use std::sync::Arc;
 
-use crate::EventApi;
 use crate::driver::DriverError;
-use crate::event::OwnedEvent;
+use crate::event::KeptEvent;
 use crate::pool::{EventPool, PooledEvent};
+use crate::{AnchorApi, EventApi};
 
-/// The event behind a fence: its own, or one on loan from a [`FencePool`].
+/// The event behind a fence: its own (kept for reuse by the backend when
+/// dropped), or one on loan from a [`FencePool`].
 enum Point<A: EventApi> {
-    Owned(OwnedEvent<A>),
+    Owned(KeptEvent<A>),
     Pooled(PooledEvent<A>),
 }
 
@@ -53,12 +54,20 @@ pub struct EventFence<A: EventApi> {
     point: Result<Point<A>, DriverError>,
 }
 
-impl<A: EventApi> EventFence<A> {
+impl<A: AnchorApi> EventFence<A> {
     /// Record a point on `stream`, after everything queued there so far.
+    ///
+    /// Its event is of the stream's context, whatever the thread's current
+    /// one: an idle one of that context, kept from a fence dropped before,
+    /// where the backend keeps them (CUDA, HIP, OpenCL keep up to
+    /// [`IDLE_EVENTS`](crate::raw::IDLE_EVENTS) per backend; see
+    /// [`release_idle_events`](crate::release_idle_events)), else a new one.
     pub fn new(stream: A::Stream) -> Self {
-        Self::record(OwnedEvent::<A>::create().map(Point::Owned), stream)
+        Self::record(KeptEvent::for_stream(stream).map(Point::Owned), stream)
     }
+}
 
+impl<A: EventApi> EventFence<A> {
     fn record(point: Result<Point<A>, DriverError>, stream: A::Stream) -> Self {
         let point = point.and_then(|point| A::event_record(point.raw(), stream).map(|()| point));
         Self { point }

@@ -90,6 +90,24 @@ pub trait AnchorApi: EventApi<Stream: Send + Sync> {
     /// capture elsewhere in the process. Cheap after the first call.
     fn own_thread() {}
 
+    /// An event for a fence on `stream`: an idle one of the stream's
+    /// context, kept from a fence that was dropped, or a new one. The
+    /// default makes a new one, in the thread's current context.
+    ///
+    /// # Errors
+    ///
+    /// The driver's refusal of a new event.
+    fn fence_event(stream: Self::Stream) -> Result<Self::Event, DriverError> {
+        let _ = stream;
+        Self::event_create()
+    }
+
+    /// Keep a dropped fence's event for [`fence_event`](Self::fence_event);
+    /// `Some` gives it back, to be destroyed. The default keeps none.
+    fn keep_event(event: Self::Event) -> Option<Self::Event> {
+        Some(event)
+    }
+
     /// Whether `event` and `stream` are of one context; `None` where the
     /// backend cannot tell (or has no contexts). A profiler refuses an
     /// event it has just made on another context than its anchor's.

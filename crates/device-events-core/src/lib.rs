@@ -68,6 +68,7 @@ mod token;
 
 pub use api::{EventApi, EventQuery};
 pub use calibrator::wait_for_calibrations;
+pub use checked::release_idle_events;
 pub use config::ProfilerConfig;
 pub use driver::{CaptureStatus, DriverError, ErrorKind};
 pub use errors::ProfileError;

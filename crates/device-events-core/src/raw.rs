@@ -79,9 +79,12 @@ pub struct CallNames {
 /// Tally::set_current(Some(1));
 /// let stream = Tally::stream_create_non_blocking()?;
 /// Tally::set_current(Some(2));
-/// EventFence::<Tally>::new(stream).wait_sync().unwrap_err(); // another context's
+/// let mut event = Tally::event_create()?; // context 2's
+/// assert!(Tally::event_record(&event, stream).is_err()); // refused: context 1's stream
+/// EventFence::<Tally>::new(stream).wait_sync()?; // a fence takes its stream's context
 /// Tally::set_current(None);
 /// Tally::stream_synchronize(stream)?; // context 1 bound for the call
+/// Tally::event_destroy(&mut event)?; // context 2 bound for the call
 /// Tally::stream_destroy(stream)?;
 /// // Every copy of a destroyed stream is refused before the driver.
 /// assert!(Tally::stream_synchronize(stream).is_err());
@@ -324,4 +327,4 @@ pub trait HostWord<R: RawApi>: Send {
     fn settle(&self) -> Duration;
 }
 
-pub use crate::checked::{CheckedEvent, CheckedStream, Live, State};
+pub use crate::checked::{CheckedEvent, CheckedStream, IDLE_EVENTS, Live, State};

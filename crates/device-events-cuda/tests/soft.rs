@@ -24,6 +24,7 @@ device_events_conformance::contract_suite!(
                 .ok()
                 .map(|()| device)
         },
+        create: "cuEventCreate",
         record: "cuEventRecord",
         synchronize: "cuEventSynchronize",
         stream_synchronize: "cuStreamSynchronize",

@@ -18,6 +18,7 @@ device_events_conformance::contract_suite!(
             // SAFETY: `device` is writable.
             (unsafe { cubecl_hip_sys::hipGetDevice(&mut device) } == 0).then_some(device)
         },
+        create: "hipEventCreateWithFlags",
         record: "hipEventRecord",
         synchronize: "hipEventSynchronize",
         stream_synchronize: "hipStreamSynchronize",

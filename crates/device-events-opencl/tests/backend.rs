@@ -115,6 +115,7 @@ fn waiting_on_a_never_recorded_event_completes_at_once() {
 #[test]
 fn stress_on_the_real_runtime_releases_everything() {
     OpenCl::probe().expect("an OpenCL platform with a device");
+    device_events_core::release_idle_events();
     let before = OpenCl::live_events();
     {
         let s = OwnedStream::<OpenCl>::new().unwrap();
@@ -132,13 +133,17 @@ fn stress_on_the_real_runtime_releases_everything() {
         8,
         10_000,
         || {},
-        || (OpenCl::live_events(), 0),
+        || {
+            device_events_core::release_idle_events();
+            (OpenCl::live_events(), 0)
+        },
     )
     .unwrap();
     eprintln!(
         "opencl stress: 8 threads x 10000 fences and windows, read on other threads, in {:.1} s",
         took.as_secs_f64()
     );
+    device_events_core::release_idle_events();
     assert_eq!(OpenCl::live_events(), before, "every event released");
 }
 
@@ -186,4 +191,24 @@ fn asking_a_fence_never_waits_behind_another_threads_wait_on_it() {
         took < std::time::Duration::from_millis(200),
         "asking took {took:?}"
     );
+}
+
+/// A dropped fence's event is kept, and the next fence records it again:
+/// one event for fences made again and again, released on demand.
+#[test]
+fn a_dropped_fences_event_serves_the_next_fence() {
+    OpenCl::probe().expect("an OpenCL platform with a device");
+    let s = OwnedStream::<OpenCl>::new().unwrap();
+    device_events_core::release_idle_events();
+    let before = OpenCl::live_events();
+    for _ in 0..3 {
+        EventFence::<OpenCl>::new(s.get()).wait_sync().unwrap();
+    }
+    assert_eq!(
+        OpenCl::live_events(),
+        before + 1,
+        "one kept, none made again"
+    );
+    device_events_core::release_idle_events();
+    assert_eq!(OpenCl::live_events(), before);
 }

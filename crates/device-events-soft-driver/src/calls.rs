@@ -29,8 +29,14 @@ pub(crate) fn control() -> MutexGuard<'static, Control> {
     CONTROL.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+thread_local! {
+    /// Calls made by this thread since it began.
+    pub(crate) static THREAD_CALLS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
 /// Count a call of `name`; `Err(status)` when a test chose it to fail.
 pub(crate) fn enter(name: &'static str) -> Result<(), i32> {
+    THREAD_CALLS.set(THREAD_CALLS.get() + 1);
     let mut control = control();
     control.total += 1;
     let count = control.calls.entry(name).or_insert(0);

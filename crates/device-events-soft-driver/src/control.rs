@@ -131,6 +131,13 @@ pub unsafe extern "C" fn soft_driver_call_count(name: *const c_char) -> u64 {
     control().calls.get(name).copied().unwrap_or(0)
 }
 
+/// Driver calls the calling thread has made since it began: what a
+/// library costs the thread that submits work, apart from its own threads.
+#[unsafe(no_mangle)]
+pub extern "C" fn soft_driver_thread_calls() -> u64 {
+    crate::calls::THREAD_CALLS.get()
+}
+
 /// Calls that a capture's interaction mode prohibited since the process
 /// began: each failed with 900 and invalidated the capture.
 #[unsafe(no_mangle)]

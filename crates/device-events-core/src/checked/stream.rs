@@ -4,9 +4,10 @@
 
 use std::fmt;
 use std::marker::PhantomData;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::{dead, on_stream};
+use super::{CheckedEvent, dead, on_stream};
 use crate::driver::{CaptureStatus, DriverError, ErrorKind};
 use crate::handles::{Handle, HandleTable};
 use crate::raw::{Permit, RawApi};
@@ -16,6 +17,10 @@ use crate::raw::{Permit, RawApi};
 pub struct State<R: RawApi> {
     pub(super) streams: HandleTable<Live<R>>,
     pub(super) blocking_sync: AtomicBool,
+    /// Fences' events kept for reuse, each of its own context.
+    pub(super) idle: Mutex<Vec<CheckedEvent<R>>>,
+    /// Whether [`crate::release_idle_events`] knows this backend.
+    pub(super) registered: AtomicBool,
 }
 
 impl<R: RawApi> State<R> {
@@ -25,6 +30,8 @@ impl<R: RawApi> State<R> {
         Self {
             streams: HandleTable::new(),
             blocking_sync: AtomicBool::new(false),
+            idle: Mutex::new(Vec::new()),
+            registered: AtomicBool::new(false),
         }
     }
 
@@ -32,7 +39,10 @@ impl<R: RawApi> State<R> {
     /// spinning: a sleeping wait costs no core and wakes tens of
     /// microseconds late. Events made before keep their mode.
     pub fn set_blocking_sync(&self, blocking: bool) {
-        self.blocking_sync.store(blocking, Ordering::Relaxed);
+        if self.blocking_sync.swap(blocking, Ordering::Relaxed) != blocking {
+            // Idle events wait the old way.
+            self.release_idle();
+        }
     }
 
     /// How many streams are live (made or admitted, not yet destroyed).
