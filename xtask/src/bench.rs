@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use crate::{cargo, ensure_debian_tool, root, run, soft_driver, soft_env};
 
 /// Cases `bench-probe` runs, with how many times under callgrind.
-const CASES: [(&str, u64); 8] = [
+const CASES: [(&str, u64); 15] = [
     ("null-fence", 20_000),
     ("null-pooled-fence", 20_000),
     ("null-window", 20_000),
@@ -19,7 +19,18 @@ const CASES: [(&str, u64); 8] = [
     ("cudarc-fence", 2_000),
     ("cuda-window", 2_000),
     ("cudarc-window", 2_000),
+    ("cuda-fence-submit", 2_000),
+    ("cuda-pooled-fence-submit", 2_000),
+    ("cudarc-fence-submit", 2_000),
+    ("cuda-window-submit", 2_000),
+    ("cudarc-window-submit", 2_000),
+    ("cuda-chain-submit", 2_000),
+    ("cudarc-chain-submit", 2_000),
 ];
+
+/// Interleaved wall-time rounds against cudarc, and operations per round.
+const WALL_ROUNDS: &str = "21";
+const WALL_BATCH: &str = "2000";
 
 /// Each placement session's length; every session runs three times.
 const PLACEMENT_SECONDS: u64 = 20;
@@ -161,6 +172,8 @@ pub(crate) fn bench() -> Result<()> {
     let allocations = probe(&["allocations"], &soft)?;
     let calls = probe(&["calls"], &soft)?;
     let memory = probe(&["memory"], &soft)?;
+    eprintln!("xtask: wall time against cudarc, A/B interleaved");
+    let walls = probe(&["wall", WALL_ROUNDS, WALL_BATCH], &soft)?;
     let mut instr = serde_json::Map::new();
     for (case, n) in CASES {
         eprintln!("xtask: callgrind: {case}");
@@ -207,6 +220,14 @@ pub(crate) fn bench() -> Result<()> {
 
     let i = |case: &str| instr[case].as_f64().unwrap_or(f64::NAN);
     let c = |case: &str| calls[case].as_f64().unwrap_or(f64::NAN);
+    let side = |ours: f64, theirs: f64| json!({ "ours": ours, "cudarc": theirs, "ratio": ratio(ours, theirs) });
+    let versus = |ours: &str, theirs: &str| {
+        json!({
+            "driver_calls": side(c(ours), c(theirs)),
+            "instructions": side(i(ours), i(theirs)),
+            "wall_ns": walls[ours],
+        })
+    };
     let mut scale = serde_json::Map::new();
     let mut per_window = Vec::new();
     for n in [1_000u64, 10_000, 100_000, 1_000_000] {
@@ -238,21 +259,35 @@ pub(crate) fn bench() -> Result<()> {
             "targets": { "fence_instructions": 200, "fence_allocations": 0, "window_instructions": 2000, "window_allocations": 1 },
         },
         "against_cudarc_on_the_software_driver": {
-            "fence": {
-                "driver_calls": [c("cuda-fence"), c("cudarc-fence")],
-                "instructions": [i("cuda-fence"), i("cudarc-fence")],
-                "wall_ns": [wall("fence/ours")?, wall("fence/cudarc")?],
+            "whole": {
+                "plain_fence": versus("cuda-fence", "cudarc-fence"),
+                "pooled_fence": versus("cuda-pooled-fence", "cudarc-fence"),
+                "window": versus("cuda-window", "cudarc-window"),
             },
-            "pooled_fence": {
-                "driver_calls": [c("cuda-pooled-fence"), c("cudarc-fence")],
-                "instructions": [i("cuda-pooled-fence"), i("cudarc-fence")],
-                "wall_ns": [wall("fence/ours_pooled")?, wall("fence/cudarc")?],
+            "submit": {
+                "plain_fence": versus("cuda-fence-submit", "cudarc-fence-submit"),
+                "pooled_fence": versus("cuda-pooled-fence-submit", "cudarc-fence-submit"),
+                "window": versus("cuda-window-submit", "cudarc-window-submit"),
+                "chained_window": versus("cuda-chain-submit", "cudarc-chain-submit"),
             },
-            "window": {
-                "driver_calls": [c("cuda-window"), c("cudarc-window")],
-                "instructions": [i("cuda-window"), i("cudarc-window")],
-                "wall_ns": [wall("window/ours")?, wall("window/cudarc")?],
+            "completion": {
+                "plain_fence": { "driver_calls": side(
+                    c("cuda-fence") - c("cuda-fence-submit"),
+                    c("cudarc-fence") - c("cudarc-fence-submit"),
+                ) },
+                "pooled_fence": { "driver_calls": side(
+                    c("cuda-pooled-fence") - c("cuda-pooled-fence-submit"),
+                    c("cudarc-fence") - c("cudarc-fence-submit"),
+                ) },
+                "window": { "driver_calls": side(
+                    c("cuda-window") - c("cuda-window-submit"),
+                    c("cudarc-window") - c("cudarc-window-submit"),
+                ) },
             },
+            "note": "submit: the submitting thread alone (create, record, destroy, binding), no \
+                     waits; whole: the lifecycle with its wait; completion: whole minus submit. \
+                     wall_ns: A/B interleaved rounds, the median of each side and of the per-round \
+                     ratios, with the smallest and largest ratio",
             "target_ratio": 0.5,
         },
         "scale": {
@@ -312,24 +347,39 @@ fn print_table(r: &Value) {
     row("core: instructions per window", wi, "<= 2000", wi <= 2000.0);
     row("core: allocations per window", wa, "1", wa <= 1.0);
     let vs = &r["against_cudarc_on_the_software_driver"];
-    for (case, label) in [
-        ("fence", "fence"),
-        ("pooled_fence", "pooled fence"),
-        ("window", "window"),
-    ] {
-        for (what, unit) in [
-            ("driver_calls", "driver calls"),
-            ("instructions", "instructions"),
-            ("wall_ns", "wall time"),
+    for (path, label) in [("submit", "submit"), ("whole", "whole")] {
+        for (case, name) in [
+            ("plain_fence", "fence"),
+            ("pooled_fence", "pooled fence"),
+            ("window", "window"),
+            ("chained_window", "chained window"),
         ] {
-            let pair = &vs[case][what];
-            let value = ratio(f(&pair[0]), f(&pair[1]));
-            row(
-                &format!("{label} vs cudarc: {unit} (ratio)"),
-                value,
-                "<= 0.50",
-                value <= 0.5,
-            );
+            let figures = &vs[path][case];
+            if figures.is_null() {
+                continue;
+            }
+            for (what, unit) in [
+                ("driver_calls", "calls"),
+                ("instructions", "instr"),
+                ("wall_ns", "wall"),
+            ] {
+                let value = f(&figures[what]["ratio"]);
+                let spread = if what == "wall_ns" {
+                    format!(
+                        " [{:.2}-{:.2}]",
+                        f(&figures[what]["ratio_low"]),
+                        f(&figures[what]["ratio_high"])
+                    )
+                } else {
+                    String::new()
+                };
+                row(
+                    &format!("{label}: {name} vs cudarc, {unit}{spread}"),
+                    value,
+                    "<= 0.50",
+                    value <= 0.5,
+                );
+            }
         }
     }
     let scale = &r["scale"];

@@ -78,7 +78,7 @@ pub fn resolve(duration: ProfileDuration) -> Option<ProfileTicks> {
 }
 
 /// A fence lifecycle: create (record), host wait, drop (release).
-pub fn fence<A: EventApi>(stream: A::Stream) {
+pub fn fence<A: device_events_core::AnchorApi>(stream: A::Stream) {
     let fence = EventFence::<A>::new(stream);
     fence.wait_sync().unwrap();
 }
@@ -172,6 +172,104 @@ impl CudaPair {
     /// A window through `EventProfiler<Cuda>`.
     pub fn our_window(&mut self) {
         window::<Cuda>(&mut self.profiler, self.ours);
+    }
+}
+
+/// What a submit-only case left for its completion: windows to read,
+/// cudarc event pairs to time.
+#[derive(Default)]
+pub struct Pending {
+    /// Our windows, stopped.
+    pub ours: Vec<ProfileDuration>,
+    /// cudarc's event pairs, recorded.
+    pub cudarc: Vec<(cudarc::driver::CudaEvent, cudarc::driver::CudaEvent)>,
+    /// cudarc's events of a chain: each window from one to the next.
+    pub cudarc_chain: Vec<cudarc::driver::CudaEvent>,
+    /// Our chain's open window.
+    pub chain: Option<device_events_core::ProfileToken>,
+}
+
+impl Pending {
+    /// Complete every case: read our windows, time cudarc's pairs (its
+    /// `elapsed_ms` waits for the end first).
+    pub fn complete(&mut self) {
+        for window in self.ours.drain(..) {
+            resolve(window).unwrap();
+        }
+        for (start, end) in self.cudarc.drain(..) {
+            start.elapsed_ms(&end).unwrap();
+        }
+        for pair in self.cudarc_chain.windows(2) {
+            pair[0].elapsed_ms(&pair[1]).unwrap();
+        }
+        self.cudarc_chain.clear();
+    }
+}
+
+/// The submitting thread's part of each case: what a server pays where it
+/// launches work. A fence is made (recorded) and dropped without a wait; a
+/// window is opened and closed, its reading left to [`Pending::complete`].
+impl CudaPair {
+    /// `EventFence::new` and drop.
+    pub fn our_fence_submit(&self) {
+        drop(EventFence::<Cuda>::new(self.ours));
+    }
+
+    /// A pooled fence, made and dropped.
+    pub fn our_pooled_fence_submit(&self) {
+        drop(self.pool.fence(self.ours));
+    }
+
+    /// cudarc's event made, recorded and dropped.
+    pub fn cudarc_fence_submit(&self) {
+        let event = self
+            .ctx
+            .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+            .unwrap();
+        event.record(&self.stream).unwrap();
+    }
+
+    /// A window opened and closed.
+    pub fn our_window_submit(&mut self, pending: &mut Pending) {
+        let token = self.profiler.start(self.ours);
+        pending
+            .ours
+            .push(self.profiler.stop(self.ours, token).unwrap());
+    }
+
+    /// The next window of a chain: one record closes a window and opens
+    /// the next, as a server timing every kernel does.
+    pub fn our_chain_submit(&mut self, pending: &mut Pending) {
+        let open = match pending.chain.take() {
+            Some(open) => open,
+            None => self.profiler.start(self.ours),
+        };
+        let (closed, next) = self.profiler.split(self.ours, open).unwrap();
+        pending.ours.push(closed);
+        pending.chain = Some(next);
+    }
+
+    /// The same chain as a cudarc user writes it: one event per kernel,
+    /// each window from one event to the next.
+    pub fn cudarc_chain_submit(&self, pending: &mut Pending) {
+        let event = self
+            .ctx
+            .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+            .unwrap();
+        event.record(&self.stream).unwrap();
+        pending.cudarc_chain.push(event);
+    }
+
+    /// cudarc's two events made and recorded.
+    pub fn cudarc_window_submit(&self, pending: &mut Pending) {
+        let flags = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let (start, end) = (
+            self.ctx.new_event(flags).unwrap(),
+            self.ctx.new_event(flags).unwrap(),
+        );
+        start.record(&self.stream).unwrap();
+        end.record(&self.stream).unwrap();
+        pending.cudarc.push((start, end));
     }
 }
 

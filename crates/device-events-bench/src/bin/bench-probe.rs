@@ -9,7 +9,9 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use clap::{Parser, Subcommand};
-use device_events_bench::{CudaPair, Null, NullStream, fence, pooled_fence, resolve, window};
+use device_events_bench::{
+    CudaPair, Null, NullStream, Pending, fence, pooled_fence, resolve, window,
+};
 use device_events_conformance::soft::SoftDriver;
 use device_events_core::{EventProfiler, FencePool};
 use serde_json::json;
@@ -58,6 +60,8 @@ enum What {
     Instructions { case: String, n: u64 },
     /// Driver calls per operation on the software driver, ours and cudarc's.
     Calls,
+    /// Wall time against cudarc, A/B interleaved.
+    Wall { rounds: usize, batch: usize },
     /// Heap bytes per window in flight, on the null backend.
     Memory,
     /// Placement error against the software driver's truth over a session
@@ -91,7 +95,7 @@ enum What {
 #[allow(clippy::large_enum_variant)] // one per process run
 enum Subject {
     Null(EventProfiler<Null>, FencePool<Null>),
-    Cuda(Box<CudaPair>),
+    Cuda(Box<CudaPair>, Pending),
 }
 
 fn run_case(case: &str, subject: &mut Subject) {
@@ -99,11 +103,22 @@ fn run_case(case: &str, subject: &mut Subject) {
         ("null-fence", Subject::Null(..)) => fence::<Null>(NullStream),
         ("null-pooled-fence", Subject::Null(_, pool)) => pooled_fence(pool, NullStream),
         ("null-window", Subject::Null(profiler, _)) => window(profiler, NullStream),
-        ("cuda-fence", Subject::Cuda(pair)) => pair.our_fence(),
-        ("cuda-pooled-fence", Subject::Cuda(pair)) => pair.our_pooled_fence(),
-        ("cuda-window", Subject::Cuda(pair)) => pair.our_window(),
-        ("cudarc-fence", Subject::Cuda(pair)) => pair.cudarc_fence(),
-        ("cudarc-window", Subject::Cuda(pair)) => pair.cudarc_window(),
+        ("cuda-fence", Subject::Cuda(pair, _)) => pair.our_fence(),
+        ("cuda-pooled-fence", Subject::Cuda(pair, _)) => pair.our_pooled_fence(),
+        ("cuda-window", Subject::Cuda(pair, _)) => pair.our_window(),
+        ("cudarc-fence", Subject::Cuda(pair, _)) => pair.cudarc_fence(),
+        ("cudarc-window", Subject::Cuda(pair, _)) => pair.cudarc_window(),
+        ("cuda-fence-submit", Subject::Cuda(pair, _)) => pair.our_fence_submit(),
+        ("cuda-pooled-fence-submit", Subject::Cuda(pair, _)) => pair.our_pooled_fence_submit(),
+        ("cudarc-fence-submit", Subject::Cuda(pair, _)) => pair.cudarc_fence_submit(),
+        ("cuda-window-submit", Subject::Cuda(pair, pending)) => pair.our_window_submit(pending),
+        ("cudarc-window-submit", Subject::Cuda(pair, pending)) => {
+            pair.cudarc_window_submit(pending);
+        }
+        ("cuda-chain-submit", Subject::Cuda(pair, pending)) => pair.our_chain_submit(pending),
+        ("cudarc-chain-submit", Subject::Cuda(pair, pending)) => {
+            pair.cudarc_chain_submit(pending);
+        }
         (case, _) => panic!("unknown case {case}"),
     }
 }
@@ -122,7 +137,18 @@ fn subject(case: &str) -> Subject {
     if case.starts_with("null") {
         Subject::Null(EventProfiler::new(), FencePool::new())
     } else {
-        Subject::Cuda(Box::new(CudaPair::new()))
+        Subject::Cuda(Box::new(CudaPair::new()), Pending::default())
+    }
+}
+
+/// Complete what submit-only cases left pending, and make room for `n`
+/// more without an allocation inside a counted region.
+fn settle(subject: &mut Subject, n: usize) {
+    if let Subject::Cuda(_, pending) = subject {
+        pending.complete();
+        pending.ours.reserve(n);
+        pending.cudarc.reserve(n);
+        pending.cudarc_chain.reserve(n);
     }
 }
 
@@ -131,12 +157,83 @@ fn per_op(case: &str, n: u64, measure: impl Fn() -> u64) -> f64 {
     for _ in 0..1000 {
         run_case(case, &mut subject);
     }
+    settle(&mut subject, n as usize);
     let before = measure();
     for _ in 0..n {
         run_case(case, &mut subject);
     }
-    (measure() - before) as f64 / n as f64
+    let per_op = (measure() - before) as f64 / n as f64;
+    settle(&mut subject, 0);
+    per_op
 }
+
+/// Wall time per operation of each case against its cudarc twin, A/B
+/// interleaved: `rounds` rounds of `batch` operations each side, the order
+/// alternating, submit-only cases completed outside the timing. Per pair:
+/// each side's median ns and the median, smallest and largest of the
+/// per-round ratios.
+fn wall(rounds: usize, batch: usize) -> serde_json::Value {
+    let mut subject = subject("cuda");
+    let mut time = |case: &str| {
+        settle(&mut subject, batch);
+        let started = std::time::Instant::now();
+        for _ in 0..batch {
+            run_case(case, &mut subject);
+        }
+        let ns = started.elapsed().as_nanos() as f64 / batch as f64;
+        settle(&mut subject, 0);
+        ns
+    };
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let mut report = serde_json::Map::new();
+    for (ours, theirs) in PAIRS {
+        time(ours);
+        time(theirs);
+        let (mut a, mut b, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+        for round in 0..rounds {
+            let (x, y) = if round % 2 == 0 {
+                let x = time(ours);
+                (x, time(theirs))
+            } else {
+                let y = time(theirs);
+                (time(ours), y)
+            };
+            a.push(x);
+            b.push(y);
+            ratios.push(x / y);
+        }
+        let (low, high) = (
+            ratios.iter().copied().fold(f64::INFINITY, f64::min),
+            ratios.iter().copied().fold(0.0, f64::max),
+        );
+        report.insert(
+            (*ours).into(),
+            json!({
+                "ours_ns": median(a),
+                "cudarc_ns": median(b),
+                "ratio": median(ratios),
+                "ratio_low": low,
+                "ratio_high": high,
+                "rounds": rounds,
+            }),
+        );
+    }
+    serde_json::Value::Object(report)
+}
+
+/// Each of our cases and its cudarc twin.
+const PAIRS: [(&str, &str); 7] = [
+    ("cuda-fence", "cudarc-fence"),
+    ("cuda-pooled-fence", "cudarc-fence"),
+    ("cuda-window", "cudarc-window"),
+    ("cuda-fence-submit", "cudarc-fence-submit"),
+    ("cuda-pooled-fence-submit", "cudarc-fence-submit"),
+    ("cuda-window-submit", "cudarc-window-submit"),
+    ("cuda-chain-submit", "cudarc-chain-submit"),
+];
 
 fn main() {
     let args = Args::parse();
@@ -154,12 +251,15 @@ fn main() {
             for _ in 0..1000 {
                 run_case(&case, &mut subject);
             }
+            settle(&mut subject, n as usize);
             probe_region(&case, &mut subject, n);
+            settle(&mut subject, 0);
             json!({ "case": case, "n": n })
         }
         What::Calls => {
             let soft = SoftDriver::get().unwrap_or_else(|e| panic!("{e}"));
             let calls = || soft.counts().calls;
+            let mine = || soft.thread_calls();
             let mut report = serde_json::Map::new();
             for case in [
                 "cuda-fence",
@@ -170,8 +270,22 @@ fn main() {
             ] {
                 report.insert(case.into(), json!(per_op(case, 2000, calls)));
             }
+            // The submitting thread's own calls: what a server pays where
+            // it launches work.
+            for case in [
+                "cuda-fence-submit",
+                "cuda-pooled-fence-submit",
+                "cudarc-fence-submit",
+                "cuda-window-submit",
+                "cudarc-window-submit",
+                "cuda-chain-submit",
+                "cudarc-chain-submit",
+            ] {
+                report.insert(case.into(), json!(per_op(case, 2000, mine)));
+            }
             serde_json::Value::Object(report)
         }
+        What::Wall { rounds, batch } => wall(rounds, batch),
         What::Memory => {
             let mut sizes = serde_json::Map::new();
             for n in [1_000usize, 10_000, 100_000, 1_000_000] {
