@@ -29,8 +29,8 @@ const CASES: [(&str, u64); 15] = [
 ];
 
 /// Interleaved wall-time rounds against cudarc, and operations per round.
-const WALL_ROUNDS: &str = "21";
-const WALL_BATCH: &str = "2000";
+const WALL_ROUNDS: &str = "41";
+const WALL_BATCH: &str = "250";
 
 /// Each placement session's length; every session runs three times.
 const PLACEMENT_SECONDS: u64 = 20;

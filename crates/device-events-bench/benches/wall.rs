@@ -1,25 +1,13 @@
 //! Wall-clock figures for `cargo xtask bench`, measured with criterion in
-//! one run, so that their ratios mean something on a shared machine.
+//! one run: the core alone, and windows at scale. The comparison with
+//! cudarc is timed A/B interleaved by `bench-probe wall`.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use device_events_bench::{CudaPair, Null, NullStream, fence, resolve, window};
+use device_events_bench::{Null, NullStream, fence, resolve, window};
 use device_events_core::EventProfiler;
-
-fn against_cudarc(c: &mut Criterion) {
-    let mut pair = CudaPair::new();
-    let mut group = c.benchmark_group("fence");
-    group.bench_function("ours", |b| b.iter(|| pair.our_fence()));
-    group.bench_function("ours_pooled", |b| b.iter(|| pair.our_pooled_fence()));
-    group.bench_function("cudarc", |b| b.iter(|| pair.cudarc_fence()));
-    group.finish();
-    let mut group = c.benchmark_group("window");
-    group.bench_function("ours", |b| b.iter(|| pair.our_window()));
-    group.bench_function("cudarc", |b| b.iter(|| pair.cudarc_window()));
-    group.finish();
-}
 
 fn core_alone(c: &mut Criterion) {
     let mut group = c.benchmark_group("null");
@@ -65,6 +53,6 @@ criterion_group! {
     config = Criterion::default()
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
-    targets = core_alone, against_cudarc, scale
+    targets = core_alone, scale
 }
 criterion_main!(benches);
