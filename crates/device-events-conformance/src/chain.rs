@@ -32,8 +32,7 @@ pub fn a_chain_of_windows_adds_up_to_its_span<A: AnchorApi>(h: &Harness<A>) {
     let streams = Streams::<A>::new(1);
     let s = streams.get(0);
     let mut profiler = EventProfiler::<Noting<A, CountRecords>>::new();
-    // The first chain fills the pool: a new event is recorded once more,
-    // on the anchor's stream, to check its context.
+    // The first chain fills the pool.
     chain(h, &mut profiler, s);
     let before = RECORDS.get();
     let windows = chain(h, &mut profiler, s);

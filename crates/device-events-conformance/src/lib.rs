@@ -28,12 +28,19 @@ pub mod anchoring;
 pub mod chain;
 pub mod contract;
 pub mod cpu;
+pub mod cubecl;
 pub mod noting;
 pub mod soft;
 pub mod sweep;
 
 pub use chain::{
     a_chain_of_windows_adds_up_to_its_span, a_failed_boundary_fails_only_the_windows_it_bounds,
+};
+pub use cubecl::{
+    cubecl_a_failed_launch_reads_not_measured, cubecl_a_fence_hands_one_stream_over_to_the_other,
+    cubecl_a_window_at_launch_leaves_out_the_host_before_it,
+    cubecl_an_empty_window_measures_under_a_millisecond,
+    cubecl_an_outer_window_holds_its_inner_windows,
 };
 
 use std::sync::mpsc;
@@ -868,7 +875,12 @@ macro_rules! conformance_suite {
             elapsed_on_an_unreached_event_is_not_ready,
             windows_resolve_on_other_threads,
             a_chain_of_windows_adds_up_to_its_span,
-            a_failed_boundary_fails_only_the_windows_it_bounds
+            a_failed_boundary_fails_only_the_windows_it_bounds,
+            cubecl_an_empty_window_measures_under_a_millisecond,
+            cubecl_an_outer_window_holds_its_inner_windows,
+            cubecl_a_failed_launch_reads_not_measured,
+            cubecl_a_window_at_launch_leaves_out_the_host_before_it,
+            cubecl_a_fence_hands_one_stream_over_to_the_other
         );
     };
     ($backend:ty, $harness:expr) => {

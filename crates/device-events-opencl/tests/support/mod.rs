@@ -6,7 +6,7 @@ use std::ffi::c_void;
 use std::time::Duration;
 
 use cl3::types::cl_mem;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::cell::Cell;
 
 use device_events_conformance::noting::{Note, Noting};
 use device_events_conformance::{Harness, Truth, Workload};
@@ -102,11 +102,14 @@ pub struct LastMarker;
 /// The OpenCL backend, noting the marker of each record.
 pub type Observed = Noting<OpenCl, LastMarker>;
 
-static LAST_MARKER: AtomicUsize = AtomicUsize::new(0);
+thread_local! {
+    /// Per thread: the library's own threads record anchors meanwhile.
+    static LAST_MARKER: Cell<usize> = const { Cell::new(0) };
+}
 const CL_PROFILING_COMMAND_END: u32 = 0x1283;
 
 fn last_marker() -> usize {
-    LAST_MARKER.load(Ordering::Relaxed)
+    LAST_MARKER.get()
 }
 
 /// The marker's `CL_PROFILING_COMMAND_END`, read straight from the runtime.
@@ -121,7 +124,7 @@ fn marker_end_ns(marker: usize) -> Option<u64> {
 impl Note<OpenCl> for LastMarker {
     fn recorded(event: &ClEvent) {
         if let Some(slot) = event.raw() {
-            slot.with_marker(|marker| LAST_MARKER.store(marker as usize, Ordering::Relaxed));
+            slot.with_marker(|marker| LAST_MARKER.set(marker as usize));
         }
     }
 }

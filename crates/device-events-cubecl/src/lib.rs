@@ -1,0 +1,45 @@
+//! CubeCL's profiling and fence contract, as `cubecl-runtime` 0.12 defines
+//! it in its `ComputeServer`, over any device-events backend (`Cuda`,
+//! `Hip`, `OpenCl`): a server forwards its calls and returns what it gets.
+//!
+//! - [`CubeProfiler`]: `start_profile`, `start_profile_at_launch`,
+//!   `end_profile`, `abandon_profile` with CubeCL's signatures, and the
+//!   server's failure path. A window with no device timing is
+//!   [`ProfileError::NotMeasured`](cubecl_runtime::server::ProfileError::NotMeasured),
+//!   or a `ProfileDuration` whose future yields `None`, never a zero.
+//! - [`CubeFence`]: the fence behind `flush` and `sync`, with
+//!   [`ServerError`](cubecl_runtime::server::ServerError)s, never a panic.
+//!
+//! The `ProfileDuration` is `cubecl-common` 0.12's, the one a CubeCL 0.12
+//! server returns: device-events uses that version throughout.
+//!
+//! ```
+//! use device_events_core::{EventApi, OwnedStream, sim::Sim};
+//! use device_events_cubecl::{CubeFence, CubeProfiler};
+//! use std::time::Duration;
+//!
+//! let (a, b) = (OwnedStream::<Sim>::new()?, OwnedStream::<Sim>::new()?);
+//! let mut profiler = CubeProfiler::<Sim>::new();
+//!
+//! // `start_profile_at_launch`: the window opens at the next launch.
+//! let token = profiler.start_profile_at_launch(a.get())?;
+//! // ... the server prepares the launch on the host ...
+//! profiler.launching(a.get()); // right before it enqueues the kernel
+//! Sim::enqueue_work(a.get(), Duration::from_micros(100));
+//! let duration = profiler.end_profile(a.get(), token)?;
+//!
+//! // `flush` / `sync`: the consumer stream waits on the device.
+//! CubeFence::<Sim>::new(a.get()).wait_async(b.get())?;
+//!
+//! let ticks = pollster::block_on(duration.resolve()).expect("measured");
+//! assert!(ticks.duration() >= Duration::from_micros(100));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod errors;
+mod fence;
+mod profiler;
+
+pub use errors::server_error;
+pub use fence::CubeFence;
+pub use profiler::CubeProfiler;

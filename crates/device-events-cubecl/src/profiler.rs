@@ -1,0 +1,219 @@
+//! CubeCL's profiling calls over an [`EventProfiler`].
+
+use std::collections::HashMap;
+
+use cubecl_runtime::server::{ProfileError, ProfilingToken, ServerError};
+use device_events_core::profile::ProfileDuration;
+use device_events_core::{AnchorApi, EventProfiler, ProfileToken, ProfilerConfig};
+
+use crate::errors::{not_measured, not_registered};
+
+/// A window, by CubeCL token.
+enum Window<S> {
+    /// Opened where its stream was.
+    Open(ProfileToken),
+    /// Opens at its stream's next launch.
+    AtLaunch(S),
+    /// The server failed while it was open: it measures nothing.
+    Failed,
+}
+
+/// A CubeCL server's profiling, on any backend: tokens are
+/// [`ProfilingToken`]s, errors CubeCL's, and durations the
+/// `ProfileDuration` a CubeCL 0.12 server returns as it is.
+///
+/// The server forwards `start_profile`, `start_profile_at_launch`,
+/// `end_profile` and `abandon_profile` with the stream it resolves the
+/// `StreamId` to, calls [`launching`](Self::launching) right before it
+/// enqueues a kernel, and [`failure`](Self::failure) when a launch fails.
+///
+/// ```
+/// use cubecl_runtime::server::ProfileError;
+/// use device_events_core::{OwnedStream, sim::Sim};
+/// use device_events_cubecl::CubeProfiler;
+///
+/// let s = OwnedStream::<Sim>::new()?;
+/// let mut profiler = CubeProfiler::<Sim>::new();
+/// let token = profiler.start_profile(s.get())?;
+/// // A launch failed inside the window: it measured nothing.
+/// let err = cubecl_runtime::server::ServerError::Skipped;
+/// profiler.failure(&err);
+/// let read = profiler.end_profile(s.get(), token);
+/// assert!(matches!(read, Err(ProfileError::NotMeasured { .. })));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct CubeProfiler<A: AnchorApi> {
+    profiler: EventProfiler<A>,
+    windows: HashMap<u64, Window<A::Stream>>,
+    /// Tokens waiting for a launch; usually none, so a launch costs a check.
+    at_launch: Vec<u64>,
+    next: u64,
+}
+
+impl<A: AnchorApi> Default for CubeProfiler<A>
+where
+    A::Stream: PartialEq,
+{
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<A: AnchorApi> CubeProfiler<A>
+where
+    A::Stream: PartialEq,
+{
+    /// A profiler with the default configuration.
+    pub fn new() -> Self {
+        Self::with_config(ProfilerConfig::default())
+    }
+
+    /// A profiler with `config`.
+    pub fn with_config(config: ProfilerConfig) -> Self {
+        Self {
+            profiler: EventProfiler::with_config(config),
+            windows: HashMap::new(),
+            at_launch: Vec::new(),
+            next: 0,
+        }
+    }
+
+    fn insert(&mut self, window: Window<A::Stream>) -> ProfilingToken {
+        self.next += 1;
+        self.windows.insert(self.next, window);
+        ProfilingToken { id: self.next }
+    }
+
+    /// Open a window where `stream` is.
+    ///
+    /// # Errors
+    ///
+    /// None today: a driver error is kept in the window and makes it read
+    /// [`ProfileError::NotMeasured`] at `end_profile`. CubeCL's signature
+    /// keeps the `Result`.
+    pub fn start_profile(&mut self, stream: A::Stream) -> Result<ProfilingToken, ServerError> {
+        let token = self.profiler.start(stream);
+        Ok(self.insert(Window::Open(token)))
+    }
+
+    /// Open a window at `stream`'s next launch ([`launching`](Self::launching)),
+    /// so that the host preparing that launch on an idle device is not
+    /// counted as device time. Closed before any launch, it opens where it
+    /// is closed: an empty window.
+    ///
+    /// # Errors
+    ///
+    /// None today, as for [`start_profile`](Self::start_profile).
+    pub fn start_profile_at_launch(
+        &mut self,
+        stream: A::Stream,
+    ) -> Result<ProfilingToken, ServerError> {
+        let token = self.insert(Window::AtLaunch(stream));
+        self.at_launch.push(token.id);
+        Ok(token)
+    }
+
+    /// The server is about to enqueue a kernel on `stream`: windows waiting
+    /// for its next launch open here.
+    pub fn launching(&mut self, stream: A::Stream) {
+        if self.at_launch.is_empty() {
+            return;
+        }
+        let (profiler, windows) = (&mut self.profiler, &mut self.windows);
+        self.at_launch.retain(|id| {
+            let Some(window) = windows.get_mut(id) else {
+                return false;
+            };
+            match window {
+                Window::AtLaunch(s) if *s == stream => {
+                    *window = Window::Open(profiler.start(stream));
+                    false
+                }
+                Window::AtLaunch(_) => true,
+                _ => false,
+            }
+        });
+    }
+
+    /// Close the window `token` opened, on `stream`.
+    ///
+    /// # Errors
+    ///
+    /// [`ProfileError::NotRegistered`] for a token this profiler does not
+    /// hold (closed or abandoned already, or another's);
+    /// [`ProfileError::NotMeasured`] for a window with no device timing: a
+    /// launch failed inside it, or the driver refused its events (logged).
+    pub fn end_profile(
+        &mut self,
+        stream: A::Stream,
+        token: ProfilingToken,
+    ) -> Result<ProfileDuration, ProfileError> {
+        let window = self.windows.remove(&token.id).ok_or_else(not_registered)?;
+        let open = match window {
+            Window::Open(open) => open,
+            Window::AtLaunch(_) => {
+                self.at_launch.retain(|id| *id != token.id);
+                self.profiler.start(stream)
+            }
+            Window::Failed => return Err(not_measured()),
+        };
+        match self.profiler.stop(stream, open) {
+            Ok(duration) => Ok(duration),
+            Err(device_events_core::ProfileError::Driver(err)) => {
+                log::warn!(
+                    "{}: profiling window not measured: {err}",
+                    <A as device_events_core::EventApi>::BACKEND
+                );
+                Err(not_measured())
+            }
+            Err(_) => Err(not_registered()),
+        }
+    }
+
+    /// Drop the window `token` opened, unmeasured: no driver wait, and its
+    /// events go back to the pool.
+    pub fn abandon_profile(&mut self, token: ProfilingToken) {
+        if let Some(Window::Open(open)) = self.windows.remove(&token.id) {
+            // A token this profiler made and still holds: nothing to report.
+            let _ = self.profiler.abandon(open);
+        }
+        self.at_launch.retain(|id| *id != token.id);
+    }
+
+    /// The server failed (a launch, a write): every open window measures
+    /// nothing, as CubeCL's servers mark them. `error` is logged once.
+    pub fn failure(&mut self, error: &ServerError) {
+        let mut failed = 0;
+        for window in self.windows.values_mut() {
+            match std::mem::replace(window, Window::Failed) {
+                Window::Open(open) => {
+                    let _ = self.profiler.abandon(open);
+                    failed += 1;
+                }
+                Window::AtLaunch(_) => failed += 1,
+                Window::Failed => {}
+            }
+        }
+        self.at_launch.clear();
+        if failed > 0 {
+            log::warn!(
+                "{}: {failed} profiling window(s) not measured: {error}",
+                <A as device_events_core::EventApi>::BACKEND
+            );
+        }
+    }
+
+    /// Windows open now, waiting for a launch included.
+    pub fn open_windows(&self) -> usize {
+        self.windows.len()
+    }
+}
+
+impl<A: AnchorApi> std::fmt::Debug for CubeProfiler<A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CubeProfiler")
+            .field("profiler", &self.profiler)
+            .field("windows", &self.windows.len())
+            .finish_non_exhaustive()
+    }
+}
