@@ -137,25 +137,24 @@ impl CudaPair {
         }
     }
 
-    /// A fence lifecycle as a cudarc user writes it.
-    pub fn cudarc_fence(&self) {
+    /// An event made and recorded on the stream, as a cudarc user does.
+    fn cudarc_recorded(&self) -> cudarc::driver::CudaEvent {
         let event = self
             .ctx
             .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
             .unwrap();
         event.record(&self.stream).unwrap();
-        event.synchronize().unwrap();
+        event
+    }
+
+    /// A fence lifecycle as a cudarc user writes it.
+    pub fn cudarc_fence(&self) {
+        self.cudarc_recorded().synchronize().unwrap();
     }
 
     /// A timed window as a cudarc user writes it.
     pub fn cudarc_window(&self) {
-        let flags = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
-        let (start, end) = (
-            self.ctx.new_event(flags).unwrap(),
-            self.ctx.new_event(flags).unwrap(),
-        );
-        start.record(&self.stream).unwrap();
-        end.record(&self.stream).unwrap();
+        let (start, end) = (self.cudarc_recorded(), self.cudarc_recorded());
         start.elapsed_ms(&end).unwrap();
     }
 
@@ -222,11 +221,7 @@ impl CudaPair {
 
     /// cudarc's event made, recorded and dropped.
     pub fn cudarc_fence_submit(&self) {
-        let event = self
-            .ctx
-            .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
-            .unwrap();
-        event.record(&self.stream).unwrap();
+        drop(self.cudarc_recorded());
     }
 
     /// A window opened and closed.
@@ -252,23 +247,12 @@ impl CudaPair {
     /// The same chain as a cudarc user writes it: one event per kernel,
     /// each window from one event to the next.
     pub fn cudarc_chain_submit(&self, pending: &mut Pending) {
-        let event = self
-            .ctx
-            .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
-            .unwrap();
-        event.record(&self.stream).unwrap();
-        pending.cudarc_chain.push(event);
+        pending.cudarc_chain.push(self.cudarc_recorded());
     }
 
     /// cudarc's two events made and recorded.
     pub fn cudarc_window_submit(&self, pending: &mut Pending) {
-        let flags = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
-        let (start, end) = (
-            self.ctx.new_event(flags).unwrap(),
-            self.ctx.new_event(flags).unwrap(),
-        );
-        start.record(&self.stream).unwrap();
-        end.record(&self.stream).unwrap();
+        let (start, end) = (self.cudarc_recorded(), self.cudarc_recorded());
         pending.cudarc.push((start, end));
     }
 }
