@@ -280,7 +280,15 @@ impl<A: EventApi> Anchor<A> {
 
     /// Host duration of a device duration, at the device clock's rate.
     pub(crate) fn to_host(&self, device: Duration) -> Duration {
-        device.mul_f64(self.scale)
+        // Nanoseconds through an `f64` (exact below 2⁵³ ns, 104 days), not
+        // `mul_f64`'s seconds: the same value, rounded to the nanosecond.
+        #[allow(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            clippy::cast_precision_loss
+        )]
+        let ns = (device.as_nanos() as u64 as f64 * self.scale + 0.5) as u64;
+        Duration::from_nanos(ns)
     }
 
     /// Host-clock instant of a device point `offset` after the anchor.

@@ -165,12 +165,13 @@ pub(crate) fn placement_or_none<A: AnchorApi>(
 /// How far an elapsed reading of `reading` can be off: the driver's
 /// resolution, half the `f32` millisecond step there, and the nanosecond
 /// rounding of the conversion.
+///
+/// An `f32`'s step at `x` is at most `x · 2⁻²³`, so half of it is at most
+/// `x · 2⁻²⁴`: in whole nanoseconds, `ns >> 24`, plus 1 for that shift's
+/// truncation, 1 for the conversion's rounding and 1 for the reading's own:
+/// a bound never rounds down, and it costs no floating point.
 pub(crate) fn reading_error(reading: Duration, resolution: Duration) -> Duration {
     #[allow(clippy::cast_possible_truncation)]
-    let ms = (reading.as_secs_f64() * 1e3) as f32;
-    // Half the step in nanoseconds, truncated, and 1 ns for the truncation
-    // and 1 for the conversion's rounding: a bound never rounds down.
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-    let half_step_ns = (f64::from(ms.next_up() - ms) * 5e5) as u64;
-    resolution + Duration::from_nanos(half_step_ns + 2)
+    let ns = reading.as_nanos() as u64;
+    resolution + Duration::from_nanos((ns >> 24) + 3)
 }
