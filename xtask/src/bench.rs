@@ -10,7 +10,8 @@ use serde_json::{Value, json};
 use crate::{cargo, ensure_debian_tool, root, run, soft_driver, soft_env};
 
 /// Cases `bench-probe` runs, with how many times under callgrind.
-const CASES: [(&str, u64); 15] = [
+const CASES: [(&str, u64); 16] = [
+    ("null-nothing", 20_000),
     ("null-fence", 20_000),
     ("null-pooled-fence", 20_000),
     ("null-window", 20_000),
@@ -253,9 +254,11 @@ pub(crate) fn bench() -> Result<()> {
         .fold(0.0, f64::max);
     let report = json!({
         "core_null_backend": {
-            "fence": { "instructions": i("null-fence"), "allocations": allocations["fence"] },
-            "pooled_fence": { "instructions": i("null-pooled-fence"), "allocations": allocations["pooled_fence"] },
-            "window": { "instructions": i("null-window"), "allocations": allocations["window"] },
+            "fence": { "instructions": i("null-fence") - i("null-nothing"), "allocations": allocations["fence"] },
+            "pooled_fence": { "instructions": i("null-pooled-fence") - i("null-nothing"), "allocations": allocations["pooled_fence"] },
+            "window": { "instructions": i("null-window") - i("null-nothing"), "allocations": allocations["window"] },
+            "harness_instructions": i("null-nothing"),
+            "note": "instructions: the case's minus the harness's own (a case that does nothing)",
             "targets": { "fence_instructions": 200, "fence_allocations": 0, "window_instructions": 2000, "window_allocations": 1 },
         },
         "against_cudarc_on_the_software_driver": {
