@@ -29,7 +29,10 @@ fn abandoning_a_window_waits_for_nothing() {
     let before = waits();
     let started = Instant::now();
     profiler.abandon_profile(ProfilingToken { id: token.id });
-    assert!(started.elapsed() < work / 2, "returned before the work is done");
+    assert!(
+        started.elapsed() < work / 2,
+        "returned before the work is done"
+    );
     assert_eq!(waits(), before, "no driver wait");
     assert_eq!(profiler.open_windows(), 0);
     let again = profiler.end_profile(s.get(), token);
