@@ -70,9 +70,10 @@
 //! Events and streams are made in the thread's current context, which must
 //! be a primary context (cudarc's `CudaContext` is one), and retain it.
 //! Every call binds the handle's context and restores the caller's. An
-//! event is recorded only on a stream of its own context: a fence, pool or
+//! event is recorded only on a stream of its own context: a pool or
 //! profiler for a device-1 stream is made with device 1's context current,
-//! and a mismatch is refused with an error naming both.
+//! and a mismatch is refused with an error naming both. `EventFence::new`
+//! takes its stream's context itself.
 //!
 //! No feature flags: cudarc is used with `driver` and `dynamic-loading` only,
 //! so the crate builds with no CUDA toolkit installed.
