@@ -42,11 +42,14 @@ impl<R: RawApi> CheckedEvent<R> {
         R::context_of(&self.held)
     }
 
-    fn new(raw: R::Event, held: R::Held) -> Self {
-        Self {
+    /// A new event in `held`, which the caller has current.
+    fn create(held: R::Held) -> Result<Self, DriverError> {
+        let blocking = R::state().blocking_sync.load(Ordering::Relaxed);
+        let raw = R::create_event(Permit::new(), &held, blocking)?;
+        Ok(Self {
             raw: Some(raw),
             held,
-        }
+        })
     }
 
     fn live(&self, call: &'static str) -> Result<&R::Event, DriverError> {
@@ -134,11 +137,8 @@ impl<R: RawApi> EventApi for R {
     const BACKEND: &'static str = R::BACKEND;
 
     fn event_create() -> Result<CheckedEvent<R>, DriverError> {
-        let permit = Permit::new();
-        let held = R::hold_current(permit, R::CALLS.create_event)?;
-        let blocking = R::state().blocking_sync.load(Ordering::Relaxed);
-        let raw = R::create_event(permit, &held, blocking)?;
-        Ok(CheckedEvent::new(raw, held))
+        // The current context is `held`'s: nothing to bind.
+        CheckedEvent::create(R::hold_current(Permit::new(), R::CALLS.create_event)?)
     }
 
     fn event_destroy(event: &mut CheckedEvent<R>) -> Result<(), DriverError> {
@@ -252,7 +252,7 @@ impl<R: RawApi> AnchorApi for R {
         call: impl FnOnce() -> T,
     ) -> Result<T, DriverError> {
         // Out of the table first: `call` uses the stream too.
-        let held = stream.with_live(R::CALLS.bind, |_, held| held.clone())?;
+        let held = stream.held(R::CALLS.bind)?;
         bound::<R, _>(&held, || Ok(call()))
     }
 

@@ -11,7 +11,12 @@ pub(crate) struct OwnedEvent<A: EventApi> {
 
 impl<A: EventApi> OwnedEvent<A> {
     pub(crate) fn create() -> Result<Self, DriverError> {
-        A::event_create().map(|raw| Self { raw })
+        A::event_create().map(Self::adopt)
+    }
+
+    /// Take over `raw`, to release it once when dropped.
+    pub(crate) fn adopt(raw: A::Event) -> Self {
+        Self { raw }
     }
 
     pub(crate) fn raw(&self) -> &A::Event {
@@ -63,7 +68,7 @@ impl<A: EventApi> Drop for KeptEvent<A> {
         if let Some(raw) = self.raw.take()
             && let Some(raw) = (self.keep)(raw)
         {
-            drop(OwnedEvent::<A> { raw });
+            drop(OwnedEvent::<A>::adopt(raw));
         }
     }
 }

@@ -11,7 +11,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use super::{CheckedEvent, CheckedStream, State, bound};
 use crate::driver::DriverError;
-use crate::raw::{Permit, RawApi};
+use crate::event::OwnedEvent;
+use crate::raw::RawApi;
 
 /// Idle fence events a backend keeps, at most.
 pub const IDLE_EVENTS: usize = 64;
@@ -45,14 +46,8 @@ impl<R: RawApi> State<R> {
     /// Destroy this backend's idle fence events.
     pub fn release_idle(&self) {
         let idle = std::mem::take(&mut *self.idle());
-        for mut event in idle {
-            if let Err(err) = <R as crate::EventApi>::event_destroy(&mut event) {
-                log::error!(
-                    "{}: the driver refused to release an event: {err}",
-                    R::BACKEND
-                );
-            }
-        }
+        idle.into_iter()
+            .for_each(|event| drop(OwnedEvent::<R>::adopt(event)));
     }
 }
 
@@ -61,7 +56,7 @@ pub(super) fn fence_event<R: RawApi>(
     stream: CheckedStream<R>,
 ) -> Result<CheckedEvent<R>, DriverError> {
     let state = R::state();
-    let held = stream.with_live(R::CALLS.create_event, |_, held| held.clone())?;
+    let held = stream.held(R::CALLS.create_event)?;
     let context = R::context_of(&held);
     {
         let mut idle = state.idle();
@@ -69,9 +64,7 @@ pub(super) fn fence_event<R: RawApi>(
             return Ok(idle.swap_remove(at));
         }
     }
-    let blocking = state.blocking_sync.load(Ordering::Relaxed);
-    let raw = bound::<R, _>(&held, || R::create_event(Permit::new(), &held, blocking))?;
-    Ok(CheckedEvent::new(raw, held))
+    bound::<R, _>(&held.clone(), || CheckedEvent::create(held))
 }
 
 /// Keep `event` while there is room; else give it back.
@@ -80,7 +73,8 @@ pub(super) fn keep_event<R: RawApi>(event: CheckedEvent<R>) -> Option<CheckedEve
     if event.raw().is_none() {
         return Some(event);
     }
-    if !state.registered.swap(true, Ordering::Relaxed) {
+    if !state.registered.load(Ordering::Relaxed) && !state.registered.swap(true, Ordering::Relaxed)
+    {
         RELEASERS
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

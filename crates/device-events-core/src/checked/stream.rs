@@ -141,6 +141,11 @@ impl<R: RawApi> CheckedStream<R> {
             .ok_or_else(|| dead::<R>(call, "stream"))
     }
 
+    /// The stream's context, held, while the stream lives.
+    pub(super) fn held(self, call: &'static str) -> Result<R::Held, DriverError> {
+        self.with_live(call, |_, held| held.clone())
+    }
+
     /// The stream's context, while the stream lives.
     pub fn context(self) -> Option<R::Context> {
         R::state()

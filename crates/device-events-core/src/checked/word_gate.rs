@@ -24,7 +24,7 @@ pub(crate) fn word_gate<R: RawApi>(
     permit: Permit<R>,
     stream: CheckedStream<R>,
 ) -> Result<Option<Box<dyn Gate>>, DriverError> {
-    let held = stream.with_live(R::CALLS.bind, |_, held| held.clone())?;
+    let held = stream.held(R::CALLS.bind)?;
     let Some(word) = bound::<R, _>(&held, || R::host_word(permit, &held))? else {
         return Ok(None);
     };
