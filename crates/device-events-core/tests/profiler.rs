@@ -17,6 +17,11 @@ fn stream() -> SimStream {
 }
 
 fn on_sim_clock() -> EventProfiler<Sim> {
+    on_sim_clock_of()
+}
+
+/// The same, over a wrapper of the simulated backend.
+fn on_sim_clock_of<A: device_events_core::AnchorApi>() -> EventProfiler<A> {
     EventProfiler::with_config(ProfilerConfig {
         host_clock: Sim::host_now,
         ..ProfilerConfig::default()
@@ -732,10 +737,7 @@ type PanickyWaits = OnWait<PanicHook>;
 fn start_and_stop_never_wait_in_the_driver() {
     let _sim = setup();
     let s = stream();
-    let mut profiler = EventProfiler::<Watched>::with_config(ProfilerConfig {
-        host_clock: Sim::host_now,
-        ..ProfilerConfig::default()
-    });
+    let mut profiler = on_sim_clock_of::<Watched>();
     let mut windows = Vec::new();
     for _ in 0..3 {
         let token = profiler.start(s);
@@ -786,10 +788,7 @@ fn a_window_started_before_the_first_anchor_is_placed_within_its_bound() {
 fn a_calibration_that_panics_leaves_no_window_pending() {
     let _sim = setup();
     let s = stream();
-    let mut profiler = EventProfiler::<PanickyWaits>::with_config(ProfilerConfig {
-        host_clock: Sim::host_now,
-        ..ProfilerConfig::default()
-    });
+    let mut profiler = on_sim_clock_of::<PanickyWaits>();
     let token = profiler.start(s);
     let window = profiler.stop(s, token).unwrap();
     assert!(resolve(window).is_none(), "no anchor: no placement");
