@@ -23,6 +23,7 @@ use crate::drift::Placement;
 use crate::driver::DriverError;
 use crate::gate::{AnchorApi, Closed, Gate};
 use crate::pool::{EventPool, PooledEvent};
+use crate::reading::nanos;
 
 /// A device event together with where it sits on the host clock.
 pub(crate) struct Anchor<A: EventApi> {
@@ -254,23 +255,24 @@ impl<A: EventApi> Anchor<A> {
         self.chain_error_ns
     }
 
-    /// How far a point placed `offset` after the anchor can be from the
-    /// truth, before the offset's own reading error: the anchor's own
-    /// bound, and the rate's over the offset.
-    pub(crate) fn placement_bound(&self, offset: Duration) -> Duration {
-        self.uncertainty + self.rate_error(offset)
+    /// How far a point placed `offset_ns` after the anchor can be from the
+    /// truth, in nanoseconds, before the offset's own reading error: the
+    /// anchor's own bound, and the rate's over the offset.
+    pub(crate) fn placement_bound(&self, offset_ns: u64) -> u64 {
+        nanos(self.uncertainty).saturating_add(self.rate_error(offset_ns))
     }
 
-    /// How far the host duration of `device` can be off through the rate.
-    pub(crate) fn rate_error(&self, device: Duration) -> Duration {
+    /// How far the host duration of `device_ns` can be off through the
+    /// rate, in nanoseconds.
+    pub(crate) fn rate_error(&self, device_ns: u64) -> u64 {
         // Truncated, and 1 ns for it: a bound never rounds down.
         #[allow(
             clippy::cast_possible_truncation,
             clippy::cast_sign_loss,
             clippy::cast_precision_loss
         )]
-        let ns = (device.as_nanos() as f64 * self.rate_uncertainty) as u64;
-        Duration::from_nanos(ns + 1)
+        let ns = (device_ns as f64 * self.rate_uncertainty) as u64;
+        ns.saturating_add(1)
     }
 
     /// Whether the anchor is older than its bound at `now`.
@@ -278,26 +280,27 @@ impl<A: EventApi> Anchor<A> {
         now > self.stale_after
     }
 
-    /// Host duration of a device duration, at the device clock's rate.
-    pub(crate) fn to_host(&self, device: Duration) -> Duration {
-        // Nanoseconds through an `f64` (exact below 2⁵³ ns, 104 days), not
-        // `mul_f64`'s seconds: the same value, rounded to the nanosecond.
+    /// Host duration of a device duration, at the device clock's rate, in
+    /// nanoseconds both.
+    pub(crate) fn to_host(&self, device_ns: u64) -> u64 {
+        // Through an `f64` (exact below 2⁵³ ns, 104 days), rounded to the
+        // nanosecond.
         #[allow(
             clippy::cast_possible_truncation,
             clippy::cast_sign_loss,
             clippy::cast_precision_loss
         )]
-        let ns = (device.as_nanos() as u64 as f64 * self.scale + 0.5) as u64;
-        Duration::from_nanos(ns)
+        let ns = (device_ns as f64 * self.scale + 0.5) as u64;
+        ns
     }
 
-    /// Host-clock instant of a device point `offset` after the anchor.
-    pub(crate) fn place(&self, offset: Duration) -> Instant {
-        self.instant + self.to_host(offset)
+    /// Host-clock instant of a device point `offset_ns` after the anchor.
+    pub(crate) fn place(&self, offset_ns: u64) -> Instant {
+        self.instant + Duration::from_nanos(self.to_host(offset_ns))
     }
 
-    /// Host-clock instant of a device point `offset` before the anchor.
-    pub(crate) fn place_before(&self, offset: Duration) -> Instant {
-        self.instant - self.to_host(offset)
+    /// Host-clock instant of a device point `offset_ns` before the anchor.
+    pub(crate) fn place_before(&self, offset_ns: u64) -> Instant {
+        self.instant - Duration::from_nanos(self.to_host(offset_ns))
     }
 }

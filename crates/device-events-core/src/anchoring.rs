@@ -17,7 +17,7 @@ use crate::drift::{DriftFit, MAX_GAP, Placement};
 use crate::driver::{DriverError, ErrorKind};
 use crate::gate::{AnchorApi, Gate};
 use crate::pool::EventPool;
-use crate::reading::reading_error;
+use crate::reading::{nanos, reading_error};
 use crate::stream::OwnedStream;
 
 /// The anchor a calibration in flight will give: filled once, with the new
@@ -45,6 +45,10 @@ impl<A: AnchorApi> WindowAnchor<A> {
 /// thread works on.
 pub(crate) struct Anchoring<A: AnchorApi> {
     shared: Arc<Shared<A>>,
+    /// The anchor `start()` last found current: until it is due for a
+    /// refresh it is still `latest.anchor` (only a refresh replaces that,
+    /// and none begins before it is due), so it is read without the lock.
+    cache: Option<Arc<Anchor<A>>>,
 }
 
 struct Shared<A: AnchorApi> {
@@ -99,6 +103,7 @@ impl<A: AnchorApi> Anchoring<A> {
                     fit: DriftFit::new(config.timer_resolution),
                 }),
             }),
+            cache: None,
         }
     }
 
@@ -126,9 +131,15 @@ impl<A: AnchorApi> Anchoring<A> {
     ///
     /// With no anchor at all: while a failed first calibration backs off,
     /// or when none could be begun.
-    pub(crate) fn for_window(&self) -> Result<WindowAnchor<A>, DriverError> {
+    pub(crate) fn for_window(&mut self) -> Result<WindowAnchor<A>, DriverError> {
         let now = (self.shared.config.host_clock)();
+        if let Some(anchor) = &self.cache
+            && !anchor.stale(now)
+        {
+            return Ok(WindowAnchor::Known(Arc::clone(anchor)));
+        }
         let mut latest = self.shared.latest();
+        self.cache.clone_from(&latest.anchor);
         if let Some(anchor) = &latest.anchor
             && !anchor.stale(now)
         {
@@ -307,7 +318,7 @@ fn chain_position<A: AnchorApi>(
             previous.chain_ns() + step.as_nanos() as f64,
             // Stamps are quantised, so the resolution telescopes out of a
             // sum of readings; the `f32` rounding of each does not.
-            previous.chain_error_ns() + reading_error(step, Duration::ZERO).as_nanos() as f64,
+            previous.chain_error_ns() + reading_error(nanos(step)) as f64,
         ),
         Err(err) => {
             log::warn!("{}: drift estimate restarted: {err}", A::BACKEND);

@@ -4,12 +4,17 @@
 use std::sync::Arc;
 
 use crate::EventApi;
+use crate::event::OwnedEvent;
 use crate::pool::PooledEvent;
 
 pub(crate) enum Point<A: EventApi> {
-    Own(PooledEvent<A>),
+    /// An event of the profiler's pool that the window holds alone; the
+    /// window's inputs give it back.
+    Own(OwnedEvent<A>),
     /// The boundary of two chained windows; back to the pool with the last.
     Shared(Arc<PooledEvent<A>>),
+    /// Given back already, as the inputs holding it are dropped.
+    Returned,
 }
 
 impl<A: EventApi> Point<A> {
@@ -17,6 +22,18 @@ impl<A: EventApi> Point<A> {
         match self {
             Self::Own(event) => event.raw(),
             Self::Shared(event) => event.raw(),
+            Self::Returned => unreachable!("a point is returned only as it is dropped"),
+        }
+    }
+
+    /// The event of its own, leaving the point returned.
+    pub(crate) fn take_own(&mut self) -> Option<OwnedEvent<A>> {
+        match std::mem::replace(self, Self::Returned) {
+            Self::Own(event) => Some(event),
+            other => {
+                *self = other;
+                None
+            }
         }
     }
 }

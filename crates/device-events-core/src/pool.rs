@@ -4,6 +4,7 @@
 //! two events and an anchor one more, so they are kept and reused rather than
 //! made per window.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::EventApi;
@@ -14,6 +15,9 @@ use crate::event::OwnedEvent;
 /// hands out; it outlives both until the last of them is gone.
 pub(crate) struct EventPool<A: EventApi> {
     idle: Mutex<Vec<OwnedEvent<A>>>,
+    /// How many idle events a taker holds aside (see
+    /// [`take_from`](Self::take_from)), counted against `max_idle`.
+    aside: AtomicUsize,
     max_idle: usize,
 }
 
@@ -21,6 +25,7 @@ impl<A: EventApi> EventPool<A> {
     pub(crate) fn new(max_idle: usize) -> Arc<Self> {
         Arc::new(Self {
             idle: Mutex::new(Vec::new()),
+            aside: AtomicUsize::new(0),
             max_idle,
         })
     }
@@ -45,19 +50,68 @@ impl<A: EventApi> EventPool<A> {
         Ok((event, created))
     }
 
-    /// How many events are idle now.
-    pub(crate) fn idle(&self) -> usize {
-        self.lock().len()
+    /// An idle event, or a new one, and whether it was created, from
+    /// `aside`: a single taker's own stock of this pool's idle events. A
+    /// take needs no lock; an empty stock takes every event given back
+    /// since, with one. The taker gives the event back with
+    /// [`give_back`](Self::give_back), or lends it with [`lend`](Self::lend).
+    #[inline]
+    pub(crate) fn take_from(
+        &self,
+        aside: &mut Vec<OwnedEvent<A>>,
+    ) -> Result<(OwnedEvent<A>, bool), DriverError> {
+        if aside.is_empty() {
+            self.refill(aside);
+        }
+        match aside.pop() {
+            Some(event) => {
+                self.aside.store(aside.len(), Ordering::Relaxed);
+                Ok((event, false))
+            }
+            None => Ok((OwnedEvent::create()?, true)),
+        }
     }
 
-    fn give_back(&self, event: OwnedEvent<A>) {
+    /// Take every idle event into an empty `aside`.
+    #[inline(never)]
+    fn refill(&self, aside: &mut Vec<OwnedEvent<A>>) {
         let mut idle = self.lock();
-        if idle.len() < self.max_idle {
-            idle.push(event);
-        } else {
-            drop(idle);
-            drop(event);
+        std::mem::swap(&mut *idle, aside);
+        // Under the lock that emptied the pool: idle and aside together stay
+        // within `max_idle`. Between refills it only shrinks, so a give-back
+        // reading an older figure keeps too few, never too many.
+        self.aside.store(aside.len(), Ordering::Relaxed);
+    }
+
+    /// `event`, of this pool, on loan: it comes back when dropped.
+    pub(crate) fn lend(self: &Arc<Self>, event: OwnedEvent<A>) -> PooledEvent<A> {
+        PooledEvent {
+            event: Some(event),
+            pool: Arc::clone(self),
         }
+    }
+
+    /// How many events are idle now, `aside` included.
+    pub(crate) fn idle(&self) -> usize {
+        self.lock().len() + self.aside.load(Ordering::Relaxed)
+    }
+
+    /// Keep `events` for reuse, up to `max_idle`, with one lock; release the
+    /// rest.
+    pub(crate) fn give_back<const N: usize>(&self, events: [Option<OwnedEvent<A>>; N]) {
+        let mut excess = [const { None }; N];
+        let mut idle = self.lock();
+        let keep = self
+            .max_idle
+            .saturating_sub(self.aside.load(Ordering::Relaxed));
+        for (event, spot) in events.into_iter().zip(&mut excess) {
+            match event {
+                Some(event) if idle.len() < keep => idle.push(event),
+                event => *spot = event,
+            }
+        }
+        drop(idle);
+        drop(excess);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<OwnedEvent<A>>> {
@@ -78,7 +132,7 @@ impl<A: EventApi> PooledEvent<A> {
     pub(crate) fn raw(&self) -> &A::Event {
         match &self.event {
             Some(event) => event.raw(),
-            None => unreachable!("a pooled event is only emptied by its own Drop"),
+            None => unreachable!("a pooled event is only emptied as it is dropped"),
         }
     }
 }
@@ -93,7 +147,7 @@ impl<A: EventApi> PooledEvent<A> {
 impl<A: EventApi> Drop for PooledEvent<A> {
     fn drop(&mut self) {
         if let Some(event) = self.event.take() {
-            self.pool.give_back(event);
+            self.pool.give_back([Some(event)]);
         }
     }
 }

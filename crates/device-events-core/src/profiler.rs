@@ -10,12 +10,13 @@ use crate::arena::Arena;
 use crate::config::ProfilerConfig;
 use crate::driver::{DriverError, ErrorKind};
 use crate::errors::ProfileError;
+use crate::event::OwnedEvent;
 use crate::gate::AnchorApi;
 use crate::point::Point;
-use crate::pool::{EventPool, PooledEvent};
+use crate::pool::EventPool;
 use crate::reading::{Inputs, Limits};
 use crate::resolver;
-use crate::resolving::{PlacedWindow, Resolving};
+use crate::resolving::{PlacedWindow, Resolving, Ticks};
 use crate::token::ProfileToken;
 
 mod chain;
@@ -105,13 +106,17 @@ pub struct EventProfiler<A: AnchorApi> {
     anchoring: Anchoring<A>,
     /// The windows' events; anchors have their own.
     pool: Arc<EventPool<A>>,
+    /// The pool's idle events this profiler holds aside, taken without a
+    /// lock.
+    spare: Vec<OwnedEvent<A>>,
     limits: Limits,
     /// Keeps the resolver thread up between windows while this lives.
     _resolver: resolver::Hold,
 }
 
-/// An open window: its start event and anchor, or why it has neither.
-type Window<A> = Result<Opened<A>, DriverError>;
+/// An open window: its start event and anchor, or why it has neither
+/// (boxed: rare, and the slots stay small).
+type Window<A> = Result<Opened<A>, Box<DriverError>>;
 
 struct Opened<A: AnchorApi> {
     start: Point<A>,
@@ -141,6 +146,7 @@ impl<A: AnchorApi> EventProfiler<A> {
             windows: Arena::new(),
             anchoring: Anchoring::new(config),
             pool,
+            spare: Vec::new(),
             limits: Limits {
                 max_distance: config.max_anchor_distance,
                 resolution: config.timer_resolution,
@@ -168,7 +174,7 @@ impl<A: AnchorApi> EventProfiler<A> {
     /// error of the call "anchor calibration" that says so and quotes the
     /// failure.
     pub fn start(&mut self, stream: A::Stream) -> ProfileToken {
-        let window = self.open_window(stream);
+        let window = self.open_window(stream).map_err(Box::new);
         if let Err(err) = &window {
             self.note_fault(err);
         }
@@ -204,9 +210,7 @@ impl<A: AnchorApi> EventProfiler<A> {
         // Built straight from the reading: one allocation per window, the
         // one `ProfileDuration` makes.
         let window = self.close(stream, token)?;
-        Ok(ProfileDuration::new_device_time_maybe(async move {
-            window.await.map(|placed| placed.ticks)
-        }))
+        Ok(ProfileDuration::new_device_time_maybe(Ticks(window)))
     }
 
     /// As [`stop`](Self::stop), with a bound on each resolved window's
@@ -247,12 +251,12 @@ impl<A: AnchorApi> EventProfiler<A> {
         stream: A::Stream,
         token: ProfileToken,
     ) -> Result<Resolving<A>, ProfileError> {
-        let opened = self.take(token)??;
+        let opened = self.take(token)?.map_err(|err| *err)?;
         let end = self.recorded(stream)?;
         Ok(self.resolving(opened, Point::Own(end)))
     }
     /// An event of the pool, recorded on `stream`.
-    fn recorded(&mut self, stream: A::Stream) -> Result<PooledEvent<A>, DriverError> {
+    fn recorded(&mut self, stream: A::Stream) -> Result<OwnedEvent<A>, DriverError> {
         let event = self.event().and_then(|event| {
             A::event_record(event.raw(), stream)?;
             Ok(event)
@@ -268,6 +272,7 @@ impl<A: AnchorApi> EventProfiler<A> {
                 start: opened.start,
                 end,
                 limits: self.limits,
+                pool: Arc::clone(&self.pool),
             }),
             pending: None,
         }
@@ -280,10 +285,16 @@ impl<A: AnchorApi> EventProfiler<A> {
     /// [`ProfileError::ForeignToken`] and [`ProfileError::StaleToken`], as for
     /// [`stop`](Self::stop).
     pub fn abandon(&mut self, token: ProfileToken) -> Result<(), ProfileError> {
-        if let Err(err) = self.take(token)? {
-            log::warn!("{}: abandoned a window that had failed: {err}", A::BACKEND);
+        match self.take(token)? {
+            Ok(opened) => self.recycle(opened),
+            Err(err) => log::warn!("{}: abandoned a window that had failed: {err}", A::BACKEND),
         }
         Ok(())
+    }
+
+    /// An unread window's own start event, back to the pool.
+    fn recycle(&self, mut opened: Opened<A>) {
+        self.pool.give_back([opened.start.take_own()]);
     }
 
     /// Mark every open window failed with `error`: each one's `stop` returns
@@ -291,12 +302,13 @@ impl<A: AnchorApi> EventProfiler<A> {
     /// profiler does this itself for faults its own calls meet.
     pub fn fail_open_windows(&mut self, error: &DriverError) {
         for window in self.windows.values_mut() {
-            if let Err(earlier) = window
-                && earlier != error
-            {
-                log::warn!("{}: a failed window failed again: {earlier}", A::BACKEND);
+            match std::mem::replace(window, Err(Box::new(error.clone()))) {
+                Ok(mut opened) => self.pool.give_back([opened.start.take_own()]),
+                Err(earlier) if *earlier != *error => {
+                    log::warn!("{}: a failed window failed again: {earlier}", A::BACKEND);
+                }
+                Err(_) => {}
             }
-            *window = Err(error.clone());
         }
     }
 
@@ -322,7 +334,7 @@ impl<A: AnchorApi> EventProfiler<A> {
         self.pool.idle()
     }
 
-    fn open_window(&mut self, stream: A::Stream) -> Window<A> {
+    fn open_window(&mut self, stream: A::Stream) -> Result<Opened<A>, DriverError> {
         let anchor = self.anchoring.for_window()?;
         let start = self.event()?;
         A::event_record(start.raw(), stream)?;
@@ -337,14 +349,14 @@ impl<A: AnchorApi> EventProfiler<A> {
     /// holds is of the anchor's context, and a window on another context's
     /// stream is refused at `start` or `stop`, every time, rather than read
     /// as `None` later, or not, depending on which event the pool hands out.
-    fn event(&self) -> Result<PooledEvent<A>, DriverError> {
-        let (event, created) = self.pool.take_new()?;
+    fn event(&mut self) -> Result<OwnedEvent<A>, DriverError> {
+        let (event, created) = self.pool.take_from(&mut self.spare)?;
         if created
             && let Some(stream) = self.anchoring.stream()
             && A::same_context(event.raw(), stream) == Some(false)
         {
             // Of another context: released, never pooled to fail later.
-            event.discard();
+            drop(event);
             return Err(DriverError::refused(
                 A::BACKEND,
                 "EventProfiler::start",

@@ -1,12 +1,15 @@
 //! Reading a closed window: its device times, placed on the host clock
 //! through its anchor, and a bound on the placement's error.
 
+use std::sync::Arc;
+
 use cubecl_common::profile::{Duration, ProfileTicks};
 
 use crate::anchoring::WindowAnchor;
 use crate::driver::DriverError;
 use crate::gate::AnchorApi;
 use crate::point::Point;
+use crate::pool::EventPool;
 
 /// What a window's reading is checked against.
 #[derive(Clone, Copy)]
@@ -92,6 +95,7 @@ pub(crate) fn read_window<A: AnchorApi>(inputs: &Inputs<A>) -> Result<Placement,
         start,
         end,
         limits,
+        ..
     } = inputs;
     let anchor = match anchor.get() {
         None => return Err(Unread::NoAnchorYet),
@@ -118,26 +122,33 @@ pub(crate) fn read_window<A: AnchorApi>(inputs: &Inputs<A>) -> Result<Placement,
     } else {
         Duration::ZERO
     };
-    let distance = (after + span).max(before);
-    if distance > limits.max_distance {
+    // Nanoseconds from here on: integer sums, one conversion at the end.
+    let (span_ns, after_ns, before_ns) = (nanos(span), nanos(after), nanos(before));
+    let distance = after_ns.saturating_add(span_ns).max(before_ns);
+    if distance > nanos(limits.max_distance) {
         return Err(Unread::TooFar {
-            distance,
+            distance: Duration::from_nanos(distance),
             bound: limits.max_distance,
         });
     }
-    let begin = if before.is_zero() {
-        anchor.place(after)
+    let begin = if before_ns == 0 {
+        anchor.place(after_ns)
     } else {
-        anchor.place_before(before)
+        anchor.place_before(before_ns)
     };
-    let offset = after.max(before);
-    let uncertainty = anchor.placement_bound(offset)
-        + reading_error(offset, limits.resolution)
-        + anchor.rate_error(span)
-        + reading_error(span, limits.resolution);
+    let offset = after_ns.max(before_ns);
+    let resolution = nanos(limits.resolution);
+    let uncertainty = anchor
+        .placement_bound(offset)
+        .saturating_add(reading_error(offset) + resolution)
+        .saturating_add(anchor.rate_error(span_ns))
+        .saturating_add(reading_error(span_ns) + resolution);
     Ok(Placement {
-        ticks: ProfileTicks::from_start_end(begin, begin + anchor.to_host(span)),
-        uncertainty,
+        ticks: ProfileTicks::from_start_end(
+            begin,
+            begin + Duration::from_nanos(anchor.to_host(span_ns)),
+        ),
+        uncertainty: Duration::from_nanos(uncertainty),
     })
 }
 
@@ -147,9 +158,19 @@ pub(crate) struct Inputs<A: AnchorApi> {
     pub(crate) start: Point<A>,
     pub(crate) end: Point<A>,
     pub(crate) limits: Limits,
+    /// Where the window's own events go back, both with one lock.
+    pub(crate) pool: Arc<EventPool<A>>,
+}
+
+impl<A: AnchorApi> Drop for Inputs<A> {
+    fn drop(&mut self) {
+        self.pool
+            .give_back([self.start.take_own(), self.end.take_own()]);
+    }
 }
 
 /// The reading, or `None` with the reason logged.
+#[inline]
 pub(crate) fn placement_or_none<A: AnchorApi>(
     read: Result<Placement, Unread>,
 ) -> Option<Placement> {
@@ -162,16 +183,22 @@ pub(crate) fn placement_or_none<A: AnchorApi>(
     .ok()
 }
 
-/// How far an elapsed reading of `reading` can be off: the driver's
-/// resolution, half the `f32` millisecond step there, and the nanosecond
-/// rounding of the conversion.
+/// How far an elapsed reading of `reading_ns` nanoseconds can be off,
+/// besides the driver's resolution: half the `f32` millisecond step there,
+/// and the nanosecond rounding of the conversion.
 ///
 /// An `f32`'s step at `x` is at most `x · 2⁻²³`, so half of it is at most
 /// `x · 2⁻²⁴`: in whole nanoseconds, `ns >> 24`, plus 1 for that shift's
 /// truncation, 1 for the conversion's rounding and 1 for the reading's own:
 /// a bound never rounds down, and it costs no floating point.
-pub(crate) fn reading_error(reading: Duration, resolution: Duration) -> Duration {
-    #[allow(clippy::cast_possible_truncation)]
-    let ns = reading.as_nanos() as u64;
-    resolution + Duration::from_nanos((ns >> 24) + 3)
+pub(crate) fn reading_error(reading_ns: u64) -> u64 {
+    (reading_ns >> 24) + 3
+}
+
+/// A duration in whole nanoseconds, `u64::MAX` past 584 years.
+pub(crate) fn nanos(duration: Duration) -> u64 {
+    duration
+        .as_secs()
+        .saturating_mul(1_000_000_000)
+        .saturating_add(u64::from(duration.subsec_nanos()))
 }

@@ -6,7 +6,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 
-use cubecl_common::profile::ProfileDuration;
+use cubecl_common::profile::{ProfileDuration, ProfileTicks};
 
 use crate::gate::AnchorApi;
 use crate::reading::{Inputs, Placement, placement_or_none, read_window};
@@ -68,9 +68,21 @@ impl PlacedWindow {
 
     /// The window as a [`ProfileDuration`], without the bound.
     pub fn into_profile_duration(self) -> ProfileDuration {
-        ProfileDuration::new_device_time_maybe(async move {
-            self.future.await.map(|placed| placed.ticks)
-        })
+        ProfileDuration::new_device_time_maybe(Ticks(self.future))
+    }
+}
+
+/// A window's future with its placement's bound left out: what cubecl's
+/// [`ProfileDuration`] holds.
+pub(crate) struct Ticks<F>(pub(crate) F);
+
+impl<F: Future<Output = Option<Placement>> + Unpin> Future for Ticks<F> {
+    type Output = Option<ProfileTicks>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<ProfileTicks>> {
+        Pin::new(&mut self.0)
+            .poll(cx)
+            .map(|placed| placed.map(|placed| placed.ticks))
     }
 }
 
@@ -141,15 +153,15 @@ impl<A: AnchorApi> Future for Resolving<A> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Placement>> {
         let this = self.get_mut();
-        if let Some(inputs) = this.inputs.take() {
-            match read_window(&inputs) {
+        if let Some(inputs) = &this.inputs {
+            match read_window(inputs) {
                 Err(why) if why.is_not_ready() => {
                     log::debug!(
                         "{}: window not read yet, handed to the resolver thread: {why}",
                         A::BACKEND
                     );
                     let pending = Arc::new(Pending {
-                        inputs: Mutex::new(Some(inputs)),
+                        inputs: Mutex::new(this.inputs.take()),
                         answer: Answer::new(),
                     });
                     // The waker first: the resolver may answer at once.
@@ -158,7 +170,11 @@ impl<A: AnchorApi> Future for Resolving<A> {
                     this.pending = Some(pending);
                     return Poll::Pending;
                 }
-                read => return Poll::Ready(placement_or_none::<A>(read)),
+                read => {
+                    // The events go back before the caller hears.
+                    this.inputs = None;
+                    return Poll::Ready(placement_or_none::<A>(read));
+                }
             }
         }
         match &this.pending {

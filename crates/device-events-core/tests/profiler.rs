@@ -203,6 +203,50 @@ fn abandoned_window_returns_its_events() {
 }
 
 #[test]
+fn windows_marked_failed_return_their_events() {
+    let _sim = setup();
+    let s = stream();
+    let mut profiler = on_sim_clock();
+    let (a, b) = (profiler.start(s), profiler.start(s));
+    let idle = profiler.idle_events();
+    let fault = DriverError::refused("sim", "kernel launch", ErrorKind::DevicePoisoned, "test");
+    profiler.fail_open_windows(&fault);
+    assert_eq!(profiler.idle_events(), idle + 2);
+    assert!(profiler.stop(s, a).is_err() && profiler.stop(s, b).is_err());
+}
+
+#[test]
+fn idle_events_stay_within_max_idle_events() {
+    let _sim = setup();
+    let s = stream();
+    let mut profiler = EventProfiler::<Sim>::with_config(ProfilerConfig {
+        host_clock: Sim::host_now,
+        max_idle_events: 4,
+        ..ProfilerConfig::default()
+    });
+    let mut windows: Vec<_> = (0..8)
+        .map(|_| {
+            let token = profiler.start(s);
+            profiler.stop(s, token).unwrap()
+        })
+        .collect();
+    for window in windows.drain(..2) {
+        resolve(window).unwrap();
+    }
+    assert_eq!(profiler.idle_events(), 4);
+    // This start takes the idle events into the profiler's own stock; the
+    // events given back meanwhile are kept only as far as the stock left
+    // room.
+    let open = profiler.start(s);
+    for window in windows {
+        resolve(window).unwrap();
+    }
+    assert_eq!(profiler.idle_events(), 4);
+    profiler.abandon(open).unwrap();
+    assert!(profiler.idle_events() <= 4);
+}
+
+#[test]
 fn repeated_token_is_refused() {
     let _sim = setup();
     let s = stream();

@@ -62,13 +62,15 @@ impl<A: AnchorApi> EventProfiler<A> {
         stream: A::Stream,
         token: ProfileToken,
     ) -> Result<(PlacedWindow, ProfileToken), ProfileError> {
-        let opened = self.take(token)??;
-        let boundary = Arc::new(self.recorded(stream)?);
+        let opened = self.take(token)?.map_err(|err| *err)?;
+        let boundary = self.recorded(stream)?;
+        let boundary = Arc::new(self.pool.lend(boundary));
         let closed = self.resolving(opened, Point::Shared(Arc::clone(&boundary)));
         let next = self.anchoring.for_window().map(|anchor| Opened {
             start: Point::Shared(boundary),
             anchor,
         });
+        let next = next.map_err(Box::new);
         if let Err(err) = &next {
             self.note_fault(err);
         }
