@@ -266,13 +266,8 @@ impl<A: EventApi> Anchor<A> {
     /// rate, in nanoseconds.
     pub(crate) fn rate_error(&self, device_ns: u64) -> u64 {
         // Truncated, and 1 ns for it: a bound never rounds down.
-        #[allow(
-            clippy::cast_possible_truncation,
-            clippy::cast_sign_loss,
-            clippy::cast_precision_loss
-        )]
-        let ns = (device_ns as f64 * self.rate_uncertainty) as u64;
-        ns.saturating_add(1)
+        let ns = float_ns(device_ns) * self.rate_uncertainty;
+        ns_of_float(ns).saturating_add(1)
     }
 
     /// Whether the anchor is older than its bound at `now`.
@@ -283,15 +278,8 @@ impl<A: EventApi> Anchor<A> {
     /// Host duration of a device duration, at the device clock's rate, in
     /// nanoseconds both.
     pub(crate) fn to_host(&self, device_ns: u64) -> u64 {
-        // Through an `f64` (exact below 2⁵³ ns, 104 days), rounded to the
-        // nanosecond.
-        #[allow(
-            clippy::cast_possible_truncation,
-            clippy::cast_sign_loss,
-            clippy::cast_precision_loss
-        )]
-        let ns = (device_ns as f64 * self.scale + 0.5) as u64;
-        ns
+        // Rounded to the nanosecond.
+        ns_of_float(float_ns(device_ns) * self.scale + 0.5)
     }
 
     /// Host-clock instant of a device point `offset_ns` after the anchor.
@@ -303,4 +291,20 @@ impl<A: EventApi> Anchor<A> {
     pub(crate) fn place_before(&self, offset_ns: u64) -> Instant {
         self.instant - Duration::from_nanos(self.to_host(offset_ns))
     }
+}
+
+/// Nanoseconds as an `f64`, through `i64`: one instruction where `u64`'s
+/// conversion takes several. Exact below 2⁵³ ns (104 days); a duration
+/// past 292 years reads as 292 years.
+#[allow(clippy::cast_possible_wrap, clippy::cast_precision_loss)]
+#[inline]
+fn float_ns(ns: u64) -> f64 {
+    ns.min(i64::MAX as u64) as i64 as f64
+}
+
+/// The inverse of [`float_ns`], truncating; a negative or NaN value is 0.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+#[inline]
+fn ns_of_float(ns: f64) -> u64 {
+    (ns as i64).max(0) as u64
 }

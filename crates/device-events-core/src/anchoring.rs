@@ -131,6 +131,7 @@ impl<A: AnchorApi> Anchoring<A> {
     ///
     /// With no anchor at all: while a failed first calibration backs off,
     /// or when none could be begun.
+    #[inline]
     pub(crate) fn for_window(&mut self) -> Result<WindowAnchor<A>, DriverError> {
         let now = (self.shared.config.host_clock)();
         if let Some(anchor) = &self.cache
@@ -138,6 +139,12 @@ impl<A: AnchorApi> Anchoring<A> {
         {
             return Ok(WindowAnchor::Known(Arc::clone(anchor)));
         }
+        self.refreshed(now)
+    }
+
+    /// As [`for_window`](Self::for_window), past its anchor's refresh time.
+    #[inline(never)]
+    fn refreshed(&mut self, now: Instant) -> Result<WindowAnchor<A>, DriverError> {
         let mut latest = self.shared.latest();
         self.cache.clone_from(&latest.anchor);
         if let Some(anchor) = &latest.anchor

@@ -34,6 +34,7 @@ impl<T> Arena<T> {
     }
 
     /// Keep `value`; its key finds it until [`take`](Self::take).
+    #[inline]
     pub(crate) fn insert(&mut self, value: T) -> Key {
         self.len += 1;
         if let Some(index) = self.free.pop() {
@@ -70,6 +71,7 @@ impl<T> Arena<T> {
 
     /// Take the value out; `key`, and every copy of it, finds nothing from
     /// now on.
+    #[inline]
     pub(crate) fn take(&mut self, key: Key) -> Option<T> {
         let slot = self
             .slots

@@ -4,8 +4,10 @@
 //! two events and an anchor one more, so they are kept and reused rather than
 //! made per window.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+
+use parking_lot::{Mutex, MutexGuard};
 
 use crate::EventApi;
 use crate::driver::DriverError;
@@ -98,6 +100,7 @@ impl<A: EventApi> EventPool<A> {
 
     /// Keep `events` for reuse, up to `max_idle`, with one lock; release the
     /// rest.
+    #[inline]
     pub(crate) fn give_back<const N: usize>(&self, events: [Option<OwnedEvent<A>>; N]) {
         let mut excess = [const { None }; N];
         let mut idle = self.lock();
@@ -114,10 +117,11 @@ impl<A: EventApi> EventPool<A> {
         drop(excess);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<OwnedEvent<A>>> {
-        // The vector is valid whatever a panicking holder was doing: a push
-        // or a pop either happened or did not.
-        self.idle.lock().unwrap_or_else(PoisonError::into_inner)
+    /// `parking_lot`'s: a lock and unlock with no poisoning to check, on
+    /// every window's path. The vector is valid whatever a panicking holder
+    /// was doing: a push or a pop either happened or did not.
+    fn lock(&self) -> MutexGuard<'_, Vec<OwnedEvent<A>>> {
+        self.idle.lock()
     }
 }
 

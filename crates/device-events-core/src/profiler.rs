@@ -266,16 +266,13 @@ impl<A: AnchorApi> EventProfiler<A> {
 
     /// The future of a window whose end is recorded.
     fn resolving(&self, opened: Opened<A>, end: Point<A>) -> Resolving<A> {
-        Resolving {
-            inputs: Some(Inputs {
-                anchor: opened.anchor,
-                start: opened.start,
-                end,
-                limits: self.limits,
-                pool: Arc::clone(&self.pool),
-            }),
-            pending: None,
-        }
+        Resolving::Unread(Inputs {
+            anchor: opened.anchor,
+            start: opened.start,
+            end,
+            limits: self.limits,
+            pool: Arc::clone(&self.pool),
+        })
     }
 
     /// Close a window without measuring it; its events go back to the pool.

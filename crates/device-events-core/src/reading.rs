@@ -35,12 +35,15 @@ pub struct Placement {
     pub uncertainty: Duration,
 }
 
-/// Why a window resolved to `None`, or is not read yet.
+/// Why a window resolved to `None`, or is not read yet. Failures are
+/// boxed: rare, and a reading's result stays small.
 pub(crate) enum Unread {
-    Driver(DriverError),
+    /// The device has not reached the window's end (or start) yet.
+    NotReady,
+    Driver(Box<DriverError>),
     /// The anchor it is placed on is still being taken.
     NoAnchorYet,
-    NoAnchor(DriverError),
+    NoAnchor(Box<DriverError>),
     Reversed {
         by: Duration,
     },
@@ -53,23 +56,26 @@ pub(crate) enum Unread {
 impl Unread {
     /// Not read yet, rather than unreadable: asked again later.
     pub(crate) fn is_not_ready(&self) -> bool {
-        match self {
-            Self::Driver(err) => err.is_not_ready(),
-            Self::NoAnchorYet => true,
-            _ => false,
-        }
+        matches!(self, Self::NotReady | Self::NoAnchorYet)
     }
 }
 
 impl From<DriverError> for Unread {
     fn from(err: DriverError) -> Self {
-        Self::Driver(err)
+        if err.is_not_ready() {
+            // The driver's own words, logged here: `NotReady` keeps none.
+            log::trace!("not ready: {err}");
+            Self::NotReady
+        } else {
+            Self::Driver(Box::new(err))
+        }
     }
 }
 
 impl std::fmt::Display for Unread {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
+            Self::NotReady => f.write_str("the device has not reached it yet"),
             Self::Driver(err) => err.fmt(f),
             Self::NoAnchorYet => f.write_str("its anchor is still being taken"),
             Self::NoAnchor(err) => write!(f, "it has no anchor to be placed on: {err}"),
@@ -99,7 +105,7 @@ pub(crate) fn read_window<A: AnchorApi>(inputs: &Inputs<A>) -> Result<Placement,
     } = inputs;
     let anchor = match anchor.get() {
         None => return Err(Unread::NoAnchorYet),
-        Some(Err(err)) => return Err(Unread::NoAnchor(err.clone())),
+        Some(Err(err)) => return Err(Unread::NoAnchor(Box::new(err.clone()))),
         Some(Ok(anchor)) => anchor,
     };
     // The span first: the end not reached yet is the common "not ready",
@@ -163,6 +169,7 @@ pub(crate) struct Inputs<A: AnchorApi> {
 }
 
 impl<A: AnchorApi> Drop for Inputs<A> {
+    #[inline]
     fn drop(&mut self) {
         self.pool
             .give_back([self.start.take_own(), self.end.take_own()]);
@@ -191,11 +198,13 @@ pub(crate) fn placement_or_none<A: AnchorApi>(
 /// `x · 2⁻²⁴`: in whole nanoseconds, `ns >> 24`, plus 1 for that shift's
 /// truncation, 1 for the conversion's rounding and 1 for the reading's own:
 /// a bound never rounds down, and it costs no floating point.
+#[inline]
 pub(crate) fn reading_error(reading_ns: u64) -> u64 {
     (reading_ns >> 24) + 3
 }
 
 /// A duration in whole nanoseconds, `u64::MAX` past 584 years.
+#[inline]
 pub(crate) fn nanos(duration: Duration) -> u64 {
     duration
         .as_secs()

@@ -95,12 +95,17 @@ impl std::fmt::Debug for PlacedWindow {
 /// A closed window's reading: at once when the device is already past its
 /// end, else by the resolver thread, which asks without waiting until it
 /// is; neither thread blocks in a driver wait.
-pub(crate) struct Resolving<A: AnchorApi> {
-    /// Until the first poll.
-    pub(crate) inputs: Option<Inputs<A>>,
-    /// Once handed to the resolver.
-    pub(crate) pending: Option<Arc<Pending<A>>>,
+pub(crate) enum Resolving<A: AnchorApi> {
+    /// Not read yet: the first poll reads it in place.
+    Unread(Inputs<A>),
+    /// Handed to the resolver thread.
+    Pending(Handed<A>),
+    /// Answered.
+    Done,
 }
+
+/// The future's hold on a window handed to the resolver thread.
+pub(crate) struct Handed<A: AnchorApi>(Arc<Pending<A>>);
 
 /// A window the resolver waits for.
 pub(crate) struct Pending<A: AnchorApi> {
@@ -153,51 +158,52 @@ impl<A: AnchorApi> Future for Resolving<A> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Placement>> {
         let this = self.get_mut();
-        if let Some(inputs) = &this.inputs {
-            match read_window(inputs) {
-                Err(why) if why.is_not_ready() => {
-                    log::debug!(
-                        "{}: window not read yet, handed to the resolver thread: {why}",
-                        A::BACKEND
-                    );
-                    let pending = Arc::new(Pending {
-                        inputs: Mutex::new(this.inputs.take()),
-                        answer: Answer::new(),
-                    });
-                    // The waker first: the resolver may answer at once.
-                    let _ = pending.answer.take_or_wait(cx.waker());
-                    resolver::submit(Arc::clone(&pending) as Arc<dyn Job>);
-                    this.pending = Some(pending);
-                    return Poll::Pending;
-                }
+        if let Self::Unread(inputs) = this {
+            let read = read_window(inputs);
+            let why = match read {
+                Err(why) if why.is_not_ready() => why,
                 read => {
                     // The events go back before the caller hears.
-                    this.inputs = None;
+                    *this = Self::Done;
                     return Poll::Ready(placement_or_none::<A>(read));
                 }
+            };
+            log::debug!(
+                "{}: window not read yet, handed to the resolver thread: {why}",
+                A::BACKEND
+            );
+            if let Self::Unread(inputs) = std::mem::replace(this, Self::Done) {
+                let pending = Arc::new(Pending {
+                    inputs: Mutex::new(Some(inputs)),
+                    answer: Answer::new(),
+                });
+                // The waker first: the resolver may answer at once.
+                let _ = pending.answer.take_or_wait(cx.waker());
+                resolver::submit(Arc::clone(&pending) as Arc<dyn Job>);
+                *this = Self::Pending(Handed(pending));
             }
+            return Poll::Pending;
         }
-        match &this.pending {
-            Some(pending) => match pending.answer.take_or_wait(cx.waker()) {
+        match this {
+            Self::Pending(Handed(pending)) => match pending.answer.take_or_wait(cx.waker()) {
                 Some(placed) => Poll::Ready(placed),
                 None => Poll::Pending,
             },
-            None => Poll::Ready(None),
+            _ => Poll::Ready(None),
         }
     }
 }
 
-impl<A: AnchorApi> Drop for Resolving<A> {
+impl<A: AnchorApi> Drop for Handed<A> {
     /// Dropped unresolved: the events go back now, unless the resolver is
     /// already waiting on them, when they go back as it finishes.
     fn drop(&mut self) {
-        if let Some(pending) = &self.pending {
-            let inputs = pending
-                .inputs
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take();
-            drop(inputs);
-        }
+        let inputs = self
+            .0
+            .inputs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        drop(inputs);
     }
 }
