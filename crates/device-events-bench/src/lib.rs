@@ -77,6 +77,19 @@ pub fn resolve(duration: ProfileDuration) -> Option<ProfileTicks> {
     }
 }
 
+/// A profiler in its steady state: its anchor fresh for `anchor_max_age`,
+/// as once a device's rate is known, so that a window costs what it costs
+/// for the rest of a session. The null backend's readings are all zero,
+/// which never give a rate, and under callgrind the anchors a rate needs
+/// come too slowly: with the default settings either would stay in the
+/// first milliseconds' state, refreshing every 5 ms.
+pub fn steady() -> device_events_core::ProfilerConfig {
+    device_events_core::ProfilerConfig {
+        drift_correction: false,
+        ..device_events_core::ProfilerConfig::default()
+    }
+}
+
 /// A fence lifecycle: create (record), host wait, drop (release).
 pub fn fence<A: device_events_core::AnchorApi>(stream: A::Stream) {
     let fence = EventFence::<A>::new(stream);
@@ -111,12 +124,21 @@ pub struct CudaPair {
     pub pool: FencePool<Cuda>,
     /// A profiler for `Cuda`.
     pub profiler: EventProfiler<Cuda>,
+    /// Device memory for work of a known length inside a window.
+    scratch: sys::CUdeviceptr,
 }
+
+/// The bytes [`CudaPair`]'s work inside a window sets: a few microseconds
+/// at the software driver's bandwidth, so a window's span never reads zero.
+const SCRATCH: usize = 1 << 20;
 
 impl Drop for CudaPair {
     fn drop(&mut self) {
         // Forget the admitted stream before cudarc's is destroyed.
         let _ = Cuda::stream_destroy(self.ours);
+        let _ = self.stream.synchronize();
+        // SAFETY: allocated in `new`, freed once, the stream past its use.
+        let _ = unsafe { cudarc::driver::result::free_sync(self.scratch) };
     }
 }
 
@@ -133,7 +155,9 @@ impl CudaPair {
             stream,
             ours,
             pool: FencePool::new(),
-            profiler: EventProfiler::new(),
+            profiler: EventProfiler::with_config(steady()),
+            // SAFETY: a plain device allocation, `ctx` current.
+            scratch: unsafe { cudarc::driver::result::malloc_sync(SCRATCH) }.unwrap(),
         }
     }
 
@@ -145,32 +169,6 @@ impl CudaPair {
             .unwrap();
         event.record(&self.stream).unwrap();
         event
-    }
-
-    /// A fence lifecycle as a cudarc user writes it.
-    pub fn cudarc_fence(&self) {
-        self.cudarc_recorded().synchronize().unwrap();
-    }
-
-    /// A timed window as a cudarc user writes it.
-    pub fn cudarc_window(&self) {
-        let (start, end) = (self.cudarc_recorded(), self.cudarc_recorded());
-        start.elapsed_ms(&end).unwrap();
-    }
-
-    /// A fence lifecycle through `EventFence<Cuda>`.
-    pub fn our_fence(&self) {
-        fence::<Cuda>(self.ours);
-    }
-
-    /// A fence lifecycle through a `FencePool<Cuda>`.
-    pub fn our_pooled_fence(&self) {
-        pooled_fence::<Cuda>(&self.pool, self.ours);
-    }
-
-    /// A window through `EventProfiler<Cuda>`.
-    pub fn our_window(&mut self) {
-        window::<Cuda>(&mut self.profiler, self.ours);
     }
 }
 
@@ -186,6 +184,10 @@ pub struct Pending {
     pub cudarc_chain: Vec<cudarc::driver::CudaEvent>,
     /// Our chain's open window.
     pub chain: Option<device_events_core::ProfileToken>,
+    /// Our fences, plain or pooled, made and not waited on.
+    pub fences: Vec<EventFence<Cuda>>,
+    /// cudarc's fence events, recorded and not waited on.
+    pub cudarc_fences: Vec<cudarc::driver::CudaEvent>,
 }
 
 impl Pending {
@@ -194,6 +196,12 @@ impl Pending {
     pub fn complete(&mut self) {
         for window in self.ours.drain(..) {
             resolve(window).unwrap();
+        }
+        for fence in self.fences.drain(..) {
+            fence.wait_sync().unwrap();
+        }
+        for event in self.cudarc_fences.drain(..) {
+            event.synchronize().unwrap();
         }
         for (start, end) in self.cudarc.drain(..) {
             start.elapsed_ms(&end).unwrap();
@@ -254,6 +262,91 @@ impl CudaPair {
     pub fn cudarc_window_submit(&self, pending: &mut Pending) {
         let (start, end) = (self.cudarc_recorded(), self.cudarc_recorded());
         pending.cudarc.push((start, end));
+    }
+}
+
+/// The completing side of each case, with the device already past the
+/// work: a fence waited on and dropped, a window read. The device's own
+/// timing is then out of the count, which makes the same calls every time.
+impl CudaPair {
+    /// Wait for everything queued on the stream; not part of any case.
+    pub fn drain(&self) {
+        self.stream.synchronize().unwrap();
+    }
+
+    /// One of our fences made by a submit case, waited on and dropped.
+    pub fn our_fence_complete(pending: &mut Pending) {
+        if let Some(fence) = pending.fences.pop() {
+            fence.wait_sync().unwrap();
+        }
+    }
+
+    /// One of cudarc's fence events, waited on and dropped.
+    pub fn cudarc_fence_complete(pending: &mut Pending) {
+        if let Some(event) = pending.cudarc_fences.pop() {
+            event.synchronize().unwrap();
+        }
+    }
+
+    /// One of our windows, read.
+    pub fn our_window_complete(pending: &mut Pending) {
+        if let Some(window) = pending.ours.pop() {
+            resolve(window).unwrap();
+        }
+    }
+
+    /// One of cudarc's event pairs, timed and dropped.
+    pub fn cudarc_window_complete(pending: &mut Pending) {
+        if let Some((start, end)) = pending.cudarc.pop() {
+            start.elapsed_ms(&end).unwrap();
+        }
+    }
+
+    /// A fence made for [`our_fence_complete`](Self::our_fence_complete).
+    pub fn our_fence_kept(&self, pending: &mut Pending) {
+        pending.fences.push(EventFence::<Cuda>::new(self.ours));
+    }
+
+    /// A pooled fence made for the same.
+    pub fn our_pooled_fence_kept(&self, pending: &mut Pending) {
+        pending.fences.push(self.pool.fence(self.ours));
+    }
+
+    /// Work of a known length on the stream.
+    fn busy(&self) {
+        // SAFETY: `scratch` is this pair's allocation, `SCRATCH` bytes, and
+        // the stream is live.
+        unsafe {
+            cudarc::driver::result::memset_d8_async(
+                self.scratch,
+                0,
+                SCRATCH,
+                self.stream.cu_stream(),
+            )
+        }
+        .unwrap();
+    }
+
+    /// A window around work, for [`our_window_complete`](Self::our_window_complete).
+    pub fn our_window_kept(&mut self, pending: &mut Pending) {
+        let token = self.profiler.start(self.ours);
+        self.busy();
+        pending
+            .ours
+            .push(self.profiler.stop(self.ours, token).unwrap());
+    }
+
+    /// cudarc's event pair around the same work, for
+    /// [`cudarc_window_complete`](Self::cudarc_window_complete).
+    pub fn cudarc_window_kept(&self, pending: &mut Pending) {
+        let start = self.cudarc_recorded();
+        self.busy();
+        pending.cudarc.push((start, self.cudarc_recorded()));
+    }
+
+    /// A cudarc event made for [`cudarc_fence_complete`](Self::cudarc_fence_complete).
+    pub fn cudarc_fence_kept(&self, pending: &mut Pending) {
+        pending.cudarc_fences.push(self.cudarc_recorded());
     }
 }
 

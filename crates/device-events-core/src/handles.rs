@@ -8,7 +8,9 @@
 //! instead of passing a freed (or recycled, someone else's) stream to the
 //! driver.
 
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, MutexGuard, RwLock};
 
 use crate::arena::{Arena, Key};
 
@@ -42,9 +44,9 @@ impl<T> HandleTable<T> {
         }
     }
 
-    fn cells(&self) -> std::sync::MutexGuard<'_, Arena<Cell<T>>> {
+    fn cells(&self) -> MutexGuard<'_, Arena<Cell<T>>> {
         // Every update leaves the arena consistent between statements.
-        self.cells.lock().unwrap_or_else(PoisonError::into_inner)
+        self.cells.lock()
     }
 
     /// Keep `value`; the handle finds it until [`remove`](Self::remove).
@@ -57,7 +59,7 @@ impl<T> HandleTable<T> {
     /// `None` when the handle is not live.
     pub fn with<R>(&self, handle: Handle, f: impl FnOnce(&T) -> R) -> Option<R> {
         let cell = self.cells().get(handle.0).cloned()?;
-        let value = cell.read().unwrap_or_else(PoisonError::into_inner);
+        let value = cell.read();
         value.as_ref().map(f)
     }
 
@@ -65,7 +67,7 @@ impl<T> HandleTable<T> {
     /// handle is not live (removed already, or never this table's).
     pub fn remove(&self, handle: Handle) -> Option<T> {
         let cell = self.cells().take(handle.0)?;
-        let mut value = cell.write().unwrap_or_else(PoisonError::into_inner);
+        let mut value = cell.write();
         value.take()
     }
 

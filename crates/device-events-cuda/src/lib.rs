@@ -164,6 +164,7 @@ fn error_of(api: Option<&ffi::Api>, call: &'static str, status: u32) -> DriverEr
 
 /// The driver's functions, loaded and initialised once per process. cudarc
 /// panics when `libcuda` is absent, so nothing reaches it before the probe.
+#[inline]
 pub(crate) fn api() -> Result<&'static ffi::Api, DriverError> {
     static API: OnceLock<Result<ffi::Api, DriverError>> = OnceLock::new();
     API.get_or_init(|| {

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use clap::{Parser, Subcommand};
 use device_events_bench::{
-    CudaPair, Null, NullStream, Pending, fence, pooled_fence, resolve, window,
+    CudaPair, Null, NullStream, Pending, fence, pooled_fence, resolve, steady, window,
 };
 use device_events_conformance::soft::SoftDriver;
 use device_events_core::{EventProfiler, FencePool};
@@ -117,19 +117,50 @@ fn op(case: &str) -> Op {
                 window(profiler, NullStream);
             }
         },
-        "cuda-fence" => |s| cuda(s, |pair, _| pair.our_fence()),
-        "cuda-pooled-fence" => |s| cuda(s, |pair, _| pair.our_pooled_fence()),
-        "cuda-window" => |s| cuda(s, |pair, _| pair.our_window()),
-        "cudarc-fence" => |s| cuda(s, |pair, _| pair.cudarc_fence()),
-        "cudarc-window" => |s| cuda(s, |pair, _| pair.cudarc_window()),
         "cuda-fence-submit" => |s| cuda(s, |pair, _| pair.our_fence_submit()),
         "cuda-pooled-fence-submit" => |s| cuda(s, |pair, _| pair.our_pooled_fence_submit()),
         "cudarc-fence-submit" => |s| cuda(s, |pair, _| pair.cudarc_fence_submit()),
         "cuda-window-submit" => |s| cuda(s, CudaPair::our_window_submit),
         "cudarc-window-submit" => |s| cuda(s, |pair, pending| pair.cudarc_window_submit(pending)),
+        "cuda-fence-complete" | "cuda-pooled-fence-complete" => {
+            |s| cuda(s, |_, pending| CudaPair::our_fence_complete(pending))
+        }
+        "cudarc-fence-complete" => {
+            |s| cuda(s, |_, pending| CudaPair::cudarc_fence_complete(pending))
+        }
+        "cuda-window-complete" => |s| cuda(s, |_, pending| CudaPair::our_window_complete(pending)),
+        "cudarc-window-complete" => {
+            |s| cuda(s, |_, pending| CudaPair::cudarc_window_complete(pending))
+        }
         "cuda-chain-submit" => |s| cuda(s, CudaPair::our_chain_submit),
         "cudarc-chain-submit" => |s| cuda(s, |pair, pending| pair.cudarc_chain_submit(pending)),
         case => panic!("unknown case {case}"),
+    }
+}
+
+/// What a completion case completes: the submit case that leaves it, run
+/// before each batch, outside the count, and the stream then drained.
+fn prepared(case: &str) -> Option<Op> {
+    Some(match case {
+        "cuda-fence-complete" => |s| cuda(s, |pair, pending| pair.our_fence_kept(pending)),
+        "cuda-pooled-fence-complete" => {
+            |s| cuda(s, |pair, pending| pair.our_pooled_fence_kept(pending))
+        }
+        "cudarc-fence-complete" => |s| cuda(s, |pair, pending| pair.cudarc_fence_kept(pending)),
+        "cuda-window-complete" => |s| cuda(s, CudaPair::our_window_kept),
+        "cudarc-window-complete" => |s| cuda(s, |pair, pending| pair.cudarc_window_kept(pending)),
+        _ => return None,
+    })
+}
+
+/// Operations between two completions. A completion case completes what
+/// fewer fences leave than the 64 idle events a backend keeps, so that
+/// each of our fences' events is kept for the next, as in steady state.
+fn batch(case: &str, batch: u64) -> u64 {
+    if prepared(case).is_some() {
+        batch.min(50)
+    } else {
+        batch
     }
 }
 
@@ -157,25 +188,25 @@ fn subject(case: &str) -> Subject {
     }
 }
 
-/// A profiler in its steady state: its anchor fresh for `anchor_max_age`,
-/// as once a device's rate is known. The null backend's readings are all
-/// zero, which never give a rate, so with the default settings it would
-/// stay in the first milliseconds' state, refreshing every few.
-fn steady() -> device_events_core::ProfilerConfig {
-    device_events_core::ProfilerConfig {
-        drift_correction: false,
-        ..device_events_core::ProfilerConfig::default()
-    }
-}
-
 /// Complete what submit-only cases left pending, and make room for `n`
-/// more without an allocation inside a counted region.
-fn settle(subject: &mut Subject, n: usize) {
+/// more without an allocation inside a counted region; for a completion
+/// `case`, submit `n` for it and wait until the device is past them.
+fn settle(subject: &mut Subject, case: &str, n: usize) {
     if let Subject::Cuda(_, pending) = subject {
         pending.complete();
         pending.ours.reserve(n);
         pending.cudarc.reserve(n);
         pending.cudarc_chain.reserve(n);
+        pending.fences.reserve(n);
+        pending.cudarc_fences.reserve(n);
+    }
+    if let Some(prepare) = prepared(case) {
+        for _ in 0..n {
+            prepare(subject);
+        }
+        if let Subject::Cuda(pair, _) = subject {
+            pair.drain();
+        }
     }
 }
 
@@ -184,23 +215,33 @@ fn settle(subject: &mut Subject, n: usize) {
 /// (a backlog larger than the pool would time event creation instead).
 const BATCH: u64 = 250;
 
+/// A thousand operations, uncounted, in batches as counted: the pools
+/// filled and the profiler's first anchor taken.
+fn warm_up(subject: &mut Subject, case: &str, op: Op, batch: u64) {
+    for _ in 0..1000_u64.div_ceil(batch) {
+        settle(subject, case, batch as usize);
+        for _ in 0..batch {
+            op(subject);
+        }
+    }
+}
+
 fn per_op(case: &str, n: u64, measure: impl Fn() -> u64) -> f64 {
     let mut subject = subject(case);
     let op = op(case);
-    for _ in 0..1000 {
-        op(&mut subject);
-    }
+    let batch = batch(case, BATCH);
+    warm_up(&mut subject, case, op, batch);
     let mut total = 0;
-    for _ in 0..n.div_ceil(BATCH) {
-        settle(&mut subject, BATCH as usize);
+    for _ in 0..n.div_ceil(batch) {
+        settle(&mut subject, case, batch as usize);
         let before = measure();
-        for _ in 0..BATCH {
+        for _ in 0..batch {
             op(&mut subject);
         }
         total += measure() - before;
     }
-    settle(&mut subject, 0);
-    total as f64 / (n.div_ceil(BATCH) * BATCH) as f64
+    settle(&mut subject, case, 0);
+    total as f64 / (n.div_ceil(batch) * batch) as f64
 }
 
 /// Wall time per operation of each case against its cudarc twin, A/B
@@ -212,13 +253,14 @@ fn wall(rounds: usize, batch: usize) -> serde_json::Value {
     let mut subject = subject("cuda");
     let mut time = |case: &str| {
         let op = op(case);
-        settle(&mut subject, batch);
+        let batch = self::batch(case, batch as u64);
+        settle(&mut subject, case, batch as usize);
         let started = std::time::Instant::now();
         for _ in 0..batch {
             op(&mut subject);
         }
         let ns = started.elapsed().as_nanos() as f64 / batch as f64;
-        settle(&mut subject, 0);
+        settle(&mut subject, case, 0);
         ns
     };
     let median = |mut v: Vec<f64>| {
@@ -263,9 +305,9 @@ fn wall(rounds: usize, batch: usize) -> serde_json::Value {
 
 /// Each of our cases and its cudarc twin.
 const PAIRS: [(&str, &str); 7] = [
-    ("cuda-fence", "cudarc-fence"),
-    ("cuda-pooled-fence", "cudarc-fence"),
-    ("cuda-window", "cudarc-window"),
+    ("cuda-fence-complete", "cudarc-fence-complete"),
+    ("cuda-pooled-fence-complete", "cudarc-fence-complete"),
+    ("cuda-window-complete", "cudarc-window-complete"),
     ("cuda-fence-submit", "cudarc-fence-submit"),
     ("cuda-pooled-fence-submit", "cudarc-fence-submit"),
     ("cuda-window-submit", "cudarc-window-submit"),
@@ -286,33 +328,28 @@ fn main() {
         What::Instructions { case, n } => {
             let mut subject = subject(&case);
             let op = op(&case);
-            for _ in 0..1000 {
-                op(&mut subject);
+            let batch = batch(&case, BATCH);
+            warm_up(&mut subject, &case, op, batch);
+            for _ in 0..n.div_ceil(batch) {
+                settle(&mut subject, &case, batch as usize);
+                probe_region(op, &mut subject, batch);
             }
-            for _ in 0..n.div_ceil(BATCH) {
-                settle(&mut subject, BATCH as usize);
-                probe_region(op, &mut subject, BATCH);
-            }
-            settle(&mut subject, 0);
-            json!({ "case": case, "n": n.div_ceil(BATCH) * BATCH })
+            settle(&mut subject, &case, 0);
+            json!({ "case": case, "n": n.div_ceil(batch) * batch })
         }
         What::Calls => {
             let soft = SoftDriver::get().unwrap_or_else(|e| panic!("{e}"));
-            let calls = || soft.counts().calls;
             let mine = || soft.thread_calls();
             let mut report = serde_json::Map::new();
+            // The calling thread's own calls: the submitting thread's, where
+            // a server launches work, and the completing thread's, with the
+            // device past the work.
             for case in [
-                "cuda-fence",
-                "cuda-pooled-fence",
-                "cudarc-fence",
-                "cuda-window",
-                "cudarc-window",
-            ] {
-                report.insert(case.into(), json!(per_op(case, 2000, calls)));
-            }
-            // The submitting thread's own calls: what a server pays where
-            // it launches work.
-            for case in [
+                "cuda-fence-complete",
+                "cuda-pooled-fence-complete",
+                "cudarc-fence-complete",
+                "cuda-window-complete",
+                "cudarc-window-complete",
                 "cuda-fence-submit",
                 "cuda-pooled-fence-submit",
                 "cudarc-fence-submit",
