@@ -30,7 +30,7 @@ const CASES: [(&str, u64); 16] = [
 ];
 
 /// Interleaved wall-time rounds against cudarc, and operations per round.
-const WALL_ROUNDS: &str = "41";
+const WALL_ROUNDS: &str = "401";
 const WALL_BATCH: &str = "250";
 
 /// Each placement session's length; every session runs three times.
