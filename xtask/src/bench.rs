@@ -301,7 +301,7 @@ pub(crate) fn bench() -> Result<()> {
                 ),
             },
             "note": "submit: the submitting thread alone (create, record, destroy, binding), no \
-                     waits; completion: the waiting or reading thread, the device already past \
+                     waits, the device busy with earlier work; completion: the waiting or reading thread, the device already past \
                      the work (a fence waited on and dropped, a window read); whole: the two \
                      added. Driver calls: the calling thread's. wall_ns: A/B interleaved \
                      rounds, the median of each side and of the per-round ratios, with the \

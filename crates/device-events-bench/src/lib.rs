@@ -128,9 +128,14 @@ pub struct CudaPair {
     scratch: sys::CUdeviceptr,
 }
 
-/// The bytes [`CudaPair`]'s work inside a window sets: a few microseconds
-/// at the software driver's bandwidth, so a window's span never reads zero.
-const SCRATCH: usize = 1 << 20;
+/// The bytes [`CudaPair`]'s work inside a window sets: about 100 µs at the
+/// software driver's bandwidth, so a window's span never reads zero.
+const WORK: usize = 1 << 20;
+
+/// The device memory [`CudaPair`] holds, all of it set by
+/// [`hold`](CudaPair::hold): about 1.7 ms at the software driver's
+/// bandwidth, longer than any submit batch.
+const SCRATCH: usize = 16 << 20;
 
 impl Drop for CudaPair {
     fn drop(&mut self) {
@@ -314,15 +319,24 @@ impl CudaPair {
 
     /// Work of a known length on the stream.
     fn busy(&self) {
-        // SAFETY: `scratch` is this pair's allocation, `SCRATCH` bytes, and
-        // the stream is live.
+        self.memset(WORK);
+    }
+
+    /// Keep the device busy past a submit batch, as a server submits while
+    /// its device works. The software driver's stream thread then sleeps
+    /// through the batch; with the device idle it woke for every record and
+    /// took its lock against the submitting thread, so a submit row's wall
+    /// ratio depended on how the two threads met (0.56 in one run, 0.69 in
+    /// another).
+    pub fn hold(&self) {
+        self.memset(SCRATCH);
+    }
+
+    fn memset(&self, bytes: usize) {
+        // SAFETY: `scratch` is this pair's allocation, `SCRATCH` bytes, at
+        // least `bytes`; the stream is live.
         unsafe {
-            cudarc::driver::result::memset_d8_async(
-                self.scratch,
-                0,
-                SCRATCH,
-                self.stream.cu_stream(),
-            )
+            cudarc::driver::result::memset_d8_async(self.scratch, 0, bytes, self.stream.cu_stream())
         }
         .unwrap();
     }

@@ -190,7 +190,8 @@ fn subject(case: &str) -> Subject {
 
 /// Complete what submit-only cases left pending, and make room for `n`
 /// more without an allocation inside a counted region; for a completion
-/// `case`, submit `n` for it and wait until the device is past them.
+/// `case`, submit `n` for it and wait until the device is past them; for a
+/// submit case, keep the device busy past the next `n`.
 fn settle(subject: &mut Subject, case: &str, n: usize) {
     if let Subject::Cuda(_, pending) = subject {
         pending.complete();
@@ -207,6 +208,10 @@ fn settle(subject: &mut Subject, case: &str, n: usize) {
         if let Subject::Cuda(pair, _) = subject {
             pair.drain();
         }
+    } else if let Subject::Cuda(pair, _) = subject
+        && n > 0
+    {
+        pair.hold();
     }
 }
 
