@@ -32,6 +32,10 @@ const CASES: [(&str, u64); 16] = [
 /// Interleaved wall-time rounds against cudarc, and operations per round.
 const WALL_ROUNDS: &str = "401";
 const WALL_BATCH: &str = "250";
+/// Wall-time runs, each its own process: a run's memory layout and thread
+/// placement shift its ratios as a whole (up to 20 % for a window's
+/// completion on this kind of machine), which more rounds do not average.
+const WALL_RUNS: usize = 3;
 
 /// Each placement session's length; every session runs three times.
 const PLACEMENT_SECONDS: u64 = 20;
@@ -83,6 +87,31 @@ fn placement_runs(args: &[&str], soft: &Path) -> Result<Value> {
             .or_insert_with(|| json!({}))
             .as_object_mut()
             .map(|o| o.insert(fit.into(), Value::Object(figures)));
+    }
+    Ok(Value::Object(out))
+}
+
+/// The wall-time probe `WALL_RUNS` times: per case, the run whose ratio is
+/// the median, with every run's ratio beside it.
+fn wall_runs(soft: &Path) -> Result<Value> {
+    let mut runs = Vec::new();
+    for run in 1..=WALL_RUNS {
+        eprintln!("xtask: wall time, run {run} of {WALL_RUNS}");
+        runs.push(probe(&["wall", WALL_ROUNDS, WALL_BATCH], soft)?);
+    }
+    let ratio = |run: &Value, case: &str| run[case]["ratio"].as_f64().unwrap_or(f64::NAN);
+    let mut out = serde_json::Map::new();
+    for case in runs[0]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(case, _)| case)
+    {
+        let mut order: Vec<&Value> = runs.iter().collect();
+        order.sort_by(|a, b| ratio(a, case).total_cmp(&ratio(b, case)));
+        let mut figures = order[order.len() / 2][case].clone();
+        figures["ratio_runs"] = runs.iter().map(|run| ratio(run, case)).collect();
+        out.insert(case.clone(), figures);
     }
     Ok(Value::Object(out))
 }
@@ -174,7 +203,7 @@ pub(crate) fn bench() -> Result<()> {
     let calls = probe(&["calls"], &soft)?;
     let memory = probe(&["memory"], &soft)?;
     eprintln!("xtask: wall time against cudarc, A/B interleaved");
-    let walls = probe(&["wall", WALL_ROUNDS, WALL_BATCH], &soft)?;
+    let walls = wall_runs(&soft)?;
     let mut instr = serde_json::Map::new();
     for (case, n) in CASES {
         eprintln!("xtask: callgrind: {case}");
@@ -301,11 +330,12 @@ pub(crate) fn bench() -> Result<()> {
                 ),
             },
             "note": "submit: the submitting thread alone (create, record, destroy, binding), no \
-                     waits, the device busy with earlier work; completion: the waiting or reading thread, the device already past \
-                     the work (a fence waited on and dropped, a window read); whole: the two \
-                     added. Driver calls: the calling thread's. wall_ns: A/B interleaved \
-                     rounds, the median of each side and of the per-round ratios, with the \
-                     smallest and largest ratio",
+                     waits, the device busy with earlier work; completion: the waiting or \
+                     reading thread, the device already past the work (a fence waited on and \
+                     dropped, a window read); whole: the two added. Driver calls: the calling \
+                     thread's. wall_ns: A/B interleaved rounds, the median of each side and of \
+                     the per-round ratios, with the smallest and largest ratio, from the run \
+                     whose ratio is the median of three; ratio_runs: each run's",
             "target_ratio": 0.5,
         },
         "scale": {
