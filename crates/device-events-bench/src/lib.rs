@@ -128,9 +128,10 @@ pub struct CudaPair {
     scratch: sys::CUdeviceptr,
 }
 
-/// The bytes [`CudaPair`]'s work inside a window sets: about 100 µs at the
-/// software driver's bandwidth, so a window's span never reads zero.
-const WORK: usize = 1 << 20;
+/// The bytes [`CudaPair`]'s work inside a window sets: about 6.5 µs at the
+/// software driver's bandwidth, so a window's span never reads zero, and a
+/// batch of 200 windows keeps the device busy for only about a millisecond.
+const WORK: usize = 1 << 16;
 
 /// The device memory [`CudaPair`] holds, all of it set by
 /// [`hold`](CudaPair::hold): about 1.7 ms at the software driver's
