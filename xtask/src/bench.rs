@@ -55,11 +55,7 @@ const SESSIONS: [(&str, &str, &str); 5] = [
 /// and figure, the median of the runs, their spread (largest minus
 /// smallest) and each run's value, nested as gating → fit → figure.
 fn placement_runs(args: &[&str], soft: &Path) -> Result<Value> {
-    let mut runs = Vec::new();
-    for run in 1..=PLACEMENT_RUNS {
-        eprintln!("xtask: placement {args:?}, run {run} of {PLACEMENT_RUNS}");
-        runs.push(probe(args, soft)?);
-    }
+    let runs = probe_runs(args, PLACEMENT_RUNS, soft)?;
     let mut out = serde_json::Map::new();
     for (key, gating, fit) in SESSIONS {
         if runs[0].get(key).is_none() {
@@ -94,11 +90,7 @@ fn placement_runs(args: &[&str], soft: &Path) -> Result<Value> {
 /// The wall-time probe `WALL_RUNS` times: per case, the run whose ratio is
 /// the median, with every run's ratio beside it.
 fn wall_runs(soft: &Path) -> Result<Value> {
-    let mut runs = Vec::new();
-    for run in 1..=WALL_RUNS {
-        eprintln!("xtask: wall time, run {run} of {WALL_RUNS}");
-        runs.push(probe(&["wall", WALL_ROUNDS, WALL_BATCH], soft)?);
-    }
+    let runs = probe_runs(&["wall", WALL_ROUNDS, WALL_BATCH], WALL_RUNS, soft)?;
     let ratio = |run: &Value, case: &str| run[case]["ratio"].as_f64().unwrap_or(f64::NAN);
     let mut out = serde_json::Map::new();
     for case in runs[0]
@@ -114,6 +106,16 @@ fn wall_runs(soft: &Path) -> Result<Value> {
         out.insert(case.clone(), figures);
     }
     Ok(Value::Object(out))
+}
+
+/// `bench-probe` with `args`, `runs` times, each its own process.
+fn probe_runs(args: &[&str], runs: usize, soft: &Path) -> Result<Vec<Value>> {
+    (1..=runs)
+        .map(|run| {
+            eprintln!("xtask: {args:?}, run {run} of {runs}");
+            probe(args, soft)
+        })
+        .collect()
 }
 
 fn probe(args: &[&str], soft: &Path) -> Result<Value> {
