@@ -368,12 +368,12 @@ fn print_table(r: &Value) {
     let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
     let core = &r["core_null_backend"];
     println!(
-        "\n{:<44} {:>14} {:>12} {:>10}",
+        "\n{:<54} {:>14} {:>12} {:>10}",
         "measure", "value", "target", "met"
     );
     let row = |name: &str, value: f64, target: &str, met: bool| {
         println!(
-            "{name:<44} {value:>14.2} {target:>12} {:>10}",
+            "{name:<54} {value:>14.2} {target:>12} {:>10}",
             if met { "yes" } else { "NO" }
         );
     };
@@ -382,7 +382,7 @@ fn print_table(r: &Value) {
     let wi = f(&core["window"]["instructions"]);
     let wa = f(&core["window"]["allocations"]);
     println!(
-        "{:<44} {fi:>14.2} {:>12} {:>10}",
+        "{:<54} {fi:>14.2} {:>12} {:>10}",
         "core: instructions per fence (null backend)", "", ""
     );
     row("core: allocations per fence", fa, "0", fa == 0.0);
@@ -438,14 +438,14 @@ fn print_table(r: &Value) {
     let scale = &r["scale"];
     for (n, s) in scale["sizes"].as_object().into_iter().flatten() {
         println!(
-            "{:<44} {:>14.1} {:>12} {:>10}",
+            "{:<54} {:>14.1} {:>12} {:>10}",
             format!("scale: ns per window, {n} in flight"),
             f(&s["ns_per_window"]),
             "",
             ""
         );
         println!(
-            "{:<44} {:>14.1} {:>12} {:>10}",
+            "{:<54} {:>14.1} {:>12} {:>10}",
             format!("scale: bytes per open window, {n}"),
             f(&s["open_bytes_per_window"]),
             "",
@@ -464,7 +464,7 @@ fn print_table(r: &Value) {
          p99 <= 2, worst <= 10"
     );
     println!(
-        "{:<44} {:>14} {:>14} {:>14} {:>6}",
+        "{:<54} {:>14} {:>14} {:>14} {:>6}",
         "driver / wait / anchor / fit", "median", "p99", "worst", "goals"
     );
     let drivers = [
@@ -492,7 +492,7 @@ fn print_table(r: &Value) {
                     && f(&figures["p99_us"]["median"]) <= 2.0
                     && f(&figures["worst_us"]["median"]) <= 10.0;
                 println!(
-                    "{:<44} {:>14} {:>14} {:>14} {:>6}",
+                    "{:<54} {:>14} {:>14} {:>14} {:>6}",
                     format!("{driver} / {gating} / {fit}"),
                     cell("median_us"),
                     cell("p99_us"),
@@ -510,7 +510,7 @@ fn print_table(r: &Value) {
     let a = &r["answering"];
     let late_p99 = f(&a["head_of_line"]["late_p99_us"]);
     println!(
-        "{:<44} {:>14.1} {:>12} {:>10}",
+        "{:<54} {:>14.1} {:>12} {:>10}",
         "answer, behind a 1 s window: median late, µs",
         f(&a["head_of_line"]["late_median_us"]),
         "",
@@ -539,7 +539,7 @@ fn print_table(r: &Value) {
     let sw = &r["server_way"];
     let start = f(&sw["start_behind_a_1s_kernel"]["p99_9_us"]);
     println!(
-        "{:<44} {:>14.1} {:>12} {:>10}",
+        "{:<54} {:>14.1} {:>12} {:>10}",
         "start() behind a 1 s kernel: median, µs",
         f(&sw["start_behind_a_1s_kernel"]["median_us"]),
         "",
@@ -552,7 +552,7 @@ fn print_table(r: &Value) {
         start <= 50.0,
     );
     println!(
-        "{:<44} {:>14.1} {:>12} {:>10}",
+        "{:<54} {:>14.1} {:>12} {:>10}",
         "  a bare record beside it: p99.9, µs",
         f(&sw["start_behind_a_1s_kernel"]["bare_record_p99_9_us"]),
         "",
@@ -581,14 +581,14 @@ fn print_table(r: &Value) {
             f(&w[key]["late_us"]),
         );
         println!(
-            "{:<44} {:>14.2} {:>12} {:>10}",
+            "{:<54} {:>14.2} {:>12} {:>10}",
             format!("wait, {label}: CPU / wall"),
             cpu / wall.max(1e-9),
             "",
             ""
         );
         println!(
-            "{:<44} {:>14.1} {:>12} {:>10}",
+            "{:<54} {:>14.1} {:>12} {:>10}",
             format!("wait, {label}: woke late, µs"),
             late,
             "",
