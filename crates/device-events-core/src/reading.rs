@@ -146,9 +146,11 @@ pub(crate) fn read_window<A: AnchorApi>(inputs: &Inputs<A>) -> Result<Placement,
     let resolution = nanos(limits.resolution);
     let uncertainty = anchor
         .placement_bound(offset)
-        .saturating_add(reading_error(offset) + resolution)
+        .saturating_add(reading_error(offset))
+        .saturating_add(resolution)
         .saturating_add(anchor.rate_error(span_ns))
-        .saturating_add(reading_error(span_ns) + resolution);
+        .saturating_add(reading_error(span_ns))
+        .saturating_add(resolution);
     Ok(Placement {
         ticks: ProfileTicks::from_start_end(
             begin,

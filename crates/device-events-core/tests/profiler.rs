@@ -845,3 +845,19 @@ fn a_calibration_that_panics_leaves_no_window_pending() {
         "the calibrator thread still serves"
     );
 }
+
+#[test]
+fn a_resolution_too_large_to_add_gives_the_widest_bound_not_a_panic() {
+    let _sim = setup();
+    let s = stream();
+    let mut profiler = EventProfiler::<Sim>::with_config(ProfilerConfig {
+        host_clock: Sim::host_now,
+        timer_resolution: Duration::MAX,
+        ..ProfilerConfig::default()
+    });
+    let token = profiler.start(s);
+    Sim::enqueue_work(s, Duration::from_micros(200));
+    let window = profiler.stop_placed(s, token).unwrap();
+    let placed = pollster::block_on(window.resolve()).unwrap();
+    assert_eq!(placed.uncertainty, Duration::from_nanos(u64::MAX));
+}
