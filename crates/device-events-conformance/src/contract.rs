@@ -116,8 +116,16 @@ pub fn a_destroyed_stream_is_refused_before_the_driver<A: AnchorApi>(soft: &Soft
     let err = A::stream_destroy(s).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidHandle, "{err}");
     let fence = EventFence::<A>::new(s);
-    assert_eq!(fence.error().unwrap().kind(), ErrorKind::InvalidHandle);
+    let err = fence.error().unwrap();
+    assert_eq!(err.kind(), ErrorKind::InvalidHandle);
+    // The call a fence makes on its stream, as a pooled fence names it:
+    // not an event creation that never happened.
+    assert_eq!(err.call(), abi.record, "{err}");
     drop(fence);
+    let pool = device_events_core::FencePool::<A>::new();
+    let pooled = pool.fence(s);
+    assert_eq!(pooled.error().unwrap().call(), abi.record);
+    drop(pooled);
     let called = soft.called();
     for call in [abi.stream_synchronize, abi.stream_destroy, abi.record] {
         assert!(

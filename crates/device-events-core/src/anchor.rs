@@ -46,7 +46,8 @@ pub(crate) struct Anchor<A: EventApi> {
     chain_error_ns: f64,
     /// Refresh once the host clock is past this: `max_age` after it was
     /// measured, shorter while the drift is unknown.
-    stale_after: Instant,
+    /// `None`: never (an age too long to add to the clock).
+    stale_after: Option<Instant>,
 }
 
 /// One calibration: the anchor event and the host-clock interval that
@@ -229,7 +230,7 @@ impl<A: EventApi> Anchor<A> {
             rate_uncertainty: placement.rate_uncertainty,
             chain_ns: chain.0,
             chain_error_ns: chain.1,
-            stale_after: measured + placement.max_age,
+            stale_after: measured.checked_add(placement.max_age),
         }
     }
 
@@ -272,7 +273,7 @@ impl<A: EventApi> Anchor<A> {
 
     /// Whether the anchor is older than its bound at `now`.
     pub(crate) fn stale(&self, now: Instant) -> bool {
-        now > self.stale_after
+        self.stale_after.is_some_and(|after| now > after)
     }
 
     /// Host duration of a device duration, at the device clock's rate, in

@@ -83,6 +83,9 @@ struct Work {
 
 /// The first delay before a failed calibration is tried again.
 const FIRST_RETRY: Duration = Duration::from_millis(1);
+/// The longest, whatever `anchor_max_age` says: a driver that recovers is
+/// used again within the minute.
+const LAST_RETRY: Duration = Duration::from_secs(60);
 
 impl<A: AnchorApi> Anchoring<A> {
     pub(crate) fn new(config: ProfilerConfig) -> Self {
@@ -145,6 +148,8 @@ impl<A: AnchorApi> Anchoring<A> {
     /// As [`for_window`](Self::for_window), past its anchor's refresh time.
     #[inline(never)]
     fn refreshed(&mut self, now: Instant) -> Result<WindowAnchor<A>, DriverError> {
+        // Declared first, so dropped last: after `latest` is unlocked.
+        let mut unrun = None;
         let mut latest = self.shared.latest();
         self.cache.clone_from(&latest.anchor);
         if let Some(anchor) = &latest.anchor
@@ -154,7 +159,7 @@ impl<A: AnchorApi> Anchoring<A> {
         }
         if latest.in_flight.is_none() {
             let backing_off = latest.retry.as_ref().is_some_and(|(at, ..)| now < *at);
-            if !backing_off && let Err(err) = self.begin(&mut latest) {
+            if !backing_off && let Err(err) = self.begin(&mut latest, &mut unrun) {
                 log::warn!("{}: no anchor calibration begun: {err}", A::BACKEND);
                 Shared::back_off(&mut latest, now, &self.shared.config, err);
             }
@@ -197,8 +202,13 @@ impl<A: AnchorApi> Anchoring<A> {
 
     /// Hand a calibration to the calibrator thread; the anchor stream is
     /// made here first, on the caller's thread, so that it is of the
-    /// caller's context.
-    fn begin(&self, latest: &mut Latest<A>) -> Result<(), DriverError> {
+    /// caller's context. Calibrations no thread will run are left in
+    /// `unrun`, to be dropped once `latest` is unlocked.
+    fn begin(
+        &self,
+        latest: &mut Latest<A>,
+        unrun: &mut Option<calibrator::Unrun>,
+    ) -> Result<(), DriverError> {
         if self.shared.stream.get().is_none() {
             let stream = OwnedStream::new()?;
             // Only this thread sets it: `start()` takes `&mut self`.
@@ -209,7 +219,8 @@ impl<A: AnchorApi> Anchoring<A> {
             shared: Arc::clone(&self.shared),
             next: Arc::clone(&next),
         };
-        calibrator::submit(Box::new(move || task.run())).map_err(|err| {
+        calibrator::submit(Box::new(move || task.run())).map_err(|(err, tasks)| {
+            *unrun = Some(tasks);
             DriverError::refused(
                 A::BACKEND,
                 "anchor calibration",
@@ -235,11 +246,11 @@ impl<A: AnchorApi> Shared<A> {
         config: &ProfilerConfig,
         err: DriverError,
     ) -> Duration {
-        let cap = config.anchor_max_age.max(FIRST_RETRY);
+        let cap = config.anchor_max_age.clamp(FIRST_RETRY, LAST_RETRY);
         let delay = latest
             .retry
             .as_ref()
-            .map_or(FIRST_RETRY, |retry| (retry.1 * 2).min(cap));
+            .map_or(FIRST_RETRY, |retry| retry.1.saturating_mul(2).min(cap));
         latest.retry = Some((now + delay, delay, err));
         delay
     }
@@ -288,16 +299,44 @@ impl<A: AnchorApi> Shared<A> {
 }
 
 impl<A: AnchorApi> Drop for Shared<A> {
+    /// The gate and the anchor stream are released on the calibrator
+    /// thread, in RELAXED mode: draining the stream and freeing the gate's
+    /// memory are calls another thread's graph capture forbids, and a free
+    /// may wait for the whole device (`hipFree`). Here only without a
+    /// thread.
     fn drop(&mut self) {
-        // The gate before the stream that waits on it: dropped open.
-        drop(
-            self.work
+        let release = Release {
+            gate: self
+                .work
                 .get_mut()
                 .unwrap_or_else(PoisonError::into_inner)
                 .gate
                 .take(),
-        );
+            stream: self.stream.take(),
+        };
+        if release.gate.is_none() && release.stream.is_none() {
+            return;
+        }
+        let task = move || {
+            A::own_thread();
+            drop(release);
+        };
+        if let Err((err, unrun)) = calibrator::submit(Box::new(task)) {
+            log::warn!(
+                "{}: an anchor stream and gate are released on the caller's thread: \
+                 no calibrator thread could be started: {err}",
+                A::BACKEND
+            );
+            drop(unrun);
+        }
     }
+}
+
+/// What a profiler's anchoring holds of the driver's, in the order it is
+/// released: the gate before the stream that waits on it, dropped open.
+struct Release<A: AnchorApi> {
+    gate: Option<Box<dyn Gate>>,
+    stream: Option<OwnedStream<A>>,
 }
 
 /// Device time from the start of the anchor chain to `bracket`'s event,

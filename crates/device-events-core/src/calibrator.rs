@@ -41,12 +41,19 @@ fn queue() -> MutexGuard<'static, Queue> {
     QUEUE.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// Tasks no thread will run: each fills its anchor with a failure as it
+/// drops, which takes its profiler's locks, so the caller drops them once
+/// it holds none.
+#[must_use = "dropped only where no profiler lock is held"]
+pub(crate) struct Unrun(#[allow(dead_code)] VecDeque<Task>);
+
 /// Hand `task` to the calibrator thread, starting it if needed.
 ///
 /// # Errors
 ///
-/// When no thread could be started; the task is dropped, not run.
-pub(crate) fn submit(task: Task) -> std::io::Result<()> {
+/// When no thread could be started: the reason, and every queued task
+/// (this one among them), unrun.
+pub(crate) fn submit(task: Task) -> Result<(), (std::io::Error, Unrun)> {
     let mut q = queue();
     q.tasks.push_back(task);
     q.busy += 1;
@@ -57,21 +64,21 @@ pub(crate) fn submit(task: Task) -> std::io::Result<()> {
     }
     q.running = Some(std::process::id());
     drop(q);
-    let spawned = std::thread::Builder::new()
-        .name("device-events-calibrator".into())
-        .spawn(serve);
-    if let Err(err) = spawned {
+    if let Err(err) = crate::threads::start("device-events-calibrator", serve) {
         let mut q = queue();
         q.running = None;
-        let dropped = std::mem::take(&mut q.tasks);
-        q.busy -= dropped.len();
+        let unrun = std::mem::take(&mut q.tasks);
+        q.busy -= unrun.len();
         drop(q);
-        // Unrun: each fills its anchor with a failure as it drops.
-        drop(dropped);
         IDLE.notify_all();
-        return Err(err);
+        return Err((err, Unrun(unrun)));
     }
     Ok(())
+}
+
+/// Whether the calibrator thread is up in this process.
+pub(crate) fn running() -> bool {
+    queue().running == Some(std::process::id())
 }
 
 fn serve() {

@@ -11,7 +11,7 @@
 use std::any::TypeId;
 use std::cell::RefCell;
 
-use crate::driver::DriverError;
+use crate::driver::{DriverError, Undo};
 use crate::raw::{Permit, RawApi};
 
 /// `CU_STREAM_CAPTURE_MODE_RELAXED`, `hipStreamCaptureModeRelaxed`.
@@ -54,8 +54,8 @@ pub(crate) fn relaxed<R: RawApi, T>(
     if !swap::<R>(&mut mode) {
         return call();
     }
-    let out = call();
-    // A refusal to restore is logged by `swap`.
-    swap::<R>(&mut mode);
-    out
+    // Given back however `call` ends, unwinding included. A refusal to
+    // restore is logged by `swap`.
+    let _restoring = Undo(Some(move || swap::<R>(&mut mode)));
+    call()
 }

@@ -57,6 +57,18 @@ impl<R: RawApi> CheckedEvent<R> {
     }
 }
 
+impl<R: RawApi> Drop for CheckedEvent<R> {
+    /// An event not destroyed by hand is released here, once: a user's
+    /// `event_create` leaks nothing.
+    fn drop(&mut self) {
+        if self.raw.is_some()
+            && let Err(err) = <R as EventApi>::event_destroy(self)
+        {
+            log::warn!("{}: an event could not be released: {err}", R::BACKEND);
+        }
+    }
+}
+
 impl<R: RawApi> fmt::Debug for CheckedEvent<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CheckedEvent")
@@ -177,7 +189,11 @@ impl<R: RawApi> EventApi for R {
                 "elapsed time across contexts is undefined",
             ));
         }
-        bound::<R, _>(&start.held, || R::elapsed(Permit::new(), from, to))
+        // A read of events that may lie in another thread's capture: as
+        // the queries, in RELAXED mode.
+        bound::<R, _>(&start.held, || {
+            capture::relaxed::<R, _>(|| R::elapsed(Permit::new(), from, to))
+        })
     }
 
     fn stream_wait_event(
@@ -209,6 +225,16 @@ impl<R: RawApi> EventApi for R {
 
     fn stream_destroy(stream: CheckedStream<R>) -> Result<(), DriverError> {
         let call = R::CALLS.destroy_stream;
+        if R::state().streams.held_here(stream.handle) {
+            // From inside `with_raw` on this very stream: waiting for that
+            // call to return would wait for ourselves.
+            return Err(DriverError::refused(
+                R::BACKEND,
+                call,
+                ErrorKind::Other,
+                "the stream is in use on this thread (inside with_raw): destroy it after",
+            ));
+        }
         // Out of the table first, once calls in flight on it have returned:
         // no copy of the handle can reach the driver after this.
         let live = R::state()

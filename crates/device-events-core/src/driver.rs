@@ -334,8 +334,11 @@ pub fn with_bound<H: PartialEq + Copy, T>(
         log::warn!("{backend}: calling without binding the handle's context: {err}");
         return call();
     }
+    // Restored however `call` ends, a panic unwinding through it included:
+    // the caller's thread must not be left with another context current.
+    let mut restoring = Undo(Some(move || restore(previous)));
     let outcome = call();
-    if let Err(restore) = restore(previous) {
+    if let Some(Err(restore)) = restoring.run() {
         // The call's own outcome is what the caller asked for, and a release
         // that succeeded did release: say exactly that, and hand the outcome
         // back unchanged.
@@ -349,4 +352,20 @@ pub fn with_bound<H: PartialEq + Copy, T>(
         );
     }
     outcome
+}
+
+/// Runs its closure once: when asked, or when dropped, unwinding included.
+pub(crate) struct Undo<R, F: FnOnce() -> R>(pub(crate) Option<F>);
+
+impl<R, F: FnOnce() -> R> Undo<R, F> {
+    /// Run it now, if it has not run.
+    pub(crate) fn run(&mut self) -> Option<R> {
+        self.0.take().map(|undo| undo())
+    }
+}
+
+impl<R, F: FnOnce() -> R> Drop for Undo<R, F> {
+    fn drop(&mut self) {
+        self.run();
+    }
 }

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use parking_lot::{Mutex, MutexGuard, RwLock};
 
 use crate::arena::{Arena, Key};
+use crate::driver::Undo;
 
 /// A key into a [`HandleTable`]: live until its entry is removed, then never
 /// again, even when the slot is reused.
@@ -20,6 +21,12 @@ use crate::arena::{Arena, Key};
 pub struct Handle(Key);
 
 type Cell<T> = Arc<RwLock<Option<T>>>;
+
+thread_local! {
+    /// The entries this thread is inside [`HandleTable::with`] on, by
+    /// address.
+    static HELD: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+}
 
 /// Live values behind [`Handle`]s, shared by every thread.
 ///
@@ -56,11 +63,35 @@ impl<T> HandleTable<T> {
     }
 
     /// Run `f` on the live value, holding it against removal meanwhile;
-    /// `None` when the handle is not live.
+    /// `None` when the handle is not live. `f` may use the table again,
+    /// this entry included, but not remove it: see
+    /// [`held_here`](Self::held_here).
     pub fn with<R>(&self, handle: Handle, f: impl FnOnce(&T) -> R) -> Option<R> {
         let cell = self.cells().get(handle.0).cloned()?;
-        let value = cell.read();
-        value.as_ref().map(f)
+        // Recursive: a nested `with` of this entry must not queue behind a
+        // removal waiting on the outer one.
+        let value = cell.read_recursive();
+        let value = value.as_ref()?;
+        let key = Arc::as_ptr(&cell) as usize;
+        HELD.with_borrow_mut(|held| held.push(key));
+        let _release = Undo(Some(|| {
+            HELD.with_borrow_mut(|held| {
+                if let Some(at) = held.iter().rposition(|k| *k == key) {
+                    held.swap_remove(at);
+                }
+            });
+        }));
+        Some(f(value))
+    }
+
+    /// Whether the calling thread is inside [`with`](Self::with) on
+    /// `handle`: removing it now would wait for itself.
+    pub fn held_here(&self, handle: Handle) -> bool {
+        let Some(cell) = self.cells().get(handle.0).cloned() else {
+            return false;
+        };
+        let key = Arc::as_ptr(&cell) as usize;
+        HELD.with_borrow(|held| held.contains(&key))
     }
 
     /// Take the value out, once calls using it have returned; `None` when the

@@ -168,7 +168,8 @@ impl<A: AnchorApi> EventProfiler<A> {
     /// taken, and its reading waits for it.
     ///
     /// A calibration that failed is logged and not tried again at every
-    /// `start`: it backs off, from 1 ms doubling up to `anchor_max_age`.
+    /// `start`: it backs off, from 1 ms doubling up to `anchor_max_age` (at
+    /// most a minute).
     /// Meanwhile windows keep the previous anchor; with none, the windows
     /// waiting for the failed one read `None`, and new ones fail with an
     /// error of the call "anchor calibration" that says so and quotes the

@@ -65,6 +65,18 @@ pub struct CallNames {
 /// [`AnchorApi`](crate::AnchorApi), whose streams and events are the
 /// checked [`CheckedStream`] and [`CheckedEvent`].
 ///
+/// # Soundness
+///
+/// A safe trait on purpose: nothing unsafe relies on an implementation
+/// being right. This crate has no `unsafe` code (`forbid(unsafe_code)`), so
+/// no implementation can make it unsound; the unsafe code is the backend's
+/// own driver calls, and what those rely on is the [`Permit`] each raw call
+/// receives, which only this crate's checked layer can make, and which
+/// stands for its guarantees: live handles of one context, that context
+/// bound and held, each handle destroyed once. A backend keeps each
+/// `unsafe` block's `SAFETY:` comment to those guarantees, and never keeps
+/// a permit past the call it came with.
+///
 /// Each call runs with its handle's context bound, on live handles; it
 /// issues its driver call and turns the status into a [`DriverError`]
 /// naming the call. The optional calls default to "not here".

@@ -96,14 +96,11 @@ fn queue() -> MutexGuard<'static, Queue> {
 }
 
 /// Hand `job` to the resolver thread, starting it if needed. Where no
-/// thread can be started the job is asked here until it is answered: a
-/// late answer beats none.
+/// thread can be started, every job queued is answered with nothing, at
+/// once: the polling thread is the user's, never blocked or spun here.
 pub(crate) fn submit(job: Arc<dyn Job>) {
     submit_via(job, |serve| {
-        std::thread::Builder::new()
-            .name("device-events-resolver".into())
-            .spawn(serve)
-            .map(drop)
+        crate::threads::start("device-events-resolver", serve)
     });
 }
 
@@ -118,19 +115,20 @@ fn submit_via(job: Arc<dyn Job>, spawn: impl FnOnce(fn()) -> std::io::Result<()>
     }
     q.running = Some(std::process::id());
     drop(q);
-    if spawn(serve).is_err() {
-        log::warn!("device-events: no resolver thread could be started; waiting in place");
-        queue().running = None;
-        loop {
-            // Out of the queue first: the lock is not held while a job
-            // waits, or every other profiler's `submit` would wait too.
-            let next = queue().jobs.pop_front();
-            let Some(job) = next else { break };
-            let mut interval = FIRST;
-            while !attempt(&*job) {
-                std::thread::sleep(interval);
-                interval = (interval * 2).min(LAST);
-            }
+    if let Err(err) = spawn(serve) {
+        let unanswered = {
+            let mut q = queue();
+            q.running = None;
+            std::mem::take(&mut q.jobs)
+        };
+        log::warn!(
+            "device-events: no resolver thread could be started ({err}); \
+             {} window(s) not read yet read None",
+            unanswered.len()
+        );
+        // Without the queue's lock: a job's waker may hand over another.
+        for job in unanswered {
+            job.abandon();
         }
     }
 }
@@ -313,25 +311,42 @@ impl<T> Answer<T> {
 mod tests {
     use super::*;
 
-    /// Checks, as it runs, that the queue's lock is free.
-    struct LockFree(Mutex<Option<bool>>);
+    /// Records how it was answered, and whether the queue's lock was free.
+    #[derive(Default)]
+    struct Noted {
+        attempted: Mutex<bool>,
+        abandoned_with_lock_free: Mutex<Option<bool>>,
+    }
 
-    impl Job for LockFree {
+    impl Job for Noted {
         fn attempt(&self) -> bool {
-            *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(QUEUE.try_lock().is_ok());
-            true
+            *self
+                .attempted
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = true;
+            false
         }
-        fn abandon(&self) {}
+        fn abandon(&self) {
+            *self
+                .abandoned_with_lock_free
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = Some(QUEUE.try_lock().is_ok());
+        }
     }
 
     #[test]
-    fn without_a_thread_jobs_run_in_place_without_the_queue_lock() {
-        let job = Arc::new(LockFree(Mutex::new(None)));
+    fn without_a_thread_jobs_are_answered_at_once_without_waiting_in_place() {
+        let job = Arc::new(Noted::default());
         submit_via(Arc::clone(&job) as Arc<dyn Job>, |_| {
             Err(std::io::Error::other("no threads here"))
         });
-        let free = *job.0.lock().unwrap_or_else(PoisonError::into_inner);
-        assert_eq!(free, Some(true), "the job ran, with the lock free");
+        let attempted = *job.attempted.lock().unwrap_or_else(PoisonError::into_inner);
+        assert!(!attempted, "the polling thread never asks the driver");
+        let abandoned = *job
+            .abandoned_with_lock_free
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        assert_eq!(abandoned, Some(true), "answered, with the lock free");
         assert!(!resolver_running());
     }
 }

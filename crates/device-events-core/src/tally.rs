@@ -51,6 +51,11 @@ impl Tally {
         CURRENT.set(context);
     }
 
+    /// The context current on this thread.
+    pub fn current() -> Option<u32> {
+        CURRENT.get()
+    }
+
     /// How many times the driver call `name` ran.
     pub fn calls(name: &str) -> u64 {
         book().calls.get(name).copied().unwrap_or(0)

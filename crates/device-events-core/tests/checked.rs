@@ -120,3 +120,67 @@ fn recording_on_another_contexts_stream_is_refused_before_the_driver() {
     Tally::stream_destroy(s).unwrap();
     assert_eq!(Tally::faults(), 0);
 }
+
+#[test]
+fn a_panic_in_a_closure_run_in_a_streams_context_restores_the_callers() {
+    use device_events_core::AnchorApi;
+    let _one = exclusive();
+    Tally::set_current(Some(1));
+    let s = Tally::stream_create_non_blocking().unwrap();
+    Tally::set_current(Some(2));
+    let unwound = std::panic::catch_unwind(|| {
+        Tally::in_context_of(s, || {
+            assert_eq!(Tally::current(), Some(1), "the stream's context, inside");
+            panic!("the user's closure panics")
+        })
+    });
+    assert!(unwound.is_err(), "the panic reaches the caller");
+    assert_eq!(Tally::current(), Some(2), "the caller's context is back");
+    Tally::stream_destroy(s).unwrap();
+}
+
+#[test]
+fn destroying_a_stream_inside_its_own_with_raw_is_refused_not_a_deadlock() {
+    let _one = exclusive();
+    Tally::set_current(Some(1));
+    let s = Tally::stream_create_non_blocking().unwrap();
+    let (sent, answer) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let inside = s.with_raw(|_| {
+            // A nested use of the same stream is fine.
+            Tally::stream_synchronize(s).unwrap();
+            Tally::stream_destroy(s).map_err(|e| e.to_string())
+        });
+        let _ = sent.send(inside);
+    });
+    let inside = answer
+        .recv_timeout(std::time::Duration::from_secs(5))
+        .expect("no deadlock");
+    let why = inside.unwrap().expect_err("refused while in use");
+    assert!(why.contains("inside with_raw"), "{why}");
+    Tally::stream_destroy(s).unwrap();
+    assert!(Tally::stream_synchronize(s).is_err(), "destroyed after");
+    assert_eq!(Tally::faults(), 0);
+}
+
+#[test]
+fn an_event_dropped_without_a_destroy_releases_itself_once() {
+    let _one = exclusive();
+    Tally::set_current(Some(1));
+    let destroys = Tally::calls("destroy_event");
+    drop(Tally::event_create().unwrap());
+    assert_eq!(
+        Tally::calls("destroy_event"),
+        destroys + 1,
+        "released on drop"
+    );
+    let mut event = Tally::event_create().unwrap();
+    Tally::event_destroy(&mut event).unwrap();
+    drop(event);
+    assert_eq!(
+        Tally::calls("destroy_event"),
+        destroys + 2,
+        "not again on drop"
+    );
+    assert_eq!(Tally::faults(), 0);
+}

@@ -68,3 +68,26 @@ fn an_owned_stream_is_destroyed_once_when_dropped() {
     let counts = Sim::counts();
     assert_eq!((counts.live_streams, counts.bad_releases), (0, 0));
 }
+
+#[test]
+fn a_call_that_panics_still_gives_the_caller_its_binding_back() {
+    let bound = Cell::new(1);
+    let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        with_bound(
+            "demo",
+            7,
+            || Ok(Some(bound.get())),
+            |v| {
+                bound.set(v);
+                Ok(())
+            },
+            |previous| {
+                bound.set(previous.unwrap_or(0));
+                Ok(())
+            },
+            || -> Result<(), DriverError> { panic!("the caller's closure panics") },
+        )
+    }));
+    assert!(unwound.is_err(), "the panic reaches the caller");
+    assert_eq!(bound.get(), 1, "the caller's binding is back");
+}

@@ -28,6 +28,21 @@ fn on_sim_clock_of<A: device_events_core::AnchorApi>() -> EventProfiler<A> {
     })
 }
 
+/// A host clock that stands still, for a test whose outcome must not
+/// depend on how long the machine takes between two steps: no anchor ages
+/// and no back-off ends.
+fn still_clock() -> Instant {
+    static AT: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *AT.get_or_init(Sim::host_now)
+}
+
+fn on_still_clock() -> EventProfiler<Sim> {
+    EventProfiler::with_config(ProfilerConfig {
+        host_clock: still_clock,
+        ..ProfilerConfig::default()
+    })
+}
+
 /// Wait for the anchor calibrations in flight, which run off the
 /// caller's thread.
 fn settle() {
@@ -559,7 +574,7 @@ fn unreadable_window_is_none_not_zero() {
 fn steady_state_creates_no_events() {
     let _sim = setup();
     let s = stream();
-    let mut profiler = on_sim_clock();
+    let mut profiler = on_still_clock();
     let round = |profiler: &mut EventProfiler<Sim>| {
         let tokens: Vec<_> = (0..16).map(|_| profiler.start(s)).collect();
         for token in tokens {
@@ -675,7 +690,7 @@ fn placement_holds_on_a_device_clock_drifting_100_ppm_for_a_minute() {
 fn a_window_in_the_back_off_before_any_anchor_says_so() {
     let _sim = setup();
     let s = stream();
-    let mut profiler = on_sim_clock();
+    let mut profiler = on_still_clock();
     Sim::fail_every("simEventSynchronize", ErrorKind::OutOfResources);
     // The first window rides the calibration being taken, which fails: it
     // reads `None`, logged with the failure.
@@ -860,4 +875,41 @@ fn a_resolution_too_large_to_add_gives_the_widest_bound_not_a_panic() {
     let window = profiler.stop_placed(s, token).unwrap();
     let placed = pollster::block_on(window.resolve()).unwrap();
     assert_eq!(placed.uncertainty, Duration::from_nanos(u64::MAX));
+}
+
+/// An anchor that never ages (`anchor_max_age: Duration::MAX`), with the
+/// drift fit on or off, is a setting, not an overflow: windows open,
+/// close and read, and a failing calibration backs off without one.
+#[test]
+fn an_anchor_max_age_too_long_to_add_is_never_stale_and_never_a_panic() {
+    for drift_correction in [false, true] {
+        let _sim = setup();
+        let s = stream();
+        let mut profiler = EventProfiler::<Sim>::with_config(ProfilerConfig {
+            host_clock: Sim::host_now,
+            anchor_max_age: Duration::MAX,
+            drift_correction,
+            ..ProfilerConfig::default()
+        });
+        for _ in 0..3 {
+            let token = profiler.start(s);
+            Sim::enqueue_work(s, Duration::from_micros(10));
+            let timing = profiler.stop(s, token).unwrap();
+            assert!(resolve(timing).is_some(), "fit {drift_correction}");
+        }
+        drop(profiler);
+        let mut failing = EventProfiler::<Sim>::with_config(ProfilerConfig {
+            host_clock: Sim::host_now,
+            anchor_max_age: Duration::MAX,
+            drift_correction,
+            ..ProfilerConfig::default()
+        });
+        Sim::fail_every("simEventRecord", ErrorKind::OutOfResources);
+        for _ in 0..3 {
+            let token = failing.start(s);
+            let _ = failing.stop(s, token).map(resolve);
+            settle();
+            Sim::advance_clock(Duration::from_secs(3600));
+        }
+    }
 }

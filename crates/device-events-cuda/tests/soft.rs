@@ -413,12 +413,13 @@ struct SkipsReleases;
 impl device_events_core::AnchorApi for SkipsReleases {}
 
 impl EventApi for SkipsReleases {
-    type Event = <Cuda as EventApi>::Event;
+    /// Never dropped: an event released itself on drop.
+    type Event = std::mem::ManuallyDrop<<Cuda as EventApi>::Event>;
     type Stream = <Cuda as EventApi>::Stream;
     const BACKEND: &'static str = "cuda";
 
     fn event_create() -> Result<Self::Event, device_events_core::DriverError> {
-        Cuda::event_create()
+        Cuda::event_create().map(std::mem::ManuallyDrop::new)
     }
     fn event_destroy(_: &mut Self::Event) -> Result<(), device_events_core::DriverError> {
         Ok(())

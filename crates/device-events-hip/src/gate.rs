@@ -23,6 +23,10 @@ const CAN_USE_STREAM_WAIT_VALUE: c_int = 10013;
 const SIGNAL_MEMORY: c_uint = 2;
 /// `hipStreamWaitValueGte`.
 const WAIT_GTE: c_uint = 0;
+/// Signal memory is one 8-byte slot: ROCm's runtime (`clr`,
+/// `hipExtMallocWithFlags`) refuses any other size. The gate's word is its
+/// first four bytes, which `hipStreamWaitValue32` reads.
+const SIGNAL_BYTES: usize = 8;
 
 /// A word of signal memory a stream waits on.
 struct HipWord {
@@ -51,15 +55,15 @@ pub(crate) fn word(device: c_int) -> Result<Option<Box<dyn HostWord<Hip>>>, Driv
     let mut word = std::ptr::null_mut();
     // SAFETY: `word` is writable; the device is bound.
     check("hipExtMallocWithFlags", unsafe {
-        (ops.hipExtMallocWithFlags)(&mut word, size_of::<u32>(), SIGNAL_MEMORY)
+        (ops.hipExtMallocWithFlags)(&mut word, SIGNAL_BYTES, SIGNAL_MEMORY)
     })?;
     Ok(Some(Box::new(HipWord { ops, word })))
 }
 
 impl HostWord<Hip> for HipWord {
     fn word(&self) -> &AtomicU32 {
-        // SAFETY: `word` is live, host-visible signal memory of at least
-        // four bytes, aligned by the allocator, owned by this value until
+        // SAFETY: `word` is live, host-visible signal memory of eight
+        // bytes, aligned by the allocator, owned by this value until
         // it is freed.
         unsafe { AtomicU32::from_ptr(self.word.cast()) }
     }

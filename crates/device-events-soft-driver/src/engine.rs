@@ -476,6 +476,14 @@ impl Engine {
         Err(Fault::CaptureUnsupported)
     }
 
+    /// Refuse a memory allocation or release where the thread's capture
+    /// interaction mode prohibits it: the CUDA programming guide counts
+    /// them among the "potentially unsafe" calls (rule "alloc/free in
+    /// capture" in the crate's rules).
+    fn memory_call_permitted(&self, state: &mut State) -> Outcome<()> {
+        self.capture_permits(state)
+    }
+
     /// Map each device's streams made from now on onto `queues` hardware
     /// queues, in turn, as CUDA (`CUDA_DEVICE_MAX_CONNECTIONS`, 8) and ROCm
     /// (`GPU_MAX_HW_QUEUES`, 4) do: streams sharing one wait for each
@@ -759,6 +767,7 @@ impl Engine {
             return Err(Fault::InvalidValue);
         }
         let mut state = self.lock();
+        self.memory_call_permitted(&mut state)?;
         // Device addresses are never host memory: nothing behind them is
         // touched, so they cost no host memory either.
         let base = next_id(&mut state) << 32;
@@ -768,6 +777,7 @@ impl Engine {
 
     pub(crate) fn mem_free(&self, base: u64) -> Outcome<()> {
         let mut state = self.lock();
+        self.memory_call_permitted(&mut state)?;
         if state.allocations.remove(&base).is_some() || free_host(&mut state, base) {
             Ok(())
         } else {
@@ -782,10 +792,12 @@ impl Engine {
         if bytes == 0 {
             return Err(Fault::InvalidValue);
         }
+        let mut state = self.lock();
+        self.memory_call_permitted(&mut state)?;
         let words = (0..bytes.div_ceil(4)).map(|_| AtomicU32::new(0)).collect();
         let block = Arc::new(HostBlock { words });
         let address = block.words.as_ptr() as u64;
-        self.lock().host_blocks.insert(address, block);
+        state.host_blocks.insert(address, block);
         Ok(address)
     }
 
@@ -794,11 +806,21 @@ impl Engine {
     /// real device would go on reading freed memory.
     pub(crate) fn host_free(&self, address: u64) -> Outcome<()> {
         let mut state = self.lock();
+        self.memory_call_permitted(&mut state)?;
         if free_host(&mut state, address) {
             Ok(())
         } else {
             Err(misuse())
         }
+    }
+
+    /// Write `value` to the host word at `address`, as the driver itself
+    /// initialises memory it hands out.
+    pub(crate) fn host_store(&self, address: u64, value: u32) -> Outcome<()> {
+        let state = self.lock();
+        let (block, word) = host_word(&state, address)?;
+        block.words[word].store(value, Ordering::Release);
+        Ok(())
     }
 
     /// The device address of host memory at `address`: the same, when it

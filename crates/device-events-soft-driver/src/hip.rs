@@ -376,10 +376,15 @@ unsafe extern "C" fn hipExtMallocWithFlags(
     const SIGNAL_MEMORY: c_uint = 2;
     call("hipExtMallocWithFlags", || {
         current()?;
-        if ptr.is_null() || flags != SIGNAL_MEMORY {
+        // clr's hip_memory.cpp: signal memory is one 8-byte slot, any
+        // other size is hipErrorInvalidValue.
+        if ptr.is_null() || flags != SIGNAL_MEMORY || size != 8 {
             return Err(Fault::InvalidValue);
         }
         let address = ENGINE.host_alloc(size)?;
+        // An HSA signal's value, which clr creates at 1
+        // (`kInitSignalValueOne`), not 0.
+        ENGINE.host_store(address, 1)?;
         // SAFETY: non-null, and the caller passes a pointer valid for a write.
         unsafe { out::put(ptr, address as usize as *mut c_void) }
     })
@@ -413,6 +418,8 @@ extern "C" fn hipFree(ptr: *mut c_void) -> HipError {
         if ptr.is_null() {
             return Ok(());
         }
+        // clr's hipFree waits for the device's work first (ROCm/hip#1018).
+        ENGINE.device_synchronize(current()?)?;
         ENGINE.mem_free(ptr as u64)
     })
 }

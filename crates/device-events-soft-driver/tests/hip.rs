@@ -290,7 +290,7 @@ fn signal_word() -> (bool, *mut c_void) {
         ));
         check(hip::hipExtMallocWithFlags(
             &mut word,
-            4,
+            8,
             hip::hipMallocSignalMemory,
         ));
     }
@@ -312,7 +312,7 @@ fn a_stream_waits_on_signal_memory_until_the_host_writes_it() {
         check(hip::hipStreamWaitValue32(
             s,
             word,
-            1,
+            2,
             hip::hipStreamWaitValueGte,
             u32::MAX,
         ));
@@ -322,7 +322,7 @@ fn a_stream_waits_on_signal_memory_until_the_host_writes_it() {
         assert_eq!(soft.blocked_value_waits(), 1);
         let written = Instant::now();
         std::sync::atomic::AtomicU32::from_ptr(word.cast())
-            .store(1, std::sync::atomic::Ordering::Release);
+            .store(2, std::sync::atomic::Ordering::Release);
         check(hip::hipEventSynchronize(e));
         assert!(written.elapsed() >= Duration::from_micros(1));
         assert_eq!(soft.blocked_value_waits(), 0);
@@ -407,6 +407,124 @@ fn capture_modes_decide_which_queries_elsewhere_a_global_capture_allows() {
             hip::hipStreamEndCapture(s, &mut graph),
             hip::hipError_t_hipErrorStreamCaptureInvalidated
         );
+    }
+    assert_eq!(soft.capture_violations(), before + 1);
+}
+
+/// Rule `hipExtMallocWithFlags` (clr `hip_memory.cpp`): signal memory is
+/// one 8-byte slot, any other size `hipErrorInvalidValue`; it is an HSA
+/// signal, whose value starts at 1.
+#[test]
+fn signal_memory_is_exactly_eight_bytes() {
+    let _soft = SoftDriver::exclusive();
+    for size in [4, 16] {
+        let mut word = ptr::null_mut();
+        // SAFETY: `word` is writable; nothing is allocated on refusal.
+        let status =
+            unsafe { hip::hipExtMallocWithFlags(&mut word, size, hip::hipMallocSignalMemory) };
+        assert_eq!(status, hip::hipError_t_hipErrorInvalidValue, "{size} bytes");
+    }
+    let (_, word) = signal_word();
+    // SAFETY: `word` is live signal memory, freed once.
+    unsafe {
+        // The 64-bit value as two words (little-endian), read no wider
+        // than the driver promises to align.
+        let half = |i: usize| {
+            std::sync::atomic::AtomicU32::from_ptr(word.cast::<u32>().add(i))
+                .load(std::sync::atomic::Ordering::Acquire)
+        };
+        assert_eq!(
+            (half(0), half(1)),
+            (1, 0),
+            "an HSA signal starts at 1 (clr kInitSignalValueOne)"
+        );
+        check(hip::hipFree(word));
+    }
+}
+
+/// Rule `hipFree` (clr `hip_memory.cpp`, ROCm/hip#1018): it waits for the
+/// device's work before it frees.
+#[test]
+fn hip_free_waits_for_the_devices_work() {
+    let soft = SoftDriver::exclusive();
+    soft.set_bandwidth(1e9);
+    let s = stream();
+    let mut spare = ptr::null_mut();
+    // SAFETY: `spare` is writable; freed once below.
+    check(unsafe { hip::hipMalloc(&mut spare, 64) });
+    memset(s, 20_000_000); // 20 ms
+    let started = Instant::now();
+    // SAFETY: allocated above, freed once.
+    check(unsafe { hip::hipFree(spare) });
+    assert!(
+        started.elapsed() >= Duration::from_millis(15),
+        "hipFree returned before the device's 20 ms of work: {:?}",
+        started.elapsed()
+    );
+    // SAFETY: live, destroyed once.
+    check(unsafe { hip::hipStreamDestroy(s) });
+}
+
+/// Rule "alloc/free in capture" (CUDA programming guide, stream capture;
+/// HIP mirrors it): freeing memory from a GLOBAL thread while another
+/// thread captures in GLOBAL mode fails and invalidates that capture; from
+/// a RELAXED thread it is allowed.
+#[test]
+fn freeing_memory_elsewhere_during_a_global_capture_needs_relaxed_mode() {
+    let soft = SoftDriver::exclusive();
+    let s = stream();
+    let before = soft.capture_violations();
+    let words: Vec<usize> = (0..2)
+        .map(|_| {
+            let mut word = ptr::null_mut();
+            // SAFETY: `word` is writable; made before any capture begins.
+            check(unsafe { hip::hipMalloc(&mut word, 64) });
+            word as usize
+        })
+        .collect();
+    let free_from_a_thread = |word: usize, mode: hip::hipStreamCaptureMode| {
+        std::thread::spawn(move || {
+            let mut mode = mode;
+            // SAFETY: `mode` is writable; the memory is live.
+            unsafe {
+                check(hip::hipThreadExchangeStreamCaptureMode(&mut mode));
+                hip::hipFree(word as *mut c_void)
+            }
+        })
+        .join()
+        .unwrap()
+    };
+    let mut graph = ptr::null_mut();
+    // SAFETY: live stream and memory; `graph` is writable.
+    unsafe {
+        check(hip::hipStreamBeginCapture(
+            s,
+            hip::hipStreamCaptureMode_hipStreamCaptureModeGlobal,
+        ));
+        check(free_from_a_thread(
+            words[0],
+            hip::hipStreamCaptureMode_hipStreamCaptureModeRelaxed,
+        ));
+        check(hip::hipStreamEndCapture(s, &mut graph));
+        check(hip::hipGraphDestroy(graph));
+        assert_eq!(soft.capture_violations(), before);
+        check(hip::hipStreamBeginCapture(
+            s,
+            hip::hipStreamCaptureMode_hipStreamCaptureModeGlobal,
+        ));
+        assert_eq!(
+            free_from_a_thread(
+                words[1],
+                hip::hipStreamCaptureMode_hipStreamCaptureModeGlobal
+            ),
+            hip::hipError_t_hipErrorStreamCaptureUnsupported
+        );
+        assert_eq!(
+            hip::hipStreamEndCapture(s, &mut graph),
+            hip::hipError_t_hipErrorStreamCaptureInvalidated
+        );
+        check(hip::hipFree(words[1] as *mut c_void));
+        check(hip::hipStreamDestroy(s));
     }
     assert_eq!(soft.capture_violations(), before + 1);
 }

@@ -56,7 +56,8 @@ pub(super) fn fence_event<R: RawApi>(
     stream: CheckedStream<R>,
 ) -> Result<CheckedEvent<R>, DriverError> {
     let state = R::state();
-    let held = stream.held(R::CALLS.create_event)?;
+    // A dead stream is refused as the fence's record on it would be.
+    let held = stream.held(R::CALLS.record_event)?;
     let context = R::context_of(&held);
     {
         let mut idle = state.idle();

@@ -4,6 +4,7 @@ use cubecl_common::profile::Duration;
 
 use super::{CheckedStream, bound};
 use crate::EventApi;
+use crate::capture;
 use crate::driver::DriverError;
 use crate::gate::Gate;
 use crate::raw::{HostWord, Permit, RawApi};
@@ -28,11 +29,13 @@ pub(crate) fn word_gate<R: RawApi>(
     let Some(word) = bound::<R, _>(&held, || R::host_word(permit, &held))? else {
         return Ok(None);
     };
+    // Not always zero: ROCm's signal memory starts at 1.
+    let count = word.word().load(std::sync::atomic::Ordering::Acquire);
     Ok(Some(Box::new(WordGate {
         stream,
         held,
         word: Some(word),
-        count: 0,
+        count,
     })))
 }
 
@@ -77,7 +80,12 @@ impl<R: RawApi> Drop for WordGate<R> {
             std::mem::forget(word);
             return;
         }
-        if let Err(err) = bound::<R, _>(&self.held, || word.free(Permit::new())) {
+        // Freeing is among the calls another thread's GLOBAL capture
+        // forbids: in RELAXED mode.
+        let freed = bound::<R, _>(&self.held, || {
+            capture::relaxed::<R, _>(|| word.free(Permit::new()))
+        });
+        if let Err(err) = freed {
             log::error!("{}: could not free a gate's host word: {err}", R::BACKEND);
         }
     }
