@@ -854,6 +854,47 @@ pub fn a_global_capture_ends_while_the_library_works_elsewhere<A: AnchorApi + Ev
     );
 }
 
+/// A profiler dropped on this thread, in the default GLOBAL mode, while
+/// another thread captures a graph in GLOBAL mode: its gate's memory is
+/// freed and its anchor stream drained and destroyed off this thread, in
+/// RELAXED mode, so the capture ends as it began. (A real driver refuses a
+/// GLOBAL-mode thread's memory release during such a capture, and
+/// invalidates it.)
+pub fn a_profiler_dropped_during_a_global_capture_elsewhere_leaves_it_valid<A: AnchorApi>(
+    h: &Harness<A>,
+) {
+    let capture = h.capture.as_ref().expect("the backend has graph capture");
+    let streams = Streams::<A>::new(2);
+    let (s, c) = (streams.get(0), streams.get(1));
+    let mut profiler = EventProfiler::<A>::new();
+    let token = profiler.start(s);
+    let window = profiler.stop(s, token).unwrap();
+    pollster::block_on(window.resolve()).expect("the window was read");
+    assert!(device_events_core::wait_for_calibrations(
+        Duration::from_secs(10)
+    ));
+    let (begun, ended) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
+    let outcome = std::thread::scope(|scope| {
+        let capturing = scope.spawn(|| {
+            (capture.bind_thread)();
+            (capture.begin)(c).unwrap();
+            begun.wait();
+            ended.wait();
+            (capture.end)(c)
+        });
+        begun.wait();
+        drop(profiler);
+        assert!(device_events_core::wait_for_calibrations(
+            Duration::from_secs(10)
+        ));
+        ended.wait();
+        capturing.join().expect("the capturing thread")
+    });
+    if let Err(err) = outcome {
+        panic!("the capture did not end: {err}");
+    }
+}
+
 /// Makes each check of this crate a named `#[test]` of the calling suite.
 ///
 /// `$harness` is an expression giving a [`Harness`] (or a guard that derefs
@@ -888,7 +929,8 @@ macro_rules! conformance_suite {
         $crate::conformance_suite!(@tests $backend, $harness,
             a_capturing_stream_gives_capture_errors,
             a_fence_out_of_a_capture_forks_and_its_windows_read_none,
-            a_global_capture_ends_while_the_library_works_elsewhere
+            a_global_capture_ends_while_the_library_works_elsewhere,
+            a_profiler_dropped_during_a_global_capture_elsewhere_leaves_it_valid
         );
     };
     (@tests $backend:ty, $harness:expr, $($check:ident),+) => {

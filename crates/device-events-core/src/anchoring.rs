@@ -61,14 +61,19 @@ struct Shared<A: AnchorApi> {
     stream: OnceLock<OwnedStream<A>>,
     /// Locked briefly, by `start()` and by a calibration's end.
     latest: Mutex<Latest<A>>,
-    /// Locked by the calibration in flight (and only it).
-    work: Mutex<Work>,
+    /// Taken out by the calibration in flight, and put back at its end, so
+    /// that no lock is held across its driver waits: a child made by
+    /// `fork` meanwhile finds it gone, and starts afresh.
+    work: Mutex<Option<Work>>,
 }
 
 struct Latest<A: AnchorApi> {
     anchor: Option<Arc<Anchor<A>>>,
     /// While a calibration is in flight: where it leaves its anchor.
     in_flight: Option<Arc<Next<A>>>,
+    /// The process that began it: in a child made by `fork`, the parent's
+    /// calibration never ends.
+    in_flight_in: u32,
     /// After a failed calibration: when to try again, the delay that led
     /// there (doubling), and the failure.
     retry: Option<(Instant, Duration, DriverError)>,
@@ -79,6 +84,16 @@ struct Work {
     gate: Option<Box<dyn Gate>>,
     gate_tried: bool,
     fit: DriftFit,
+}
+
+impl Work {
+    fn new(config: &ProfilerConfig) -> Self {
+        Self {
+            gate: None,
+            gate_tried: false,
+            fit: DriftFit::new(config.timer_resolution),
+        }
+    }
 }
 
 /// The first delay before a failed calibration is tried again.
@@ -98,13 +113,10 @@ impl<A: AnchorApi> Anchoring<A> {
                 latest: Mutex::new(Latest {
                     anchor: None,
                     in_flight: None,
+                    in_flight_in: 0,
                     retry: None,
                 }),
-                work: Mutex::new(Work {
-                    gate: None,
-                    gate_tried: false,
-                    fit: DriftFit::new(config.timer_resolution),
-                }),
+                work: Mutex::new(Some(Work::new(&config))),
             }),
             cache: None,
         }
@@ -156,6 +168,11 @@ impl<A: AnchorApi> Anchoring<A> {
             && !anchor.stale(now)
         {
             return Ok(WindowAnchor::Known(Arc::clone(anchor)));
+        }
+        if latest.in_flight.is_some() && latest.in_flight_in != std::process::id() {
+            // Forked: the parent's calibration is not this process's to
+            // wait for.
+            latest.in_flight = None;
         }
         if latest.in_flight.is_none() {
             let backing_off = latest.retry.as_ref().is_some_and(|(at, ..)| now < *at);
@@ -229,6 +246,7 @@ impl<A: AnchorApi> Anchoring<A> {
             )
         })?;
         latest.in_flight = Some(next);
+        latest.in_flight_in = std::process::id();
         Ok(())
     }
 }
@@ -255,10 +273,24 @@ impl<A: AnchorApi> Shared<A> {
         delay
     }
 
+    fn work(&self) -> MutexGuard<'_, Option<Work>> {
+        self.work.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// A new anchor on the private stream, placed by the drift fit.
     fn calibrate(&self, stream: A::Stream) -> Result<Anchor<A>, DriverError> {
-        let mut work = self.work.lock().unwrap_or_else(PoisonError::into_inner);
-        let work = &mut *work;
+        // Only one calibration of a profiler is in flight at a time (in
+        // this process): `None` only in a child forked during one.
+        let mut work = self
+            .work()
+            .take()
+            .unwrap_or_else(|| Work::new(&self.config));
+        let anchor = self.calibrate_with(&mut work, stream);
+        *self.work() = Some(work);
+        anchor
+    }
+
+    fn calibrate_with(&self, work: &mut Work, stream: A::Stream) -> Result<Anchor<A>, DriverError> {
         if self.config.gated_anchor && !work.gate_tried {
             work.gate_tried = true;
             work.gate = A::gate(stream).unwrap_or_else(|err| {
@@ -310,8 +342,8 @@ impl<A: AnchorApi> Drop for Shared<A> {
                 .work
                 .get_mut()
                 .unwrap_or_else(PoisonError::into_inner)
-                .gate
-                .take(),
+                .as_mut()
+                .and_then(|work| work.gate.take()),
             stream: self.stream.take(),
         };
         if release.gate.is_none() && release.stream.is_none() {

@@ -55,6 +55,7 @@ pub(crate) struct Unrun(#[allow(dead_code)] VecDeque<Task>);
 /// (this one among them), unrun.
 pub(crate) fn submit(task: Task) -> Result<(), (std::io::Error, Unrun)> {
     let mut q = queue();
+    forget_the_parents(&mut q);
     q.tasks.push_back(task);
     q.busy += 1;
     if q.running == Some(std::process::id()) {
@@ -74,6 +75,18 @@ pub(crate) fn submit(task: Task) -> Result<(), (std::io::Error, Unrun)> {
         return Err((err, Unrun(unrun)));
     }
     Ok(())
+}
+
+/// In a child made by `fork`, the queue is the parent's: its thread is not
+/// here, and its calibrations (running or queued) will never end. They are
+/// forgotten, not dropped: a lock they would take may have been held by a
+/// parent's thread at the fork.
+fn forget_the_parents(q: &mut Queue) {
+    if q.running.is_some_and(|pid| pid != std::process::id()) {
+        q.running = None;
+        q.busy = 0;
+        std::mem::forget(std::mem::take(&mut q.tasks));
+    }
 }
 
 /// Whether the calibrator thread is up in this process.
@@ -123,7 +136,8 @@ fn serve() {
 /// assert!(device_events_core::wait_for_calibrations(Duration::from_secs(1)));
 /// ```
 pub fn wait_for_calibrations(timeout: Duration) -> bool {
-    let q = queue();
+    let mut q = queue();
+    forget_the_parents(&mut q);
     let (q, _) = IDLE
         .wait_timeout_while(q, timeout, |q| q.busy > 0)
         .unwrap_or_else(PoisonError::into_inner);

@@ -10,7 +10,7 @@ use device_events_core::sim::{Sim, SimStream};
 use device_events_core::{
     DriverError, ErrorKind, EventApi, EventProfiler, ProfileError, ProfilerConfig,
 };
-use support::{logged, setup};
+use support::{OnWait, WaitHook, logged, setup};
 
 fn stream() -> SimStream {
     Sim::stream_create_non_blocking().unwrap()
@@ -715,52 +715,6 @@ fn a_window_in_the_back_off_before_any_anchor_says_so() {
         "{text}"
     );
 }
-
-/// What happens at each wait in the driver, for [`OnWait`].
-trait WaitHook: Send + Sync + 'static {
-    fn waited();
-}
-
-/// The simulated backend, with a hook at each wait in the driver.
-struct OnWait<H>(std::marker::PhantomData<fn() -> H>);
-
-impl<H: WaitHook> EventApi for OnWait<H> {
-    type Event = <Sim as EventApi>::Event;
-    type Stream = SimStream;
-    const BACKEND: &'static str = "sim";
-
-    fn event_create() -> Result<Self::Event, DriverError> {
-        Sim::event_create()
-    }
-    fn event_destroy(event: &mut Self::Event) -> Result<(), DriverError> {
-        Sim::event_destroy(event)
-    }
-    fn event_record(event: &Self::Event, stream: SimStream) -> Result<(), DriverError> {
-        Sim::event_record(event, stream)
-    }
-    fn event_wait(event: &Self::Event) -> Result<(), DriverError> {
-        H::waited();
-        Sim::event_wait(event)
-    }
-    fn event_elapsed(start: &Self::Event, end: &Self::Event) -> Result<Duration, DriverError> {
-        Sim::event_elapsed(start, end)
-    }
-    fn stream_wait_event(stream: SimStream, event: &Self::Event) -> Result<(), DriverError> {
-        Sim::stream_wait_event(stream, event)
-    }
-    fn stream_synchronize(stream: SimStream) -> Result<(), DriverError> {
-        H::waited();
-        Sim::stream_synchronize(stream)
-    }
-    fn stream_create_non_blocking() -> Result<SimStream, DriverError> {
-        Sim::stream_create_non_blocking()
-    }
-    fn stream_destroy(stream: SimStream) -> Result<(), DriverError> {
-        Sim::stream_destroy(stream)
-    }
-}
-
-impl<H: WaitHook> device_events_core::AnchorApi for OnWait<H> {}
 
 static WAITERS: std::sync::Mutex<Vec<std::thread::ThreadId>> = std::sync::Mutex::new(Vec::new());
 

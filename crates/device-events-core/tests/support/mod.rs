@@ -4,7 +4,10 @@
 
 use std::sync::{Mutex, Once, PoisonError};
 
-use device_events_core::sim::{Sim, SimGuard};
+use std::time::Duration;
+
+use device_events_core::sim::{Sim, SimGuard, SimStream};
+use device_events_core::{DriverError, EventApi};
 
 static LOGS: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
@@ -45,3 +48,50 @@ pub fn logged(parts: &[&str]) -> bool {
         .iter()
         .any(|line| parts.iter().all(|part| line.contains(part)))
 }
+
+/// What happens at each wait in the driver, for [`OnWait`].
+pub trait WaitHook: Send + Sync + 'static {
+    /// Called on entering each wait.
+    fn waited();
+}
+
+/// The simulated backend, with a hook at each wait in the driver.
+pub struct OnWait<H>(std::marker::PhantomData<fn() -> H>);
+
+impl<H: WaitHook> EventApi for OnWait<H> {
+    type Event = <Sim as EventApi>::Event;
+    type Stream = SimStream;
+    const BACKEND: &'static str = "sim";
+
+    fn event_create() -> Result<Self::Event, DriverError> {
+        Sim::event_create()
+    }
+    fn event_destroy(event: &mut Self::Event) -> Result<(), DriverError> {
+        Sim::event_destroy(event)
+    }
+    fn event_record(event: &Self::Event, stream: SimStream) -> Result<(), DriverError> {
+        Sim::event_record(event, stream)
+    }
+    fn event_wait(event: &Self::Event) -> Result<(), DriverError> {
+        H::waited();
+        Sim::event_wait(event)
+    }
+    fn event_elapsed(start: &Self::Event, end: &Self::Event) -> Result<Duration, DriverError> {
+        Sim::event_elapsed(start, end)
+    }
+    fn stream_wait_event(stream: SimStream, event: &Self::Event) -> Result<(), DriverError> {
+        Sim::stream_wait_event(stream, event)
+    }
+    fn stream_synchronize(stream: SimStream) -> Result<(), DriverError> {
+        H::waited();
+        Sim::stream_synchronize(stream)
+    }
+    fn stream_create_non_blocking() -> Result<SimStream, DriverError> {
+        Sim::stream_create_non_blocking()
+    }
+    fn stream_destroy(stream: SimStream) -> Result<(), DriverError> {
+        Sim::stream_destroy(stream)
+    }
+}
+
+impl<H: WaitHook> device_events_core::AnchorApi for OnWait<H> {}
