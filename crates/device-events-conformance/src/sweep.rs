@@ -265,6 +265,74 @@ pub fn sweep(
     tally
 }
 
+/// Every scenario with none of the library's threads able to start (a
+/// process at its thread limit), then each again once they can. With
+/// starts refused: no panic, leak or misuse, and a refusal that happened
+/// reaches the caller or the log; once allowed: the scenario runs clean.
+pub fn sweep_thread_starts(driver: &SoftDriver, scenarios: &[(&'static str, Scenario)]) -> Tally {
+    capture_logs();
+    let baseline = driver.counts();
+    let mut tally = Tally::default();
+    // An idle thread lingers a few seconds; a start is refused only once
+    // it is gone.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while device_events_core::library_threads_running() {
+        if Instant::now() > deadline {
+            eprintln!("the library's threads did not go within 10 s");
+            tally.lost += 1;
+            return tally;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    for &(name, scenario) in scenarios {
+        driver.reset();
+        take_logs();
+        device_events_core::refuse_thread_starts(true);
+        tally.points += 1;
+        let outcome = catch_unwind(AssertUnwindSafe(scenario));
+        settle();
+        let refused = device_events_core::refuse_thread_starts(false);
+        let logs = take_logs();
+        let Ok(seen) = outcome else {
+            tally.panics += 1;
+            continue;
+        };
+        let after = driver.counts();
+        if (after.events, after.streams) != (baseline.events, baseline.streams) {
+            eprintln!("leak in {name} with thread starts refused: {after:?}");
+            tally.leaks += 1;
+        }
+        if after.misuses != baseline.misuses {
+            eprintln!("misuse in {name} with thread starts refused: {after:?}");
+            tally.misuses += 1;
+        }
+        let said = seen
+            .iter()
+            .chain(&logs)
+            .any(|line| line.contains("could be started"));
+        if refused > 0 && !said {
+            eprintln!("lost: {refused} refused thread start(s) in {name}");
+            tally.lost += 1;
+        }
+        // The threads can start again: the scenario runs as if nothing
+        // had happened.
+        driver.reset();
+        let again = scenario();
+        settle();
+        if !again.is_empty() {
+            eprintln!("{name} fails once threads can start again: {again:?}");
+            tally.lost += 1;
+        }
+        // The next scenario's refusal needs the threads gone again.
+        while device_events_core::library_threads_running()
+            && Instant::now() < deadline + Duration::from_secs(60)
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    tally
+}
+
 /// Let calibrations in flight end: a profiler dropped meanwhile releases
 /// its anchor's events and stream as its calibration ends.
 fn settle() {
@@ -374,6 +442,12 @@ pub fn main<A: AnchorApi>(statuses: fn(&str) -> &'static [i32], prepare_thread: 
         eprintln!("{} fault sweep, {name}: {tally}", A::BACKEND);
         total += tally;
     }
+    let starts = sweep_thread_starts(&driver, &scenarios::<A>());
+    eprintln!(
+        "{} fault sweep, thread starts refused: {starts}",
+        A::BACKEND
+    );
+    total += starts;
     println!("{} fault sweep: {total}", A::BACKEND);
     let stressed = stress::<A>(8, 10_000, prepare_thread, crate::soft::events_and_misuses);
     match &stressed {

@@ -1,13 +1,15 @@
 //! The library's own threads, started in one place so that a test can
 //! refuse a start, as a process at its thread limit does.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 static REFUSING: AtomicBool = AtomicBool::new(false);
+static REFUSED: AtomicUsize = AtomicUsize::new(0);
 
 /// Start `body` on a thread named `name`.
 pub(crate) fn start(name: &str, body: fn()) -> std::io::Result<()> {
     if REFUSING.load(Ordering::Relaxed) {
+        REFUSED.fetch_add(1, Ordering::Relaxed);
         return Err(std::io::Error::new(
             std::io::ErrorKind::WouldBlock,
             "thread start refused by refuse_thread_starts",
@@ -21,7 +23,8 @@ pub(crate) fn start(name: &str, body: fn()) -> std::io::Result<()> {
 
 /// Refuse every start of the library's threads (the calibrator and the
 /// resolver) until called with `false`: what a process at its thread limit
-/// sees, for fault sweeps. A thread already running keeps running.
+/// sees, for fault sweeps. A thread already running keeps running. Returns
+/// how many starts were refused since the last call.
 ///
 /// ```
 /// use device_events_core::{EventApi, EventProfiler, refuse_thread_starts, sim::Sim};
@@ -39,8 +42,9 @@ pub(crate) fn start(name: &str, body: fn()) -> std::io::Result<()> {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[cfg(feature = "sim")]
-pub fn refuse_thread_starts(refuse: bool) {
+pub fn refuse_thread_starts(refuse: bool) -> usize {
     REFUSING.store(refuse, Ordering::Relaxed);
+    REFUSED.swap(0, Ordering::Relaxed)
 }
 
 /// Whether any of the library's threads is up in this process: a few

@@ -13,6 +13,8 @@ fn statuses(function: &str) -> &'static [i32] {
         "cuEventSynchronize" | "cuStreamSynchronize" => &[700, 907, 400],
         "cuEventRecord" => &[400, 700, 900],
         "cuEventCreate" | "cuStreamCreate" => &[2, 201, 700],
+        // The gate's host word: memory exhausted (2), or refused.
+        "cuMemHostAlloc" | "cuMemHostGetDevicePointer_v2" => &[2, 999],
         "cuStreamWaitEvent" => &[400, 700, 905],
         "cuCtxGetCurrent" => &[3, 201],
         "cuCtxPushCurrent_v2" | "cuCtxPopCurrent_v2" => &[201, 700],

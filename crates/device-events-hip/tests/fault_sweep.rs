@@ -13,6 +13,9 @@ fn statuses(function: &str) -> &'static [i32] {
         "hipEventSynchronize" | "hipStreamSynchronize" => &[700, 907, 400],
         "hipEventRecord" => &[400, 700, 900],
         "hipEventCreateWithFlags" | "hipStreamCreateWithFlags" => &[2, 101, 700],
+        // The gate's signal memory: exhausted (hipErrorOutOfMemory, 2), as
+        // clr returns when no HSA signal can be made, or refused.
+        "hipExtMallocWithFlags" => &[2, 999],
         "hipStreamWaitEvent" => &[400, 700, 905],
         "hipGetDevice" => &[101, 100],
         "hipSetDevice" => &[101, 700],
