@@ -192,8 +192,22 @@ impl<A: AnchorApi> Harness<A> {
         let streams = Streams::<A>::new(1);
         let s = streams.get(0);
         let time = |bytes: usize| self.raw_pair(s, || self.enqueue_raw(s, bytes));
-        let mut bytes = self.workload.max_bytes().min(1 << 20);
-        while time(bytes) < Duration::from_millis(20) && bytes < 1 << 40 {
+        // Bounded: a driver whose elapsed times do not follow the work
+        // (one that stamps nothing, or placeholders) fails here, never
+        // doubling its work for hours.
+        let started = std::time::Instant::now();
+        let mut bytes = self.workload.max_bytes().clamp(1, 1 << 20);
+        loop {
+            let took = time(bytes);
+            if took >= Duration::from_millis(20) {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(10) && bytes < 1 << 36,
+                "the driver measured {took:?} for {bytes} bytes of work, after {:?} \
+                 of growing it: its elapsed times do not follow the work",
+                started.elapsed()
+            );
             bytes *= 2;
         }
         let fastest = (0..3).map(|_| time(bytes)).min().unwrap_or(Duration::MAX);

@@ -148,14 +148,12 @@ impl Device for device_events_opencl::OpenCl {
     type Buffer = ClBuffer;
 
     fn open() -> Result<String, Failure> {
-        Self::probe()?;
-        let first = Self::devices()?
-            .into_iter()
-            .next()
-            .ok_or("no OpenCL device")?;
+        // The device this thread's streams use: the selected one, not the
+        // first found.
+        let device = Self::current_device()?;
         Ok(format!(
             "{} on {}, {}",
-            first.name, first.platform_name, first.version
+            device.name, device.platform_name, device.version
         ))
     }
 

@@ -110,25 +110,40 @@ fn text(info: Result<cl3::info_type::InfoType, i32>) -> String {
         .unwrap_or_default()
 }
 
-/// Every device of every platform.
-pub(crate) fn list() -> Result<Vec<DeviceInfo>, DriverError> {
+/// Every device of every platform, with its driver handle.
+fn listed() -> Result<Vec<(DeviceInfo, cl_device_id)>, DriverError> {
     let mut found = Vec::new();
     for (p, platform) in platforms()?.into_iter().enumerate() {
         let platform_name = text(cl3::platform::get_platform_info(platform, CL_PLATFORM_NAME));
         for (d, device) in devices_of(platform).into_iter().enumerate() {
-            found.push(DeviceInfo {
+            let info = DeviceInfo {
                 platform: p,
                 device: d,
                 platform_name: platform_name.clone(),
                 name: text(cl3::device::get_device_info(device, CL_DEVICE_NAME)),
                 version: text(cl3::device::get_device_info(device, CL_DEVICE_VERSION)),
-            });
+            };
+            found.push((info, device));
         }
     }
     if found.is_empty() {
         return Err(no_device("no OpenCL platform has a device"));
     }
     Ok(found)
+}
+
+/// Every device of every platform.
+pub(crate) fn list() -> Result<Vec<DeviceInfo>, DriverError> {
+    Ok(listed()?.into_iter().map(|(info, _)| info).collect())
+}
+
+/// The device of the calling thread's context.
+pub(crate) fn current_device() -> Result<DeviceInfo, DriverError> {
+    let device = current()?.device;
+    listed()?
+        .into_iter()
+        .find_map(|(info, id)| (id == device).then_some(info))
+        .ok_or_else(|| no_device("the thread's OpenCL device is no longer listed"))
 }
 
 /// A new context on device `device` of platform `platform`.

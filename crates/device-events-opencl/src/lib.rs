@@ -98,6 +98,25 @@ impl OpenCl {
         context::list()
     }
 
+    /// The device the calling thread's fences, pools, profilers and
+    /// streams use: its [`select`](Self::select)ion, else the process's
+    /// default ([`DEVICE_VAR`], else the first device found).
+    ///
+    /// ```
+    /// use device_events_opencl::OpenCl;
+    ///
+    /// if let Ok(device) = OpenCl::current_device() {
+    ///     println!("profiling on {} ({})", device.name, device.platform_name);
+    /// }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`probe`](Self::probe).
+    pub fn current_device() -> Result<DeviceInfo, DriverError> {
+        context::current_device()
+    }
+
     /// Make device `device` of platform `platform` (indices, as
     /// [`devices`](Self::devices) lists them) the calling thread's: the
     /// fences, pools, profilers and streams it makes from now on use a new

@@ -5,7 +5,7 @@
 
 mod support;
 
-use device_events_core::{ErrorKind, EventApi, EventFence, EventProfiler, OwnedStream};
+use device_events_core::{ErrorKind, EventApi, EventFence, OwnedStream};
 use device_events_opencl::OpenCl;
 
 fn assert_no_device() {
@@ -108,45 +108,6 @@ fn waiting_on_a_never_recorded_event_completes_at_once() {
     OpenCl::event_destroy(&mut never).unwrap();
 }
 
-/// Every path releases: fences waited, fences dropped unwaited, windows read
-/// and abandoned, profilers and pools dropped, on 8 threads x 10,000 each.
-/// Fault injection is not possible on a real runtime; this is what can be
-/// swept there.
-#[test]
-fn stress_on_the_real_runtime_releases_everything() {
-    OpenCl::probe().expect("an OpenCL platform with a device");
-    device_events_core::release_idle_events();
-    let before = OpenCl::live_events();
-    {
-        let s = OwnedStream::<OpenCl>::new().unwrap();
-        let pool = device_events_core::FencePool::<OpenCl>::new();
-        let mut profiler = EventProfiler::<OpenCl>::new();
-        let abandoned = profiler.start(s.get());
-        let read = profiler.start(s.get());
-        drop(EventFence::<OpenCl>::new(s.get()));
-        pool.fence(s.get()).wait_sync().unwrap();
-        let read = profiler.stop(s.get(), read).unwrap();
-        profiler.abandon(abandoned).unwrap();
-        assert!(pollster::block_on(read.resolve()).is_some());
-    }
-    let took = device_events_conformance::sweep::stress::<OpenCl>(
-        8,
-        10_000,
-        || {},
-        || {
-            device_events_core::release_idle_events();
-            (OpenCl::live_events(), 0)
-        },
-    )
-    .unwrap();
-    eprintln!(
-        "opencl stress: 8 threads x 10000 fences and windows, read on other threads, in {:.1} s",
-        took.as_secs_f64()
-    );
-    device_events_core::release_idle_events();
-    assert_eq!(OpenCl::live_events(), before, "every event released");
-}
-
 /// `EventFence::is_complete` never waits, even while another thread waits
 /// on the same fence: asking takes a moment, not the ~second of fills
 /// ahead of it.
@@ -162,17 +123,25 @@ fn asking_a_fence_never_waits_behind_another_threads_wait_on_it() {
             bytes,
         )
     };
-    // Size about a second of fills from a warm one timed here.
+    // Size about a second of fills from a warm one timed here, enqueue
+    // included (a driver may run the work inside it), at most 256.
     enqueue(BYTES).unwrap();
     OpenCl::stream_synchronize(stream.get()).unwrap();
-    enqueue(BYTES).unwrap();
     let started = std::time::Instant::now();
+    enqueue(BYTES).unwrap();
     OpenCl::stream_synchronize(stream.get()).unwrap();
     let one = started.elapsed().max(std::time::Duration::from_micros(100));
-    let fills = (1.0 / one.as_secs_f64()).ceil() as usize;
+    let fills = ((1.0 / one.as_secs_f64()).ceil() as usize).min(256);
+    let queued = std::time::Instant::now();
     for _ in 0..fills {
         enqueue(BYTES).unwrap();
     }
+    assert!(
+        queued.elapsed() < std::time::Duration::from_millis(500),
+        "queueing {fills} fills took {:?}: this driver runs work inside the \
+         enqueue, and the check needs work in flight",
+        queued.elapsed()
+    );
     let fence = std::sync::Arc::new(EventFence::<OpenCl>::new(stream.get()));
     let waiter = {
         let fence = std::sync::Arc::clone(&fence);
@@ -191,24 +160,4 @@ fn asking_a_fence_never_waits_behind_another_threads_wait_on_it() {
         took < std::time::Duration::from_millis(200),
         "asking took {took:?}"
     );
-}
-
-/// A dropped fence's event is kept, and the next fence records it again:
-/// one event for fences made again and again, released on demand.
-#[test]
-fn a_dropped_fences_event_serves_the_next_fence() {
-    OpenCl::probe().expect("an OpenCL platform with a device");
-    let s = OwnedStream::<OpenCl>::new().unwrap();
-    device_events_core::release_idle_events();
-    let before = OpenCl::live_events();
-    for _ in 0..3 {
-        EventFence::<OpenCl>::new(s.get()).wait_sync().unwrap();
-    }
-    assert_eq!(
-        OpenCl::live_events(),
-        before + 1,
-        "one kept, none made again"
-    );
-    device_events_core::release_idle_events();
-    assert_eq!(OpenCl::live_events(), before);
 }
