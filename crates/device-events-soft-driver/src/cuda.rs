@@ -568,7 +568,7 @@ unsafe extern "C" fn cuMemHostAlloc(
         if pp.is_null() {
             return Err(Fault::InvalidValue);
         }
-        let address = ENGINE.host_alloc(bytes)?;
+        let address = ENGINE.host_alloc(bytes, true)?;
         // SAFETY: non-null, and the caller passes a pointer valid for a write.
         unsafe { out::put(pp, address as usize as *mut c_void) }
     })
@@ -619,7 +619,11 @@ fn wait_value(
         }
         context_alive(stream)?;
         let test = crate::engine::ValueTest {
-            kind,
+            kind: if kind == 0 {
+                crate::engine::CYCLIC_GEQ
+            } else {
+                kind
+            },
             value,
             mask: u32::MAX,
         };

@@ -178,11 +178,18 @@ pub(crate) struct ValueTest {
     pub(crate) mask: u32,
 }
 
+/// CUDA's `CU_STREAM_WAIT_VALUE_GEQ`: "cyclic" greater-or-equal,
+/// `(int32_t)(*addr - value) >= 0`, so a count that wraps keeps working.
+/// HIP's `hipStreamWaitValueGte` (0) is a plain `>=`.
+pub(crate) const CYCLIC_GEQ: u32 = 4;
+
 impl ValueTest {
     fn holds(self, read: u32) -> bool {
         let read = read & self.mask;
         match self.kind {
             0 => read >= self.value,
+            #[allow(clippy::cast_possible_wrap)]
+            CYCLIC_GEQ => read.wrapping_sub(self.value) as i32 >= 0,
             1 => read == self.value,
             2 => read & self.value != 0,
             _ => !(read | (self.value & self.mask)) != 0,
@@ -788,12 +795,17 @@ impl Engine {
 
     /// Page-locked host memory of at least `bytes`, mapped for the devices;
     /// its address is the host's and the device's (unified addressing).
-    pub(crate) fn host_alloc(&self, bytes: usize) -> Outcome<u64> {
+    ///
+    /// `capture_checked`: whether the thread's capture mode may prohibit
+    /// it (`cuMemHostAlloc`); clr's `hipExtMallocWithFlags` checks nothing.
+    pub(crate) fn host_alloc(&self, bytes: usize, capture_checked: bool) -> Outcome<u64> {
         if bytes == 0 {
             return Err(Fault::InvalidValue);
         }
         let mut state = self.lock();
-        self.memory_call_permitted(&mut state)?;
+        if capture_checked {
+            self.memory_call_permitted(&mut state)?;
+        }
         let words = (0..bytes.div_ceil(4)).map(|_| AtomicU32::new(0)).collect();
         let block = Arc::new(HostBlock { words });
         let address = block.words.as_ptr() as u64;

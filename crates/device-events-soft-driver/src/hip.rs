@@ -381,7 +381,7 @@ unsafe extern "C" fn hipExtMallocWithFlags(
         if ptr.is_null() || flags != SIGNAL_MEMORY || size != 8 {
             return Err(Fault::InvalidValue);
         }
-        let address = ENGINE.host_alloc(size)?;
+        let address = ENGINE.host_alloc(size, false)?;
         // An HSA signal's value, which clr creates at 1
         // (`kInitSignalValueOne`), not 0.
         ENGINE.host_store(address, 1)?;

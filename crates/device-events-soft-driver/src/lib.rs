@@ -31,7 +31,9 @@
 //!   launch latency, and reports the ground-truth time of each event. The
 //!   README says how to lay the driver out and load it.
 //!
-//! Configuration: the `SOFT_DRIVER_*` variables in [`clock`].
+//! Configuration: the `SOFT_DRIVER_*` variables in [`clock`]. What a real
+//! driver refuses, and which of it this driver models, with the test that
+//! shows each: [`rules`].
 
 mod calls;
 pub mod clock;
@@ -41,6 +43,9 @@ mod cuda;
 mod engine;
 mod hip;
 mod out;
+
+#[doc = include_str!("rules.md")]
+pub mod rules {}
 
 /// The name every device reports, so no output can mistake it for a GPU.
 fn device_name(device: usize) -> String {

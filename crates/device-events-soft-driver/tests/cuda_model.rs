@@ -416,6 +416,65 @@ fn a_stream_waits_on_host_mapped_memory_until_the_host_writes_it() {
     assert!(supported);
 }
 
+/// Rule `cuStreamWaitValue32` (CUDA driver API, `CU_STREAM_WAIT_VALUE_GEQ`):
+/// the test is cyclic, `(int32_t)(*addr - value) >= 0`: a value just past
+/// a wrap satisfies a wait for one just before it, and a value just before
+/// the wrap does not satisfy a wait for one just after.
+#[test]
+fn a_wait_for_a_value_compares_cyclically_across_the_wrap() {
+    let soft = SoftDriver::exclusive();
+    context();
+    let s = result::stream::create(StreamKind::NonBlocking).unwrap();
+    let (_, host, device) = mapped_word();
+    // SAFETY: `host` is live, mapped host memory of four bytes, aligned by
+    // the driver, freed only at the end.
+    let word = unsafe { std::sync::atomic::AtomicU32::from_ptr(host.cast()) };
+    // Whether the stream passes a wait for `wait_for` with the word at
+    // `at`: its event completes, or the driver holds the stream on the
+    // wait (never both).
+    let passes = |at: u32, wait_for: u32| -> bool {
+        word.store(at, std::sync::atomic::Ordering::Release);
+        let e = event();
+        // SAFETY: live handles; the word outlives the wait.
+        unsafe {
+            assert_eq!(
+                sys::cuStreamWaitValue32_v2(s, device, wait_for, 0),
+                CUresult::CUDA_SUCCESS
+            );
+            result::event::record(e, s).unwrap();
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let passed = loop {
+            // SAFETY: a live event.
+            if unsafe { result::event::query(e) }.is_ok() {
+                break true;
+            }
+            if soft.blocked_value_waits() == 1 {
+                break false;
+            }
+            assert!(Instant::now() < deadline, "neither passed nor held");
+            std::thread::sleep(Duration::from_micros(100));
+        };
+        // Let the stream go on whatever the test said.
+        word.store(wait_for, std::sync::atomic::Ordering::Release);
+        // SAFETY: a live event, destroyed once.
+        unsafe {
+            result::event::synchronize(e).unwrap();
+            result::event::destroy(e).unwrap();
+        }
+        passed
+    };
+    assert!(passes(1, u32::MAX), "1 is past u32::MAX, cyclically");
+    assert!(!passes(u32::MAX, 1), "u32::MAX is before 1, cyclically");
+    assert!(passes(7, 7) && !passes(6, 7));
+    // SAFETY: live stream and host memory, released once.
+    unsafe {
+        result::stream::destroy(s).unwrap();
+        assert_eq!(sys::cuMemFreeHost(host), CUresult::CUDA_SUCCESS);
+    }
+    assert_eq!(soft.blocked_value_waits(), 0);
+}
+
 /// `CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS` reads 0 on a device
 /// without stream memory operations, and a wait on a value there is
 /// refused (`CUDA_ERROR_NOT_SUPPORTED`): switched off, the software driver
