@@ -5,7 +5,8 @@
 //! call made to fail with each status its function can return. After each
 //! run it counts panics, leaks (the driver's live events and streams, and
 //! releases of dead handles) and lost errors: an injected status that
-//! reached neither the scenario's caller nor the log.
+//! reached neither the scenario's caller nor the log; and whether the
+//! scenario then runs clean, the failed call's resource back.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::mpsc;
@@ -171,7 +172,8 @@ pub struct Tally {
     pub leaks: usize,
     /// Runs in which the driver was handed a handle that was not live.
     pub misuses: usize,
-    /// Injected statuses that reached neither the caller nor the log.
+    /// Injected statuses that reached neither the caller nor the log, and
+    /// clean runs after an injection that failed all the same.
     pub lost: usize,
 }
 
@@ -257,6 +259,20 @@ pub fn sweep(
                     .any(|line| line.contains(&call) && line.contains(&code))
                 {
                     eprintln!("lost: {call}{code}");
+                    tally.lost += 1;
+                }
+                // The refusal was one call's: with the resource back, the
+                // scenario runs clean.
+                driver.reset();
+                let again = scenario();
+                settle();
+                // Each run starts as the learning run did: no fence event
+                // kept from the one before.
+                device_events_core::release_idle_events();
+                if !again.is_empty() {
+                    eprintln!(
+                        "after {function} #{nth} failed with {status}, a clean run fails: {again:?}"
+                    );
                     tally.lost += 1;
                 }
             }
