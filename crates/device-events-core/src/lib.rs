@@ -80,9 +80,9 @@ pub use reading::Placement;
 pub use resolver::resolver_running;
 pub use resolving::PlacedWindow;
 pub use stream::OwnedStream;
-pub use threads::library_threads_running;
 #[cfg(feature = "sim")]
 pub use threads::refuse_thread_starts;
+pub use threads::{library_threads_running, stop_driver_calls};
 pub use token::ProfileToken;
 
 /// The `cubecl-common` profiling types windows resolve to, re-exported so a

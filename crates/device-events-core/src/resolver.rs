@@ -185,6 +185,14 @@ fn serve() {
             continue;
         }
         drop(q);
+        let Some(working) = crate::threads::working() else {
+            // The process is exiting: no more asks, and nothing released.
+            std::mem::forget(tracked);
+            let mut q = queue();
+            q.running = None;
+            std::mem::forget(std::mem::take(&mut q.jobs));
+            return;
+        };
         let mut answered = None;
         tracked.retain_mut(|t| {
             if t.next > now {
@@ -200,6 +208,7 @@ fn serve() {
             t.next = now + t.interval;
             true
         });
+        drop(working);
         if let Some(first) = answered {
             answered_at = Some(now);
             // Handed over after one just answered: on its stream, likely

@@ -5,6 +5,55 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 static REFUSING: AtomicBool = AtomicBool::new(false);
 static REFUSED: AtomicUsize = AtomicUsize::new(0);
+/// Set for good by [`stop_driver_calls`].
+static STOPPING: AtomicBool = AtomicBool::new(false);
+/// The library's threads inside a piece of work that calls the driver.
+static WORKING: AtomicUsize = AtomicUsize::new(0);
+
+/// A library thread's hold while it works in the driver.
+pub(crate) struct Working(());
+
+impl Drop for Working {
+    fn drop(&mut self) {
+        WORKING.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Leave to work in the driver, or `None` once [`stop_driver_calls`] ran:
+/// the thread then makes no driver call, and releases nothing.
+pub(crate) fn working() -> Option<Working> {
+    // Counted before the flag is read, as the flag is set before the count
+    // is read: either this thread sees the stop, or the stop sees it.
+    WORKING.fetch_add(1, Ordering::SeqCst);
+    let working = Working(());
+    (!STOPPING.load(Ordering::SeqCst)).then_some(working)
+}
+
+/// Stop the library's threads (the calibrator and the resolver) from
+/// calling the driver, for good, and wait at most `timeout` for the calls
+/// they are in; whether none is left. For the process's exit, before its
+/// handlers unload the driver: `device-events-cuda` and `-hip` call it from
+/// an exit handler registered once the driver is loaded. Afterwards
+/// windows not yet read stay unread and calibrations never run; nothing
+/// more is released (the process is ending).
+///
+/// ```standalone_crate
+/// use std::time::Duration;
+///
+/// // At the end of `main`, or in an exit handler of your own:
+/// assert!(device_events_core::stop_driver_calls(Duration::from_millis(100)));
+/// ```
+pub fn stop_driver_calls(timeout: std::time::Duration) -> bool {
+    STOPPING.store(true, Ordering::SeqCst);
+    let deadline = std::time::Instant::now() + timeout;
+    while WORKING.load(Ordering::SeqCst) > 0 {
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+    true
+}
 
 /// Start `body` on a thread named `name`.
 pub(crate) fn start(name: &str, body: fn()) -> std::io::Result<()> {

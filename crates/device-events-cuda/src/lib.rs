@@ -162,6 +162,12 @@ fn error_of(api: Option<&ffi::Api>, call: &'static str, status: u32) -> DriverEr
     DriverError::from_c_status(BACKEND, call, i64::from(status), name)
 }
 
+/// At the process's exit: the library's threads leave the driver before its
+/// exit handlers tear it down.
+extern "C" fn stop_driver_calls_at_exit() {
+    let _ = device_events_core::stop_driver_calls(std::time::Duration::from_millis(100));
+}
+
 /// The driver's functions, loaded and initialised once per process. cudarc
 /// panics when `libcuda` is absent, so nothing reaches it before the probe.
 #[inline]
@@ -182,7 +188,15 @@ pub(crate) fn api() -> Result<&'static ffi::Api, DriverError> {
         let api = ffi::Api::load(unsafe { sys::culib() })?;
         // SAFETY: `cuInit` takes flags 0.
         match unsafe { (api.cuInit)(0) } {
-            0 => Ok(api),
+            0 => {
+                // Registered once the driver is loaded, so it runs before
+                // the driver's own exit handlers (the last registered runs
+                // first).
+                // SAFETY: registers a function of no arguments that does
+                // not unwind.
+                unsafe { libc::atexit(stop_driver_calls_at_exit) };
+                Ok(api)
+            }
             // Named through `api` itself: `api()` is still initialising.
             status => Err(error_of(Some(&api), "cuInit", status)),
         }
