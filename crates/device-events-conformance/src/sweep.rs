@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use device_events_core::{AnchorApi, EventFence, EventProfiler, OwnedStream, ProfilerConfig};
 
 use crate::Streams;
-use crate::soft::SoftDriver;
+use crate::soft::{Counts, SoftDriver};
 
 static LOGS: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
@@ -238,15 +238,8 @@ pub fn sweep(
                     tally.panics += 1;
                     continue;
                 };
-                let after = driver.counts();
-                if (after.events, after.streams) != (baseline.events, baseline.streams) {
-                    eprintln!("leak after {function} #{nth} failed with {status}: {after:?}");
-                    tally.leaks += 1;
-                }
-                if after.misuses != baseline.misuses {
-                    eprintln!("misuse after {function} #{nth} failed with {status}: {after:?}");
-                    tally.misuses += 1;
-                }
+                let what = format!("after {function} #{nth} failed with {status}");
+                count_leaks_and_misuses(driver, &baseline, &mut tally, &what);
                 // The injection fired only if the call was made that often.
                 if driver.call_count(&function) < nth {
                     continue;
@@ -263,22 +256,51 @@ pub fn sweep(
                 }
                 // The refusal was one call's: with the resource back, the
                 // scenario runs clean.
-                driver.reset();
-                let again = scenario();
-                settle();
-                // Each run starts as the learning run did: no fence event
-                // kept from the one before.
-                device_events_core::release_idle_events();
-                if !again.is_empty() {
-                    eprintln!(
-                        "after {function} #{nth} failed with {status}, a clean run fails: {again:?}"
-                    );
-                    tally.lost += 1;
-                }
+                runs_clean_again(driver, scenario, &mut tally, &what);
             }
         }
     }
     tally
+}
+
+/// Whether none of the library's threads is up, waiting at most `limit`.
+fn threads_gone_within(limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    while device_events_core::library_threads_running() {
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    true
+}
+
+/// Count a leak and a misuse against `baseline`, if any, naming `what`.
+fn count_leaks_and_misuses(driver: &SoftDriver, baseline: &Counts, tally: &mut Tally, what: &str) {
+    let after = driver.counts();
+    if (after.events, after.streams) != (baseline.events, baseline.streams) {
+        eprintln!("leak {what}: {after:?}");
+        tally.leaks += 1;
+    }
+    if after.misuses != baseline.misuses {
+        eprintln!("misuse {what}: {after:?}");
+        tally.misuses += 1;
+    }
+}
+
+/// Run `scenario` again with nothing injected: it must run clean. Counted
+/// as a lost error when it does not.
+fn runs_clean_again(driver: &SoftDriver, scenario: Scenario, tally: &mut Tally, what: &str) {
+    driver.reset();
+    let again = scenario();
+    settle();
+    // Each run starts as the learning run did: no fence event kept from
+    // the one before.
+    device_events_core::release_idle_events();
+    if !again.is_empty() {
+        eprintln!("{what}, a clean run fails: {again:?}");
+        tally.lost += 1;
+    }
 }
 
 /// Every scenario with none of the library's threads able to start (a
@@ -289,18 +311,14 @@ pub fn sweep_thread_starts(driver: &SoftDriver, scenarios: &[(&'static str, Scen
     capture_logs();
     let baseline = driver.counts();
     let mut tally = Tally::default();
-    // An idle thread lingers a few seconds; a start is refused only once
-    // it is gone.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while device_events_core::library_threads_running() {
-        if Instant::now() > deadline {
-            eprintln!("the library's threads did not go within 10 s");
-            tally.lost += 1;
-            return tally;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
     for &(name, scenario) in scenarios {
+        // An idle thread lingers a few seconds; a start is refused only
+        // once it is gone.
+        if !threads_gone_within(Duration::from_secs(10)) {
+            eprintln!("the library's threads did not go within 10 s, before {name}");
+            tally.lost += 1;
+            continue;
+        }
         driver.reset();
         take_logs();
         device_events_core::refuse_thread_starts(true);
@@ -313,15 +331,8 @@ pub fn sweep_thread_starts(driver: &SoftDriver, scenarios: &[(&'static str, Scen
             tally.panics += 1;
             continue;
         };
-        let after = driver.counts();
-        if (after.events, after.streams) != (baseline.events, baseline.streams) {
-            eprintln!("leak in {name} with thread starts refused: {after:?}");
-            tally.leaks += 1;
-        }
-        if after.misuses != baseline.misuses {
-            eprintln!("misuse in {name} with thread starts refused: {after:?}");
-            tally.misuses += 1;
-        }
+        let what = format!("in {name} with thread starts refused");
+        count_leaks_and_misuses(driver, &baseline, &mut tally, &what);
         let said = seen
             .iter()
             .chain(&logs)
@@ -332,19 +343,7 @@ pub fn sweep_thread_starts(driver: &SoftDriver, scenarios: &[(&'static str, Scen
         }
         // The threads can start again: the scenario runs as if nothing
         // had happened.
-        driver.reset();
-        let again = scenario();
-        settle();
-        if !again.is_empty() {
-            eprintln!("{name} fails once threads can start again: {again:?}");
-            tally.lost += 1;
-        }
-        // The next scenario's refusal needs the threads gone again.
-        while device_events_core::library_threads_running()
-            && Instant::now() < deadline + Duration::from_secs(60)
-        {
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        runs_clean_again(driver, scenario, &mut tally, &what);
     }
     tally
 }
@@ -370,6 +369,9 @@ pub fn stress<A: AnchorApi>(
     prepare_thread: fn(),
     counts: fn() -> (u64, u64),
 ) -> Result<Duration, String> {
+    // A profiler dropped just before releases its anchor's handles on the
+    // calibrator thread: counted before, not during.
+    settle();
     let started = Instant::now();
     let before = counts();
     let (done, results) = mpsc::channel();

@@ -54,6 +54,11 @@ pub(crate) struct Unrun(#[allow(dead_code)] VecDeque<Task>);
 /// When no thread could be started: the reason, and every queued task
 /// (this one among them), unrun.
 pub(crate) fn submit(task: Task) -> Result<(), (std::io::Error, Unrun)> {
+    if crate::threads::stopping() {
+        // The process is exiting: never run, and nothing released.
+        std::mem::forget(task);
+        return Ok(());
+    }
     let mut q = queue();
     forget_the_parents(&mut q);
     q.tasks.push_back(task);
@@ -136,10 +141,10 @@ fn serve() {
 /// Wait, at most `timeout`, until no calibration is queued or running;
 /// whether none is.
 ///
-/// A profiler dropped while its anchor is being taken releases the
-/// anchor's events and stream when that calibration ends, on the
-/// calibrator thread: wait here before counting what a driver still holds,
-/// or before tearing down a context by hand.
+/// A dropped profiler's anchor stream, gate and anchor events are released
+/// on the calibrator thread, after any calibration in flight: wait here
+/// before counting what a driver still holds, or before tearing down a
+/// context by hand.
 ///
 /// ```
 /// use std::time::Duration;

@@ -73,9 +73,12 @@ impl<T> HandleTable<T> {
         let value = cell.read_recursive();
         let value = value.as_ref()?;
         let key = Arc::as_ptr(&cell) as usize;
-        HELD.with_borrow_mut(|held| held.push(key));
+        // `try_with`: from a thread-local's destructor, once `HELD` is
+        // gone, the entry is simply not noted.
+        let _ = HELD.try_with(|held| held.borrow_mut().push(key));
         let _release = Undo(Some(|| {
-            HELD.with_borrow_mut(|held| {
+            let _ = HELD.try_with(|held| {
+                let mut held = held.borrow_mut();
                 if let Some(at) = held.iter().rposition(|k| *k == key) {
                     held.swap_remove(at);
                 }
@@ -91,7 +94,8 @@ impl<T> HandleTable<T> {
             return false;
         };
         let key = Arc::as_ptr(&cell) as usize;
-        HELD.with_borrow(|held| held.contains(&key))
+        HELD.try_with(|held| held.borrow().contains(&key))
+            .unwrap_or(false)
     }
 
     /// Take the value out, once calls using it have returned; `None` when the

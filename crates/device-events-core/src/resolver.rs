@@ -57,6 +57,10 @@ pub(crate) trait Job: Send + Sync {
 
     /// `attempt` panicked: answer whoever waits all the same, with nothing.
     fn abandon(&self);
+
+    /// The process is exiting: answer with nothing, releasing nothing (no
+    /// driver call).
+    fn forsake(&self);
 }
 
 /// Ask `job`; a job never panics by design, and one that did must neither
@@ -106,6 +110,10 @@ pub(crate) fn submit(job: Arc<dyn Job>) {
 
 /// [`submit`], starting the thread with `spawn`.
 fn submit_via(job: Arc<dyn Job>, spawn: impl FnOnce(fn()) -> std::io::Result<()>) {
+    if crate::threads::stopping() {
+        job.forsake();
+        return;
+    }
     let mut q = queue();
     q.jobs.push_back(job);
     if q.running == Some(std::process::id()) {
@@ -186,11 +194,16 @@ fn serve() {
         }
         drop(q);
         let Some(working) = crate::threads::working() else {
-            // The process is exiting: no more asks, and nothing released.
-            std::mem::forget(tracked);
-            let mut q = queue();
-            q.running = None;
-            std::mem::forget(std::mem::take(&mut q.jobs));
+            // The process is exiting: no more asks, and nothing released;
+            // whoever waits hears `None`.
+            let queued = {
+                let mut q = queue();
+                q.running = None;
+                std::mem::take(&mut q.jobs)
+            };
+            for job in tracked.iter().map(|t| &t.job).chain(&queued) {
+                job.forsake();
+            }
             return;
         };
         let mut answered = None;
@@ -335,6 +348,7 @@ mod tests {
                 .unwrap_or_else(PoisonError::into_inner) = true;
             false
         }
+        fn forsake(&self) {}
         fn abandon(&self) {
             *self
                 .abandoned_with_lock_free

@@ -138,6 +138,17 @@ impl<A: AnchorApi> Job for Pending<A> {
         true
     }
 
+    fn forsake(&self) {
+        let inputs = self
+            .inputs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        // Releasing them would call the driver, which is going away.
+        std::mem::forget(inputs);
+        self.answer.fill(None);
+    }
+
     fn abandon(&self) {
         // The events go back (or are released) whatever the reading left.
         drop(

@@ -29,13 +29,18 @@ pub(crate) fn working() -> Option<Working> {
     (!STOPPING.load(Ordering::SeqCst)).then_some(working)
 }
 
+/// Whether [`stop_driver_calls`] ran.
+pub(crate) fn stopping() -> bool {
+    STOPPING.load(Ordering::SeqCst)
+}
+
 /// Stop the library's threads (the calibrator and the resolver) from
 /// calling the driver, for good, and wait at most `timeout` for the calls
 /// they are in; whether none is left. For the process's exit, before its
 /// handlers unload the driver: `device-events-cuda` and `-hip` call it from
 /// an exit handler registered once the driver is loaded. Afterwards
-/// windows not yet read stay unread and calibrations never run; nothing
-/// more is released (the process is ending).
+/// windows not yet read resolve to `None` and calibrations never run;
+/// nothing more is released (the process is ending).
 ///
 /// ```standalone_crate
 /// use std::time::Duration;

@@ -1,5 +1,6 @@
 //! The process's exit: once `stop_driver_calls` returns, the library's
-//! threads make no driver call. Its own binary: the stop is for good.
+//! threads make no driver call, and whoever waits on them hears `None`.
+//! Its own binary: the stop is for good.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -43,5 +44,19 @@ fn after_stop_driver_calls_the_librarys_threads_call_the_driver_no_more() {
     assert!(wait_for_calibrations(Duration::from_secs(1)));
     std::thread::sleep(Duration::from_millis(50));
     assert_eq!(Sim::counts().calls, started, "the calibration did not run");
-    std::mem::forget((profiler, pending, token));
+    // Whoever waits hears `None`, without a driver call: the window
+    // pending then, and the one whose anchor will never be taken.
+    let timing = profiler.stop(s, token).unwrap();
+    let (sent, answer) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = sent.send((
+            pollster::block_on(pending.resolve()).is_none(),
+            pollster::block_on(timing.resolve()).is_none(),
+        ));
+    });
+    let read = answer
+        .recv_timeout(Duration::from_secs(5))
+        .expect("answered");
+    assert_eq!(read, (true, true));
+    std::mem::forget(profiler);
 }

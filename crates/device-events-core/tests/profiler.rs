@@ -865,5 +865,11 @@ fn an_anchor_max_age_too_long_to_add_is_never_stale_and_never_a_panic() {
             settle();
             Sim::advance_clock(Duration::from_secs(3600));
         }
+        // The calibrator catches a panic and logs it: none may be there.
+        assert!(
+            !support::logs().iter().any(|line| line.contains("panicked")),
+            "{:?}",
+            support::logs()
+        );
     }
 }

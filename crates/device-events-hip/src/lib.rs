@@ -142,7 +142,14 @@ pub(crate) fn runtime_initialised() -> Result<&'static Runtime, DriverError> {
     let rt = library()?;
     INIT.get_or_init(|| {
         // SAFETY: `hipInit` takes flags 0.
-        check("hipInit", unsafe { (rt.fns.hipInit)(0) })
+        check("hipInit", unsafe { (rt.fns.hipInit)(0) })?;
+        // Registered once the runtime is initialised, so it runs before
+        // the exit handlers the runtime registered (the last registered
+        // runs first).
+        // SAFETY: registers a function of no arguments that does not
+        // unwind.
+        unsafe { libc::atexit(runtime::stop_driver_calls_at_exit) };
+        Ok(())
     })
     .clone()?;
     Ok(rt)

@@ -119,23 +119,12 @@ pub(crate) struct Runtime {
 /// The runtime, loaded on first use; why none could be, otherwise.
 pub(crate) fn loaded() -> Result<&'static Runtime, &'static str> {
     static RUNTIME: OnceLock<Result<Runtime, String>> = OnceLock::new();
-    RUNTIME
-        .get_or_init(|| {
-            let runtime = load()?;
-            // Registered once the runtime is loaded, so it runs before the
-            // runtime's own exit handlers (the last registered runs first).
-            // SAFETY: registers a function of no arguments that does not
-            // unwind.
-            unsafe { libc::atexit(stop_driver_calls_at_exit) };
-            Ok(runtime)
-        })
-        .as_ref()
-        .map_err(String::as_str)
+    RUNTIME.get_or_init(load).as_ref().map_err(String::as_str)
 }
 
 /// At the process's exit: the library's threads leave the runtime before
 /// its exit handlers tear it down.
-extern "C" fn stop_driver_calls_at_exit() {
+pub(crate) extern "C" fn stop_driver_calls_at_exit() {
     let _ = device_events_core::stop_driver_calls(std::time::Duration::from_millis(100));
 }
 

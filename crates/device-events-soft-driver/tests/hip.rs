@@ -353,19 +353,28 @@ fn switched_off_stream_wait_values_are_not_supported() {
     assert_eq!(refused, hip::hipError_t_hipErrorNotSupported);
 }
 
-/// Query `e` from a new thread whose capture mode is `mode`.
-fn query_from_a_thread(e: hip::hipEvent_t, mode: hip::hipStreamCaptureMode) -> hip::hipError_t {
-    let e = e as usize;
+/// `call` on `handle`, from a new thread whose capture mode is `mode`.
+fn from_a_thread(
+    mode: hip::hipStreamCaptureMode,
+    handle: usize,
+    call: fn(usize) -> hip::hipError_t,
+) -> hip::hipError_t {
     std::thread::spawn(move || {
         let mut mode = mode;
-        // SAFETY: the event is live for the test; `mode` is writable.
-        unsafe {
-            check(hip::hipThreadExchangeStreamCaptureMode(&mut mode));
-            hip::hipEventQuery(e as hip::hipEvent_t)
-        }
+        // SAFETY: `mode` is writable.
+        check(unsafe { hip::hipThreadExchangeStreamCaptureMode(&mut mode) });
+        call(handle)
     })
     .join()
     .unwrap()
+}
+
+/// Query `e` from a new thread whose capture mode is `mode`.
+fn query_from_a_thread(e: hip::hipEvent_t, mode: hip::hipStreamCaptureMode) -> hip::hipError_t {
+    // SAFETY: the event is live for the test.
+    from_a_thread(mode, e as usize, |e| unsafe {
+        hip::hipEventQuery(e as hip::hipEvent_t)
+    })
 }
 
 /// HIP mirrors CUDA's capture interaction modes: a GLOBAL thread's query
@@ -483,16 +492,10 @@ fn freeing_memory_elsewhere_during_a_global_capture_needs_relaxed_mode() {
         })
         .collect();
     let free_from_a_thread = |word: usize, mode: hip::hipStreamCaptureMode| {
-        std::thread::spawn(move || {
-            let mut mode = mode;
-            // SAFETY: `mode` is writable; the memory is live.
-            unsafe {
-                check(hip::hipThreadExchangeStreamCaptureMode(&mut mode));
-                hip::hipFree(word as *mut c_void)
-            }
+        // SAFETY: the memory is live, and freed at most once.
+        from_a_thread(mode, word, |word| unsafe {
+            hip::hipFree(word as *mut c_void)
         })
-        .join()
-        .unwrap()
     };
     let mut graph = ptr::null_mut();
     // SAFETY: live stream and memory; `graph` is writable.
