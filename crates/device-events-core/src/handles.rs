@@ -64,12 +64,20 @@ impl<T> HandleTable<T> {
 
     /// Run `f` on the live value, holding it against removal meanwhile;
     /// `None` when the handle is not live. `f` may use the table again,
-    /// this entry included, but not remove it: see
-    /// [`held_here`](Self::held_here).
+    /// this entry included, but not remove it.
     pub fn with<R>(&self, handle: Handle, f: impl FnOnce(&T) -> R) -> Option<R> {
         let cell = self.cells().get(handle.0).cloned()?;
         // Recursive: a nested `with` of this entry must not queue behind a
         // removal waiting on the outer one.
+        let value = cell.read_recursive();
+        value.as_ref().map(f)
+    }
+
+    /// [`with`](Self::with) for a caller's closure, which might remove the
+    /// entry: noted for [`held_here`](Self::held_here) meanwhile, so that
+    /// the removal is refused instead of waiting for itself.
+    pub fn with_noted<R>(&self, handle: Handle, f: impl FnOnce(&T) -> R) -> Option<R> {
+        let cell = self.cells().get(handle.0).cloned()?;
         let value = cell.read_recursive();
         let value = value.as_ref()?;
         let key = Arc::as_ptr(&cell) as usize;
@@ -87,7 +95,7 @@ impl<T> HandleTable<T> {
         Some(f(value))
     }
 
-    /// Whether the calling thread is inside [`with`](Self::with) on
+    /// Whether the calling thread is inside [`with_noted`](Self::with_noted) on
     /// `handle`: removing it now would wait for itself.
     pub fn held_here(&self, handle: Handle) -> bool {
         let Some(cell) = self.cells().get(handle.0).cloned() else {
