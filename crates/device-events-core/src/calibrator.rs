@@ -104,21 +104,16 @@ fn serve() {
     loop {
         if let Some(task) = q.tasks.pop_front() {
             drop(q);
-            let Some(_working) = crate::threads::working() else {
+            if let Some(_working) = crate::threads::working() {
+                // A task never panics by design; one that did must not take
+                // the thread, and every profiler's calibrations, with it.
+                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(task)).is_err() {
+                    log::warn!("device-events: a calibration panicked; its windows read None");
+                }
+            } else {
                 // The process is exiting: the task neither runs nor drops
                 // (dropping could release driver handles).
                 std::mem::forget(task);
-                q = queue();
-                q.busy -= 1;
-                if q.busy == 0 {
-                    IDLE.notify_all();
-                }
-                continue;
-            };
-            // A task never panics by design; one that did must not take
-            // the thread, and every profiler's calibrations, with it.
-            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(task)).is_err() {
-                log::warn!("device-events: a calibration panicked; its windows read None");
             }
             q = queue();
             q.busy -= 1;

@@ -23,9 +23,10 @@ pub struct Handle(Key);
 type Cell<T> = Arc<RwLock<Option<T>>>;
 
 thread_local! {
-    /// The entries this thread is inside [`HandleTable::with`] on, by
-    /// address.
-    static HELD: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// The entries this thread is inside [`HandleTable::with_noted`] on:
+    /// their table's address and handle.
+    static HELD: std::cell::RefCell<Vec<(usize, Handle)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Live values behind [`Handle`]s, shared by every thread.
@@ -77,33 +78,35 @@ impl<T> HandleTable<T> {
     /// entry: noted for [`held_here`](Self::held_here) meanwhile, so that
     /// the removal is refused instead of waiting for itself.
     pub fn with_noted<R>(&self, handle: Handle, f: impl FnOnce(&T) -> R) -> Option<R> {
-        let cell = self.cells().get(handle.0).cloned()?;
-        let value = cell.read_recursive();
-        let value = value.as_ref()?;
-        let key = Arc::as_ptr(&cell) as usize;
-        // `try_with`: from a thread-local's destructor, once `HELD` is
-        // gone, the entry is simply not noted.
-        let _ = HELD.try_with(|held| held.borrow_mut().push(key));
-        let _release = Undo(Some(|| {
-            let _ = HELD.try_with(|held| {
-                let mut held = held.borrow_mut();
-                if let Some(at) = held.iter().rposition(|k| *k == key) {
-                    held.swap_remove(at);
-                }
-            });
-        }));
-        Some(f(value))
+        let key = self.noted(handle);
+        self.with(handle, |value| {
+            // `try_with`: from a thread-local's destructor, once `HELD` is
+            // gone, the entry is simply not noted.
+            let _ = HELD.try_with(|held| held.borrow_mut().push(key));
+            let _release = Undo(Some(|| {
+                let _ = HELD.try_with(|held| {
+                    let mut held = held.borrow_mut();
+                    if let Some(at) = held.iter().rposition(|k| *k == key) {
+                        held.swap_remove(at);
+                    }
+                });
+            }));
+            f(value)
+        })
     }
 
-    /// Whether the calling thread is inside [`with_noted`](Self::with_noted) on
-    /// `handle`: removing it now would wait for itself.
+    /// Whether the calling thread is inside [`with_noted`](Self::with_noted)
+    /// on `handle`: removing it now would wait for itself.
     pub fn held_here(&self, handle: Handle) -> bool {
-        let Some(cell) = self.cells().get(handle.0).cloned() else {
-            return false;
-        };
-        let key = Arc::as_ptr(&cell) as usize;
+        let key = self.noted(handle);
         HELD.try_with(|held| held.borrow().contains(&key))
             .unwrap_or(false)
+    }
+
+    /// `handle` in this table, as `HELD` notes it: a handle is never
+    /// reused, and the table does not move while borrowed.
+    fn noted(&self, handle: Handle) -> (usize, Handle) {
+        (std::ptr::from_ref(self) as usize, handle)
     }
 
     /// Take the value out, once calls using it have returned; `None` when the

@@ -124,11 +124,7 @@ fn submit_via(job: Arc<dyn Job>, spawn: impl FnOnce(fn()) -> std::io::Result<()>
     q.running = Some(std::process::id());
     drop(q);
     if let Err(err) = spawn(serve) {
-        let unanswered = {
-            let mut q = queue();
-            q.running = None;
-            std::mem::take(&mut q.jobs)
-        };
+        let unanswered = stop_running();
         log::warn!(
             "device-events: no resolver thread could be started ({err}); \
              {} window(s) not read yet read None",
@@ -139,6 +135,14 @@ fn submit_via(job: Arc<dyn Job>, spawn: impl FnOnce(fn()) -> std::io::Result<()>
             job.abandon();
         }
     }
+}
+
+/// No thread serves the queue any more: the jobs handed over and not yet
+/// taken, for the caller to answer.
+fn stop_running() -> VecDeque<Arc<dyn Job>> {
+    let mut q = queue();
+    q.running = None;
+    std::mem::take(&mut q.jobs)
 }
 
 /// A pending window, as the thread tracks it.
@@ -196,11 +200,7 @@ fn serve() {
         let Some(working) = crate::threads::working() else {
             // The process is exiting: no more asks, and nothing released;
             // whoever waits hears `None`.
-            let queued = {
-                let mut q = queue();
-                q.running = None;
-                std::mem::take(&mut q.jobs)
-            };
+            let queued = stop_running();
             for job in tracked.iter().map(|t| &t.job).chain(&queued) {
                 job.forsake();
             }

@@ -125,19 +125,6 @@ impl<R: RawApi> CheckedStream<R> {
         self.with_live("with_raw", |raw, _| f(R::stream_handle(raw)))
     }
 
-    /// The live stream's entry, for this crate's own calls, which never
-    /// destroy the stream inside.
-    fn with_entry<T>(
-        self,
-        call: &'static str,
-        f: impl FnOnce(&R::Stream, &R::Held) -> T,
-    ) -> Result<T, DriverError> {
-        R::state()
-            .streams
-            .with(self.handle, |live| f(&live.raw, &live.held))
-            .ok_or_else(|| dead::<R>(call, "stream"))
-    }
-
     /// Run `f` on the live stream and its held context, unbound.
     ///
     /// # Errors
@@ -156,7 +143,11 @@ impl<R: RawApi> CheckedStream<R> {
 
     /// The stream's context, held, while the stream lives.
     pub(super) fn held(self, call: &'static str) -> Result<R::Held, DriverError> {
-        self.with_entry(call, |_, held| held.clone())
+        // Not noted, as `with_live` is: this closure destroys nothing.
+        R::state()
+            .streams
+            .with(self.handle, |live| live.held.clone())
+            .ok_or_else(|| dead::<R>(call, "stream"))
     }
 
     /// The stream's context, while the stream lives.
