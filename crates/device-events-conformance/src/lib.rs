@@ -691,8 +691,11 @@ pub fn a_fence_out_of_a_capture_forks_and_its_windows_read_none<A: AnchorApi>(h:
     assert_eq!((capture.status)(b).unwrap(), CaptureStatus::None);
     assert!(pollster::block_on(inside.resolve()).is_none(), "inside");
     assert!(pollster::block_on(across.resolve()).is_none(), "across");
-    let waited = fence.wait_sync().unwrap_err();
-    assert_eq!(waited.kind(), ErrorKind::Capture, "{waited}");
+    // CUDA refuses it: the event's last record is a graph node. ROCm's
+    // runtime answers for the event as it was before the capture.
+    if let Err(waited) = fence.wait_sync() {
+        assert_eq!(waited.kind(), ErrorKind::Capture, "{waited}");
+    }
 }
 
 /// A fence says it is complete only once the device passed it, and asking
@@ -909,6 +912,36 @@ pub fn a_profiler_dropped_during_a_global_capture_elsewhere_leaves_it_valid<A: A
     }
 }
 
+/// A fence recorded before its stream begins a capture, asked during it
+/// from the capturing thread: whether complete, and a wait. Each answer is
+/// the truth or a capture error, and the capture ends as it began. (ROCm's
+/// runtime before 7.2 invalidates the capture of the stream an event was
+/// last recorded on when the event is asked, in any mode.)
+pub fn asking_a_fence_recorded_before_its_stream_captures_leaves_the_capture_valid<
+    A: AnchorApi + EventQuery,
+>(
+    h: &Harness<A>,
+) {
+    let capture = h.capture.as_ref().expect("the backend has graph capture");
+    let streams = Streams::<A>::new(1);
+    let s = streams.get(0);
+    h.enqueue(s, Duration::from_millis(1));
+    let fence = EventFence::<A>::new(s);
+    (capture.begin)(s).unwrap();
+    let asked = fence.is_complete();
+    let waited = fence.wait_sync();
+    let status = (capture.status)(s);
+    let ended = (capture.end)(s);
+    asked.unwrap();
+    if let Err(err) = waited {
+        assert_eq!(err.kind(), ErrorKind::Capture, "{err}");
+    }
+    assert_eq!(status.unwrap(), CaptureStatus::Active);
+    ended.unwrap();
+    fence.wait_sync().unwrap();
+    assert!(fence.is_complete().unwrap());
+}
+
 /// Makes each check of this crate a named `#[test]` of the calling suite.
 ///
 /// `$harness` is an expression giving a [`Harness`] (or a guard that derefs
@@ -944,7 +977,8 @@ macro_rules! conformance_suite {
             a_capturing_stream_gives_capture_errors,
             a_fence_out_of_a_capture_forks_and_its_windows_read_none,
             a_global_capture_ends_while_the_library_works_elsewhere,
-            a_profiler_dropped_during_a_global_capture_elsewhere_leaves_it_valid
+            a_profiler_dropped_during_a_global_capture_elsewhere_leaves_it_valid,
+            asking_a_fence_recorded_before_its_stream_captures_leaves_the_capture_valid
         );
     };
     (@tests $backend:ty, $harness:expr, $($check:ident),+) => {

@@ -6,12 +6,13 @@
 
 use std::cell::Cell;
 use std::fmt;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use cubecl_common::profile::Duration;
 
-use crate::driver::{DriverError, ErrorKind, with_bound};
+use crate::driver::{CaptureStatus, DriverError, ErrorKind, with_bound};
 use crate::gate::{Gate, HostStamp};
+use crate::handles::Handle;
 use crate::raw::{Permit, RawApi};
 use crate::{AnchorApi, EventApi, EventQuery, capture};
 
@@ -28,6 +29,10 @@ pub struct CheckedEvent<R: RawApi> {
     /// `None` once destroyed.
     raw: Option<R::Event>,
     held: R::Held,
+    /// The stream of the last record, where asking the event could break
+    /// that stream's capture ([`RawApi::asking_breaks_capture_of`]), as
+    /// [`Handle::to_bits`]; `u64::MAX` otherwise.
+    recorded_on: AtomicU64,
 }
 
 impl<R: RawApi> CheckedEvent<R> {
@@ -49,11 +54,30 @@ impl<R: RawApi> CheckedEvent<R> {
         Ok(Self {
             raw: Some(raw),
             held,
+            recorded_on: AtomicU64::new(u64::MAX),
         })
     }
 
     fn live(&self, call: &'static str) -> Result<&R::Event, DriverError> {
         self.raw.as_ref().ok_or_else(|| dead::<R>(call, "event"))
+    }
+
+    /// Whether the stream of the last record captures now, where asking
+    /// the event would break that capture; the caller has the event's
+    /// context bound. A capture begun after this look races the call that
+    /// follows: the driver leaves no way to close that window.
+    fn recorder_captures(&self) -> Result<bool, DriverError> {
+        let Some(stream) = Handle::from_bits(self.recorded_on.load(Ordering::Relaxed)) else {
+            return Ok(false);
+        };
+        // A destroyed stream captures nothing.
+        let status = R::state()
+            .streams
+            .with(stream, |live| R::capture_status(Permit::new(), &live.raw));
+        Ok(matches!(
+            status.transpose()?,
+            Some(Some(CaptureStatus::Active))
+        ))
     }
 }
 
@@ -164,13 +188,31 @@ impl<R: RawApi> EventApi for R {
         let raw = event.live(call)?;
         on_stream(stream, call, |live| {
             same_context(call, event, &live.held)?;
+            // Before the call: the driver ties the event to the stream even
+            // when the record then fails.
+            let on = if R::asking_breaks_capture_of(&live.raw) {
+                stream.handle.to_bits()
+            } else {
+                u64::MAX
+            };
+            event.recorded_on.store(on, Ordering::Relaxed);
             R::record_event(Permit::new(), raw, &live.raw)
         })
     }
 
     fn event_wait(event: &CheckedEvent<R>) -> Result<(), DriverError> {
-        let raw = event.live(R::CALLS.synchronize_event)?;
+        let call = R::CALLS.synchronize_event;
+        let raw = event.live(call)?;
         bound::<R, _>(&event.held, || {
+            if event.recorder_captures()? {
+                return Err(DriverError::refused(
+                    R::BACKEND,
+                    call,
+                    ErrorKind::Capture,
+                    "the event's stream is capturing a graph, and waiting now would invalidate \
+                     that capture; wait once the capture has ended",
+                ));
+            }
             capture::relaxed::<R, _>(|| R::synchronize_event(Permit::new(), raw))
         })
     }
@@ -252,6 +294,10 @@ impl<R: RawApi> EventQuery for R {
     fn event_query(event: &CheckedEvent<R>) -> Result<bool, DriverError> {
         let raw = event.live(R::CALLS.query_event)?;
         bound::<R, _>(&event.held, || {
+            // Not knowable without breaking the capture: not yet.
+            if event.recorder_captures()? {
+                return Ok(false);
+            }
             capture::relaxed::<R, _>(|| R::query_event(Permit::new(), raw))
         })
     }

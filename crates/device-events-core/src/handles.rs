@@ -20,6 +20,22 @@ use crate::driver::Undo;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Handle(Key);
 
+impl Handle {
+    /// The handle as one word, for an atomic slot; never `u64::MAX`.
+    pub(crate) fn to_bits(self) -> u64 {
+        (u64::from(self.0.index) << 32) | u64::from(self.0.generation)
+    }
+
+    /// A handle from [`to_bits`](Self::to_bits); `None` for `u64::MAX`.
+    pub(crate) fn from_bits(bits: u64) -> Option<Self> {
+        #[allow(clippy::cast_possible_truncation)]
+        (bits != u64::MAX).then_some(Self(Key {
+            index: (bits >> 32) as u32,
+            generation: bits as u32,
+        }))
+    }
+}
+
 type Cell<T> = Arc<RwLock<Option<T>>>;
 
 thread_local! {

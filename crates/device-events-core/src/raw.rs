@@ -257,6 +257,16 @@ pub trait RawApi: Sized + Send + Sync + 'static {
         Ok(None)
     }
 
+    /// Whether asking an event last recorded on `stream` (a query or a
+    /// wait) would invalidate `stream`'s capture if it captures now, as
+    /// ROCm's runtime before 7.2 does even for a record made before the
+    /// capture. The checked layer then asks the stream first: while it
+    /// captures, a query reads not-ready and a wait is refused.
+    fn asking_breaks_capture_of(stream: &Self::Stream) -> bool {
+        let _ = stream;
+        false
+    }
+
     /// Swap the thread's capture interaction mode with `*mode`
     /// (`cuThreadExchangeStreamCaptureMode`); `Ok(false)` where the driver
     /// has no such call.

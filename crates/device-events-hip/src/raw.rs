@@ -2,6 +2,7 @@
 //! makes on live handles, with the handle's device bound.
 
 use std::ffi::c_int;
+use std::sync::OnceLock;
 
 use device_events_core::driver::elapsed_from_ms;
 use device_events_core::profile::Duration;
@@ -193,6 +194,13 @@ impl RawApi for Hip {
         }))
     }
 
+    /// clr before 7.2 (`ihipEventQuery`, `hipEventSynchronize`) invalidates
+    /// the capture of the stream an event was last recorded on when the
+    /// event is asked, unless that was the null stream.
+    fn asking_breaks_capture_of(stream: &HipRawStream) -> bool {
+        !stream.0.is_null() && asking_breaks_capture()
+    }
+
     /// Where the runtime has `hipThreadExchangeStreamCaptureMode` (ROCm 5.0
     /// on); a runtime without it is left as it is.
     fn exchange_capture_mode(_: Permit<Self>, mode: &mut i32) -> Result<bool, DriverError> {
@@ -212,6 +220,14 @@ impl RawApi for Hip {
     ) -> Result<Option<Box<dyn HostWord<Self>>>, DriverError> {
         gate::word(*device)
     }
+}
+
+/// Whether the loaded runtime is older than ROCm 7.2, whose clr asks an
+/// event's capture only for records made inside one; assumed when its
+/// version cannot be read.
+fn asking_breaks_capture() -> bool {
+    static OLDER: OnceLock<bool> = OnceLock::new();
+    *OLDER.get_or_init(|| Hip::runtime().map_or(true, |found| found.runtime_version < 70_200_000))
 }
 
 /// The runtime's functions, initialised.

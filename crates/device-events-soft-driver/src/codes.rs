@@ -22,6 +22,7 @@ pub(crate) fn status(fault: Fault) -> i32 {
         Fault::CaptureUnjoined => 904,
         Fault::CaptureIsolation => 905,
         Fault::CapturedEvent => 907,
+        Fault::CaptureWrongThread => 908,
         Fault::Injected(status) => status,
     }
 }
@@ -297,6 +298,7 @@ mod tests {
             Fault::CaptureUnjoined,
             Fault::CaptureIsolation,
             Fault::CapturedEvent,
+            Fault::CaptureWrongThread,
         ] {
             let code = status(fault);
             for abi in [Abi::Cuda, Abi::Hip] {

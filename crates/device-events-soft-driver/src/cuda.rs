@@ -9,7 +9,7 @@ use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{LazyLock, Mutex, PoisonError};
 
-use crate::engine::{ENGINE, Fault, Outcome, StreamRef};
+use crate::engine::{ENGINE, Fault, Outcome, StreamRef, WaitRules};
 use crate::{calls, clock, codes, out};
 
 type CUresult = c_int;
@@ -22,6 +22,8 @@ type CUdeviceptr = u64;
 
 const CU_EVENT_BLOCKING_SYNC: c_uint = 0x1;
 const CU_EVENT_DISABLE_TIMING: c_uint = 0x2;
+const CU_EVENT_INTERPROCESS: c_uint = 0x4;
+const CU_MEMHOSTALLOC_DEVICEMAP: c_uint = 0x2;
 const CU_STREAM_NON_BLOCKING: c_uint = 0x1;
 const CU_STREAM_LEGACY: usize = 0x1;
 const CU_STREAM_PER_THREAD: usize = 0x2;
@@ -316,7 +318,10 @@ unsafe extern "C" fn cuCtxGetDevice(dev: *mut CUdevice) -> CUresult {
 
 #[unsafe(no_mangle)]
 extern "C" fn cuCtxSynchronize() -> CUresult {
-    call("cuCtxSynchronize", || ENGINE.device_synchronize(current()?))
+    call("cuCtxSynchronize", || {
+        let device = current()?;
+        ENGINE.device_synchronize(device, Some(Some(device)))
+    })
 }
 
 /// # Safety
@@ -326,7 +331,13 @@ extern "C" fn cuCtxSynchronize() -> CUresult {
 unsafe extern "C" fn cuEventCreate(event: *mut CUevent, flags: c_uint) -> CUresult {
     call("cuEventCreate", || {
         let device = current()?;
-        if event.is_null() {
+        // DEFAULT, BLOCKING_SYNC, DISABLE_TIMING, INTERPROCESS; an
+        // interprocess event "must be specified with DISABLE_TIMING".
+        let interprocess = flags & CU_EVENT_INTERPROCESS != 0;
+        if event.is_null()
+            || flags & !0x7 != 0
+            || (interprocess && flags & CU_EVENT_DISABLE_TIMING == 0)
+        {
             return Err(Fault::InvalidValue);
         }
         let id = ENGINE.event_create(
@@ -354,7 +365,7 @@ extern "C" fn cuEventQuery(event: CUevent) -> CUresult {
     call("cuEventQuery", || {
         initialized()?;
         context_alive(event)?;
-        ENGINE.event_query(event as u64)
+        ENGINE.event_query(event as u64, false)
     })
 }
 
@@ -363,7 +374,7 @@ extern "C" fn cuEventSynchronize(event: CUevent) -> CUresult {
     call("cuEventSynchronize", || {
         initialized()?;
         context_alive(event)?;
-        ENGINE.event_synchronize(event as u64)
+        ENGINE.event_synchronize(event as u64, false)
     })
 }
 
@@ -425,7 +436,13 @@ extern "C" fn cuStreamWaitEvent(stream: CUstream, event: CUevent, flags: c_uint)
         }
         context_alive(stream)?;
         context_alive(event)?;
-        ENGINE.stream_wait_event(stream_ref(stream)?, event as u64)
+        ENGINE.stream_wait_event(
+            stream_ref(stream)?,
+            event as u64,
+            WaitRules::Cuda {
+                external: flags == 1,
+            },
+        )
     })
 }
 
@@ -443,7 +460,7 @@ extern "C" fn cuStreamDestroy_v2(stream: CUstream) -> CUresult {
     release("cuStreamDestroy_v2", || {
         initialized()?;
         context_alive(stream)?;
-        ENGINE.stream_destroy(stream as u64)
+        ENGINE.stream_destroy(stream as u64, false)
     })
 }
 
@@ -501,7 +518,7 @@ unsafe extern "C" fn cuStreamEndCapture(stream: CUstream, graph: *mut CUgraph) -
         if graph.is_null() {
             return Err(Fault::InvalidValue);
         }
-        let made = ENGINE.stream_end_capture(stream as u64);
+        let made = ENGINE.stream_end_capture(stream as u64, false);
         let value = made.map_or(std::ptr::null_mut(), handle);
         // SAFETY: non-null, and the caller passes a pointer valid for a write.
         unsafe { out::put(graph, value)? };
@@ -558,17 +575,14 @@ extern "C" fn cuMemsetD8Async(
 ///
 /// `pp` is null or valid for a write.
 #[unsafe(no_mangle)]
-unsafe extern "C" fn cuMemHostAlloc(
-    pp: *mut *mut c_void,
-    bytes: usize,
-    _flags: c_uint,
-) -> CUresult {
+unsafe extern "C" fn cuMemHostAlloc(pp: *mut *mut c_void, bytes: usize, flags: c_uint) -> CUresult {
     call("cuMemHostAlloc", || {
         current()?;
-        if pp.is_null() {
+        // PORTABLE, DEVICEMAP, WRITECOMBINED.
+        if pp.is_null() || flags & !0x7 != 0 {
             return Err(Fault::InvalidValue);
         }
-        let address = ENGINE.host_alloc(bytes, true)?;
+        let address = ENGINE.host_alloc(bytes, true, flags & CU_MEMHOSTALLOC_DEVICEMAP != 0)?;
         // SAFETY: non-null, and the caller passes a pointer valid for a write.
         unsafe { out::put(pp, address as usize as *mut c_void) }
     })

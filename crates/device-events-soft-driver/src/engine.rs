@@ -54,6 +54,9 @@ pub(crate) enum Fault {
     CaptureUnjoined,
     /// A dependency between two different captures.
     CaptureIsolation,
+    /// Ending a GLOBAL or THREAD_LOCAL capture on another thread than the
+    /// one that began it.
+    CaptureWrongThread,
     /// A handle of a context that was torn down.
     ContextDestroyed,
     /// A status chosen by a test through the control API.
@@ -76,6 +79,10 @@ struct Event {
     reached: u64,
     /// Host-clock nanoseconds at which the last queued record falls due.
     due: u64,
+    /// The last queued record's place: its stream, and the operation count
+    /// that stream reaches with it. A wait keeps this, not the event, so a
+    /// destroyed event releases none of the waits queued on it.
+    record_point: (u64, u64),
     /// Device-clock stamp of the last reached record.
     stamp: i128,
     /// Host-clock nanoseconds at that stamp: the ground truth tests read.
@@ -83,6 +90,9 @@ struct Event {
     /// Last recorded into a capturing stream: a graph node, not a timestamp;
     /// the capture, and the stream that recorded it.
     captured: Option<(u64, u64)>,
+    /// The stream of the last record, captured or not, unless it was the
+    /// null stream: ROCm's runtime keeps it (clr `SetCaptureStream`).
+    recorded_on: Option<u64>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -102,6 +112,19 @@ struct Capturing {
     unjoined: HashSet<u64>,
     thread: ThreadId,
     mode: u32,
+}
+
+/// How a stream's wait on an event recorded outside any capture is judged.
+#[derive(Clone, Copy)]
+pub(crate) enum WaitRules {
+    /// CUDA: a capturing stream may wait on it only as an external event
+    /// (`CU_EVENT_WAIT_EXTERNAL`); otherwise the dependency would cross the
+    /// capture's boundary (905), and the capture is invalidated.
+    Cuda { external: bool },
+    /// ROCm's runtime, every version (`hipStreamWaitEvent_common`): refused
+    /// with 905 while the event's stream captures; a capturing waiter is
+    /// not checked.
+    Clr,
 }
 
 /// Stream capture interaction modes, as both ABIs number them.
@@ -144,10 +167,8 @@ enum Op {
         generation: u64,
         at: u64,
     },
-    WaitEvent {
-        event: u64,
-        generation: u64,
-    },
+    /// Go on once each stream has completed that many operations (or is
+    /// gone, which it is only once drained).
     WaitStreams(Vec<(u64, u64)>),
     /// Go on once `test` holds of the 32-bit value at `word` of `block`,
     /// seen a wait-value latency after it is written.
@@ -166,6 +187,9 @@ enum Op {
 /// pointer it was handed; the stream reads it atomically.
 pub(crate) struct HostBlock {
     words: Box<[AtomicU32]>,
+    /// Mapped into the device's address space (CUDA's DEVICEMAP): only
+    /// then has it a device pointer.
+    mapped: bool,
 }
 
 /// The comparison of a stream wait on a value, as both ABIs define it:
@@ -240,8 +264,8 @@ pub(crate) struct Engine {
     state: Mutex<State>,
     changed: Condvar,
     misuses: AtomicU64,
-    /// Calls a capture's interaction mode prohibited: each failed, and
-    /// invalidated the capture.
+    /// Calls a capture did not allow (its interaction mode's, or calls no
+    /// capture allows): each failed, and invalidated the capture.
     capture_violations: AtomicU64,
     /// Bumped at every change waiters look for: what a spinning wait
     /// watches, so that it does not hammer the state's lock.
@@ -341,6 +365,7 @@ impl Engine {
     pub(crate) fn event_record(&self, event: u64, stream: StreamRef) -> Outcome<()> {
         let mut state = self.lock();
         live_event(&state, event)?;
+        let null = matches!(stream, StreamRef::Null { .. });
         let stream = resolve(&mut state, stream)?;
         let (device, capture) = {
             let s = state.streams.get(&stream).ok_or(Fault::InvalidHandle)?;
@@ -350,6 +375,7 @@ impl Engine {
         if ev.device != device {
             return Err(Fault::InvalidHandle);
         }
+        ev.recorded_on = (!null).then_some(stream);
         match capture {
             Capture::Active(id) => {
                 ev.captured = Some((id, stream));
@@ -375,10 +401,12 @@ impl Engine {
         state
             .last_recorded
             .insert(std::thread::current().id(), event);
+        let point = (stream, state.streams.get(&stream).map_or(0, |s| s.enqueued));
         if let Some(ev) = state.events.get_mut(&event) {
             ev.captured = None;
             ev.recorded = generation;
             ev.due = at;
+            ev.record_point = point;
         }
         drop(state);
         self.signal();
@@ -501,18 +529,65 @@ impl Engine {
         state.streams_made.clear();
     }
 
-    /// Calls a capture's interaction mode prohibited, since the start.
+    /// Calls a capture did not allow, since the start.
     pub(crate) fn capture_violations(&self) -> u64 {
         self.capture_violations.load(Ordering::Relaxed)
     }
 
-    pub(crate) fn event_query(&self, event: u64) -> Outcome<()> {
+    /// ROCm's rule before 7.2 (clr `ihipEventQuery`, `hipEventSynchronize`):
+    /// asking an event whose last record's stream captures now fails with
+    /// 907 and invalidates that capture, whatever was recorded and in any
+    /// interaction mode. Counted as a capture violation.
+    /// A wait (`hipEventSynchronize`) is also refused with 900 while that
+    /// capture is invalidated but not yet ended (`StreamCaptureOngoing`).
+    fn asked_of_a_capturing_stream(
+        &self,
+        state: &mut State,
+        event: u64,
+        wait: bool,
+    ) -> Outcome<()> {
+        let ev = live_event(state, event)?;
+        match ev
+            .recorded_on
+            .and_then(|s| state.streams.get(&s))
+            .map(|s| s.capture)
+        {
+            Some(Capture::Active(id)) => {
+                self.broke(state, id);
+                Err(Fault::CapturedEvent)
+            }
+            Some(Capture::Invalidated(_)) if wait => Err(Fault::CaptureUnsupported),
+            _ => Ok(()),
+        }
+    }
+
+    /// A query or wait of an event recorded inside a capture: 907, and, as
+    /// "any operation [...] invalid during capture" does (CUDA programming
+    /// guide, 'Invalidation'), the capture invalidated if it goes on.
+    fn refuse_captured(&self, state: &mut State, event: u64) -> Outcome<()> {
+        if let Some((id, _)) = live_event(state, event)?.captured {
+            self.broke(state, id);
+            return Err(Fault::CapturedEvent);
+        }
+        Ok(())
+    }
+
+    /// Invalidate capture `id` for a call it did not allow, and count it.
+    fn broke(&self, state: &mut State, id: u64) {
+        invalidate(state, id);
+        self.capture_violations.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// `clr`: with ROCm's rule for an event whose stream captures now.
+    pub(crate) fn event_query(&self, event: u64, clr: bool) -> Outcome<()> {
         let mut state = self.lock();
+        if clr {
+            self.asked_of_a_capturing_stream(&mut state, event, false)?;
+        }
         self.capture_permits(&mut state)?;
+        self.refuse_captured(&mut state, event)?;
         let ev = live_event(&state, event)?;
-        if ev.captured.is_some() {
-            Err(Fault::CapturedEvent)
-        } else if ev.reached >= ev.recorded {
+        if ev.reached >= ev.recorded {
             Ok(())
         } else {
             Err(Fault::NotReady)
@@ -523,13 +598,14 @@ impl Engine {
     /// drivers document: an event created for blocking synchronization
     /// sleeps and wakes a configured latency late; any other spins, burning
     /// the calling thread's core for the whole wait.
-    pub(crate) fn event_synchronize(&self, event: u64) -> Outcome<()> {
+    pub(crate) fn event_synchronize(&self, event: u64, clr: bool) -> Outcome<()> {
         let mut state = self.lock();
-        self.capture_permits(&mut state)?;
-        let ev = live_event(&state, event)?;
-        if ev.captured.is_some() {
-            return Err(Fault::CapturedEvent);
+        if clr {
+            self.asked_of_a_capturing_stream(&mut state, event, true)?;
         }
+        self.capture_permits(&mut state)?;
+        self.refuse_captured(&mut state, event)?;
+        let ev = live_event(&state, event)?;
         let (target, blocking) = (ev.recorded, ev.blocking);
         let reached = |s: &State| s.events.get(&event).is_none_or(|e| e.reached >= target);
         if blocking {
@@ -602,13 +678,36 @@ impl Engine {
     }
 
     /// Release a stream; work already queued still runs, as the drivers
-    /// document, and its worker exits once the queue is empty.
-    pub(crate) fn stream_destroy(&self, stream: u64) -> Outcome<()> {
+    /// document, and its worker exits once the queue is empty. `clr`: as
+    /// ROCm's runtime (`hipStreamDestroy`, `HostQueue::terminate`), first
+    /// wait until that work is done, and end a capture the stream is in.
+    pub(crate) fn stream_destroy(&self, stream: u64, clr: bool) -> Outcome<()> {
         let mut state = self.lock();
         let s = live_stream(&mut state, stream)?;
         if s.internal {
             return Err(misuse());
         }
+        if clr {
+            if let Capture::Active(id) | Capture::Invalidated(id) = s.capture {
+                s.capture = Capture::None;
+                if state.captures.get(&id).is_some_and(|c| c.origin == stream) {
+                    state.captures.remove(&id);
+                    for s in state.streams.values_mut() {
+                        if matches!(s.capture, Capture::Active(c) | Capture::Invalidated(c) if c == id)
+                        {
+                            s.capture = Capture::None;
+                        }
+                    }
+                } else if let Some(c) = state.captures.get_mut(&id) {
+                    c.unjoined.remove(&stream);
+                }
+            }
+            let target = state.streams.get(&stream).map_or(0, |s| s.enqueued);
+            state = self.wait_while(state, |s| {
+                s.streams.get(&stream).is_some_and(|s| s.completed < target)
+            });
+        }
+        let s = live_stream(&mut state, stream)?;
         if s.completed == s.enqueued {
             state.streams.remove(&stream);
         } else {
@@ -620,7 +719,12 @@ impl Engine {
         Ok(())
     }
 
-    pub(crate) fn stream_wait_event(&self, stream: StreamRef, event: u64) -> Outcome<()> {
+    pub(crate) fn stream_wait_event(
+        &self,
+        stream: StreamRef,
+        event: u64,
+        rules: WaitRules,
+    ) -> Outcome<()> {
         let mut state = self.lock();
         live_event(&state, event)?;
         let stream = resolve(&mut state, stream)?;
@@ -633,6 +737,24 @@ impl Engine {
         if let Some((id, recorder)) = ev.captured {
             return fork_or_join(&mut state, stream, capture, id, recorder);
         }
+        let recorder_captures = ev
+            .recorded_on
+            .and_then(|s| state.streams.get(&s))
+            .is_some_and(|s| matches!(s.capture, Capture::Active(_)));
+        let (recorded, point, due) = (ev.recorded, ev.record_point, ev.due);
+        match (rules, capture) {
+            (WaitRules::Clr, _) if recorder_captures => return Err(Fault::CaptureIsolation),
+            // Unverified where no work of another stream is involved (an
+            // event never recorded, or recorded on the waiting stream):
+            // left alone there.
+            (WaitRules::Cuda { external: false }, Capture::Active(id))
+                if recorded != 0 && point.0 != stream =>
+            {
+                self.broke(&mut state, id);
+                return Err(Fault::CaptureIsolation);
+            }
+            _ => {}
+        }
         match capture {
             // A graph node, not a wait.
             Capture::Active(_) => return Ok(()),
@@ -640,12 +762,11 @@ impl Engine {
             Capture::None => {}
         }
         // Waiting on a never-recorded event completes at once.
-        if ev.recorded == 0 {
+        if recorded == 0 {
             return Ok(());
         }
-        let (generation, due) = (ev.recorded, ev.due);
         let at = start_time(&state, stream).max(due);
-        enqueue(&mut state, stream, at, Op::WaitEvent { event, generation })
+        enqueue(&mut state, stream, at, Op::WaitStreams(vec![point]))
     }
 
     pub(crate) fn stream_synchronize(&self, stream: StreamRef) -> Outcome<()> {
@@ -657,11 +778,7 @@ impl Engine {
             Capture::Active(id) => {
                 // As the drivers do: the illegal call also breaks the
                 // capture, on every stream in it.
-                for s in state.streams.values_mut() {
-                    if s.capture == Capture::Active(id) {
-                        s.capture = Capture::Invalidated(id);
-                    }
-                }
+                self.broke(&mut state, id);
                 return Err(Fault::CaptureUnsupported);
             }
             Capture::Invalidated(_) => return Err(Fault::CaptureInvalidated),
@@ -674,9 +791,37 @@ impl Engine {
         Ok(())
     }
 
-    /// Every stream of `device`, drained.
-    pub(crate) fn device_synchronize(&self, device: usize) -> Outcome<()> {
+    /// Every stream of `device`, drained. `in_no_capture`: refused with 900
+    /// while any stream of `of_device` (every device: `None`) captures, in
+    /// any mode, and those captures invalidated, as `cuCtxSynchronize` lists
+    /// 900 and clr's `CHECK_SUPPORTED_DURING_CAPTURE` does for
+    /// `hipDeviceSynchronize`; otherwise only the mode rule.
+    pub(crate) fn device_synchronize(
+        &self,
+        device: usize,
+        in_no_capture: Option<Option<usize>>,
+    ) -> Outcome<()> {
         let mut state = self.lock();
+        if let Some(of_device) = in_no_capture {
+            let capturing: HashSet<u64> = state
+                .streams
+                .values()
+                .filter(|s| of_device.is_none_or(|d| d == s.device))
+                .filter_map(|s| match s.capture {
+                    // Until it ends, an invalidated capture still counts
+                    // (clr: `g_allCapturingStreams`).
+                    Capture::Active(id) | Capture::Invalidated(id) => Some(id),
+                    Capture::None => None,
+                })
+                .collect();
+            if !capturing.is_empty() {
+                for id in capturing {
+                    invalidate(&mut state, id);
+                }
+                self.capture_violations.fetch_add(1, Ordering::Relaxed);
+                return Err(Fault::CaptureUnsupported);
+            }
+        }
         self.capture_permits(&mut state)?;
         let targets: Vec<(u64, u64)> = state
             .streams
@@ -728,7 +873,9 @@ impl Engine {
     /// Ends the capture `stream` began, on every stream forked into it;
     /// returns the graph it made. Fails, ending it all the same, while a
     /// forked stream has not joined back.
-    pub(crate) fn stream_end_capture(&self, stream: u64) -> Outcome<u64> {
+    /// `clr`: as ROCm's runtime, events recorded in the capture are asked
+    /// as if it never happened, once it ends.
+    pub(crate) fn stream_end_capture(&self, stream: u64, clr: bool) -> Outcome<u64> {
         let mut state = self.lock();
         let (Capture::Active(id) | Capture::Invalidated(id)) =
             live_stream(&mut state, stream)?.capture
@@ -737,6 +884,16 @@ impl Engine {
         };
         if state.captures.get(&id).is_some_and(|c| c.origin != stream) {
             return Err(Fault::CaptureUnmatched);
+        }
+        // "A capture sequence which is not in RELAXED mode must be ended on
+        // the same thread" (`cuStreamBeginCapture`); clr checks the same.
+        let me = std::thread::current().id();
+        if state
+            .captures
+            .get(&id)
+            .is_some_and(|c| c.mode != CAPTURE_MODE_RELAXED && c.thread != me)
+        {
+            return Err(Fault::CaptureWrongThread);
         }
         let invalidated = matches!(
             state.streams.get(&stream).map(|s| s.capture),
@@ -748,6 +905,16 @@ impl Engine {
             }
         }
         let capture = state.captures.remove(&id);
+        if clr {
+            // clr `Stream::EndCapture`: events recorded in the capture are
+            // tied to no stream, and ask as before it.
+            for ev in state.events.values_mut() {
+                if ev.captured.is_some_and(|(c, _)| c == id) {
+                    ev.captured = None;
+                    ev.recorded_on = None;
+                }
+            }
+        }
         if invalidated {
             return Err(Fault::CaptureInvalidated);
         }
@@ -798,7 +965,12 @@ impl Engine {
     ///
     /// `capture_checked`: whether the thread's capture mode may prohibit
     /// it (`cuMemHostAlloc`); clr's `hipExtMallocWithFlags` checks nothing.
-    pub(crate) fn host_alloc(&self, bytes: usize, capture_checked: bool) -> Outcome<u64> {
+    pub(crate) fn host_alloc(
+        &self,
+        bytes: usize,
+        capture_checked: bool,
+        mapped: bool,
+    ) -> Outcome<u64> {
         if bytes == 0 {
             return Err(Fault::InvalidValue);
         }
@@ -807,7 +979,7 @@ impl Engine {
             self.memory_call_permitted(&mut state)?;
         }
         let words = (0..bytes.div_ceil(4)).map(|_| AtomicU32::new(0)).collect();
-        let block = Arc::new(HostBlock { words });
+        let block = Arc::new(HostBlock { words, mapped });
         let address = block.words.as_ptr() as u64;
         state.host_blocks.insert(address, block);
         Ok(address)
@@ -837,9 +1009,15 @@ impl Engine {
 
     /// The device address of host memory at `address`: the same, when it
     /// lies inside a mapped block.
+    /// The device's address of mapped host memory: the same, as with
+    /// unified addressing; an unmapped block has none.
     pub(crate) fn host_device_pointer(&self, address: u64) -> Outcome<u64> {
         let state = self.lock();
-        host_word(&state, address).map(|_| address)
+        let (block, _) = host_word(&state, address)?;
+        if !block.mapped {
+            return Err(Fault::InvalidValue);
+        }
+        Ok(address)
     }
 
     /// Make `stream` wait until `test` holds of the 32-bit value at
@@ -956,6 +1134,15 @@ fn host_word(state: &State, address: u64) -> Outcome<(Arc<HostBlock>, usize)> {
             (offset % 4 == 0 && word < block.words.len()).then(|| (Arc::clone(block), word))
         })
         .ok_or(Fault::InvalidValue)
+}
+
+/// Break capture `id`, on every stream in it: its end fails.
+fn invalidate(state: &mut State, id: u64) {
+    for s in state.streams.values_mut() {
+        if s.capture == Capture::Active(id) {
+            s.capture = Capture::Invalidated(id);
+        }
+    }
 }
 
 fn next_id(state: &mut State) -> u64 {
@@ -1203,12 +1390,6 @@ fn run(stream: u64, op: Op, released: &mut u64) {
             *released = clock::host_now_ns() + clock::wait_value_latency();
             engine.lock().value_waits.remove(&id);
         }
-        Op::WaitEvent { event, generation } => {
-            let state = engine.lock();
-            drop(engine.wait_while(state, |s| {
-                s.events.get(&event).is_some_and(|e| e.reached < generation)
-            }));
-        }
         Op::WaitStreams(targets) => {
             let state = engine.lock();
             drop(engine.wait_while(state, |s| !streams_reached(s, &targets)));
@@ -1262,7 +1443,7 @@ mod tests {
 
         assert_eq!(refused, Err(Fault::InvalidHandle));
         // Never recorded, so complete: not waiting for a record that never comes.
-        assert_eq!(engine.event_query(event), Ok(()));
+        assert_eq!(engine.event_query(event, false), Ok(()));
         assert_ne!(engine.last_recorded(), event);
         engine.event_destroy(event).expect("live event");
         engine.lock().streams.remove(&stream);

@@ -7,7 +7,7 @@
 use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
-use crate::engine::{ENGINE, Fault, Outcome, StreamRef};
+use crate::engine::{ENGINE, Fault, Outcome, StreamRef, WaitRules};
 use crate::{calls, clock, codes, out};
 
 type HipError = c_uint;
@@ -17,6 +17,10 @@ type HipGraph = *mut c_void;
 
 const HIP_EVENT_BLOCKING_SYNC: c_uint = 0x1;
 const HIP_EVENT_DISABLE_TIMING: c_uint = 0x2;
+const HIP_EVENT_INTERPROCESS: c_uint = 0x4;
+/// `hipEventDisableSystemFence`, `hipEventReleaseToDevice`,
+/// `hipEventReleaseToSystem`.
+const HIP_EVENT_RELEASE_FLAGS: c_uint = 0xE000_0000;
 const HIP_STREAM_NON_BLOCKING: c_uint = 0x1;
 const HIP_STREAM_PER_THREAD: usize = 0x2;
 /// Event timing resolution HIP documents: about 1 µs.
@@ -152,8 +156,9 @@ unsafe extern "C" fn hipDeviceGetName(name: *mut c_char, len: c_int, device: c_i
 
 #[unsafe(no_mangle)]
 extern "C" fn hipDeviceSynchronize() -> HipError {
+    // clr's CHECK_SUPPORTED_DURING_CAPTURE: any capture, any device.
     call("hipDeviceSynchronize", || {
-        ENGINE.device_synchronize(current()?)
+        ENGINE.device_synchronize(current()?, Some(None))
     })
 }
 
@@ -164,7 +169,16 @@ extern "C" fn hipDeviceSynchronize() -> HipError {
 unsafe extern "C" fn hipEventCreateWithFlags(event: *mut HipEvent, flags: c_uint) -> HipError {
     call("hipEventCreateWithFlags", || {
         let device = current()?;
-        if event.is_null() {
+        // clr `ihipEventCreateWithFlags`: Default, BlockingSync,
+        // DisableTiming, Interprocess (only with DisableTiming), and at
+        // most one of the three release flags.
+        let known = 0x7 | HIP_EVENT_RELEASE_FLAGS;
+        let interprocess = flags & HIP_EVENT_INTERPROCESS != 0;
+        if event.is_null()
+            || flags & !known != 0
+            || (flags & HIP_EVENT_RELEASE_FLAGS).count_ones() > 1
+            || (interprocess && flags & HIP_EVENT_DISABLE_TIMING == 0)
+        {
             return Err(Fault::InvalidValue);
         }
         let id = ENGINE.event_create(
@@ -186,13 +200,13 @@ extern "C" fn hipEventRecord(event: HipEvent, stream: HipStream) -> HipError {
 
 #[unsafe(no_mangle)]
 extern "C" fn hipEventQuery(event: HipEvent) -> HipError {
-    call("hipEventQuery", || ENGINE.event_query(event as u64))
+    call("hipEventQuery", || ENGINE.event_query(event as u64, true))
 }
 
 #[unsafe(no_mangle)]
 extern "C" fn hipEventSynchronize(event: HipEvent) -> HipError {
     call("hipEventSynchronize", || {
-        ENGINE.event_synchronize(event as u64)
+        ENGINE.event_synchronize(event as u64, true)
     })
 }
 
@@ -238,7 +252,7 @@ extern "C" fn hipStreamWaitEvent(stream: HipStream, event: HipEvent, flags: c_ui
         if flags > 1 {
             return Err(Fault::InvalidValue);
         }
-        ENGINE.stream_wait_event(stream_ref(stream)?, event as u64)
+        ENGINE.stream_wait_event(stream_ref(stream)?, event as u64, WaitRules::Clr)
     })
 }
 
@@ -251,7 +265,9 @@ extern "C" fn hipStreamSynchronize(stream: HipStream) -> HipError {
 
 #[unsafe(no_mangle)]
 extern "C" fn hipStreamDestroy(stream: HipStream) -> HipError {
-    release("hipStreamDestroy", || ENGINE.stream_destroy(stream as u64))
+    release("hipStreamDestroy", || {
+        ENGINE.stream_destroy(stream as u64, true)
+    })
 }
 
 /// # Safety
@@ -304,7 +320,7 @@ unsafe extern "C" fn hipStreamEndCapture(stream: HipStream, graph: *mut HipGraph
         if graph.is_null() {
             return Err(Fault::InvalidValue);
         }
-        let made = ENGINE.stream_end_capture(stream as u64);
+        let made = ENGINE.stream_end_capture(stream as u64, true);
         let value = made.map_or(std::ptr::null_mut(), handle);
         // SAFETY: non-null, and the caller passes a pointer valid for a write.
         unsafe { out::put(graph, value)? };
@@ -381,7 +397,7 @@ unsafe extern "C" fn hipExtMallocWithFlags(
         if ptr.is_null() || flags != SIGNAL_MEMORY || size != 8 {
             return Err(Fault::InvalidValue);
         }
-        let address = ENGINE.host_alloc(size, false)?;
+        let address = ENGINE.host_alloc(size, false, true)?;
         // An HSA signal's value, which clr creates at 1
         // (`kInitSignalValueOne`), not 0.
         ENGINE.host_store(address, 1)?;
@@ -419,7 +435,7 @@ extern "C" fn hipFree(ptr: *mut c_void) -> HipError {
             return Ok(());
         }
         // clr's hipFree waits for the device's work first (ROCm/hip#1018).
-        ENGINE.device_synchronize(current()?)?;
+        ENGINE.device_synchronize(current()?, None)?;
         ENGINE.mem_free(ptr as u64)
     })
 }

@@ -207,6 +207,10 @@ fn capture_turns_records_into_graph_nodes() {
             sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE
         );
         result::event::record(e, s).unwrap();
+        let graph = result::stream::end_capture(s).unwrap();
+        assert!(!graph.is_null());
+        assert_eq!(sys::cuGraphDestroy(graph), CUresult::CUDA_SUCCESS);
+        // Its last record is a graph node, never a timestamp.
         assert_eq!(
             result::event::query(e),
             Err(err(CUresult::CUDA_ERROR_CAPTURED_EVENT))
@@ -215,11 +219,36 @@ fn capture_turns_records_into_graph_nodes() {
             result::event::synchronize(e),
             Err(err(CUresult::CUDA_ERROR_CAPTURED_EVENT))
         );
-        let graph = result::stream::end_capture(s).unwrap();
-        assert!(!graph.is_null());
-        assert_eq!(sys::cuGraphDestroy(graph), CUresult::CUDA_SUCCESS);
     }
     assert_eq!(soft.counts().graphs, 0);
+}
+
+/// Rows `cuEventQuery`, `cuEventSynchronize`: asking an event recorded in a
+/// capture is the programming guide's example of what even RELAXED mode
+/// forbids: 907, and the capture is invalidated ('Invalidation').
+#[test]
+fn asking_a_captured_event_during_its_capture_invalidates_it() {
+    let _soft = SoftDriver::exclusive();
+    context(0);
+    let ask: [unsafe fn(sys::CUevent) -> Result<(), DriverError>; 2] =
+        [result::event::query, result::event::synchronize];
+    for ask in ask {
+        let (s, e) = (stream(), event());
+        // SAFETY: event and stream are live and of the current context.
+        unsafe {
+            result::stream::begin_capture(
+                s,
+                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+            )
+            .unwrap();
+            result::event::record(e, s).unwrap();
+            assert_eq!(ask(e), Err(err(CUresult::CUDA_ERROR_CAPTURED_EVENT)));
+            assert_eq!(
+                result::stream::end_capture(s).err(),
+                Some(err(CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED))
+            );
+        }
+    }
 }
 
 #[test]
@@ -528,4 +557,227 @@ fn streams_sharing_a_hardware_queue_wait_for_each_other() {
     soft.set_bandwidth(10e9);
     assert!(shared >= Duration::from_millis(20), "{shared:?}");
     assert!(apart < Duration::from_millis(20), "{apart:?}");
+}
+
+/// Row `cuCtxSynchronize`: 900 while any stream of the context captures,
+/// even from a RELAXED thread, and that capture invalidated (inferred, as
+/// for the other calls a capture cannot record).
+#[test]
+fn synchronizing_the_context_during_any_capture_fails_and_breaks_it() {
+    let soft = SoftDriver::exclusive();
+    context(0);
+    let s = stream();
+    let before = soft.capture_violations();
+    let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+    // SAFETY: the stream is live and of the current context; `mode` is
+    // writable.
+    unsafe {
+        result::ctx::synchronize().unwrap();
+        result::stream::begin_capture(s, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+            .unwrap();
+        assert_eq!(
+            sys::cuThreadExchangeStreamCaptureMode(&mut mode),
+            CUresult::CUDA_SUCCESS
+        );
+        assert_eq!(
+            result::ctx::synchronize(),
+            Err(err(CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED))
+        );
+        assert_eq!(
+            sys::cuThreadExchangeStreamCaptureMode(&mut mode),
+            CUresult::CUDA_SUCCESS
+        );
+        assert_eq!(
+            result::stream::end_capture(s).err(),
+            Some(err(CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED))
+        );
+        result::ctx::synchronize().unwrap();
+    }
+    assert_eq!(soft.capture_violations(), before + 1);
+}
+
+/// Rows `cuInit`, `cuDriverGetVersion`: the version is readable before
+/// `cuInit`; `cuInit` takes flags 0 only.
+#[test]
+fn init_takes_no_flags_and_the_version_needs_no_init() {
+    let _soft = SoftDriver::exclusive();
+    let mut version = 0;
+    // SAFETY: `version` is writable.
+    unsafe {
+        assert_eq!(
+            sys::cuDriverGetVersion(&mut version),
+            CUresult::CUDA_SUCCESS
+        );
+        assert_eq!(sys::cuInit(1), CUresult::CUDA_ERROR_INVALID_VALUE);
+        assert_eq!(sys::cuInit(0), CUresult::CUDA_SUCCESS);
+    }
+    assert!(version >= 12_000, "{version}");
+}
+
+/// Rows `cuCtxGetCurrent`, `cuCtxPushCurrent_v2`, `cuCtxPopCurrent_v2`,
+/// `cuCtxGetDevice`: a stack per thread; popping an empty one is
+/// INVALID_CONTEXT, and with nothing current there is no device.
+#[test]
+fn contexts_stack_per_thread() {
+    let _soft = SoftDriver::exclusive();
+    let ctx = context(0);
+    let (ctx_bits, other) = (
+        ctx as usize,
+        std::thread::spawn(|| {
+            // SAFETY: out-pointers are writable; the context is live.
+            unsafe {
+                let mut current = std::ptr::null_mut();
+                let mut device = 0;
+                let mut popped = std::ptr::null_mut();
+                (
+                    sys::cuCtxGetCurrent(&mut current),
+                    current.is_null(),
+                    sys::cuCtxGetDevice(&mut device),
+                    sys::cuCtxPopCurrent_v2(&mut popped),
+                )
+            }
+        }),
+    );
+    assert_eq!(
+        other.join().unwrap(),
+        (
+            CUresult::CUDA_SUCCESS,
+            true,
+            CUresult::CUDA_ERROR_INVALID_CONTEXT,
+            CUresult::CUDA_ERROR_INVALID_CONTEXT
+        )
+    );
+    // SAFETY: out-pointers are writable; the context is live.
+    unsafe {
+        assert_eq!(sys::cuCtxPushCurrent_v2(ctx), CUresult::CUDA_SUCCESS);
+        let mut popped = std::ptr::null_mut();
+        assert_eq!(sys::cuCtxPopCurrent_v2(&mut popped), CUresult::CUDA_SUCCESS);
+        assert_eq!(popped as usize, ctx_bits);
+        let mut current = std::ptr::null_mut();
+        assert_eq!(sys::cuCtxGetCurrent(&mut current), CUresult::CUDA_SUCCESS);
+        assert_eq!(
+            current as usize, ctx_bits,
+            "the pop restores the context below"
+        );
+        let mut device = -1;
+        assert_eq!(sys::cuCtxGetDevice(&mut device), CUresult::CUDA_SUCCESS);
+        assert_eq!(device, 0);
+    }
+}
+
+/// Row `cuMemAlloc_v2`: the mode rule, as for every allocation; size 0 is
+/// INVALID_VALUE.
+#[test]
+fn allocating_during_a_global_capture_on_this_thread_fails_and_breaks_it() {
+    let _soft = SoftDriver::exclusive();
+    context(0);
+    let s = stream();
+    // SAFETY: the stream is live and of the current context.
+    unsafe {
+        assert_eq!(
+            result::malloc_sync(0).err(),
+            Some(err(CUresult::CUDA_ERROR_INVALID_VALUE))
+        );
+        result::stream::begin_capture(s, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL)
+            .unwrap();
+        assert_eq!(
+            result::malloc_sync(64).err(),
+            Some(err(CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED))
+        );
+        assert_eq!(
+            result::stream::end_capture(s).err(),
+            Some(err(CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED))
+        );
+    }
+}
+
+/// Row `cuStreamEndCapture`: "a capture sequence which is not in RELAXED
+/// mode must be ended on the same thread", else WRONG_THREAD (908).
+#[test]
+fn a_global_capture_ends_only_on_its_own_thread() {
+    let _soft = SoftDriver::exclusive();
+    let ctx = context(0) as usize;
+    let s = stream();
+    let end_elsewhere = |s: sys::CUstream| {
+        let s = s as usize;
+        std::thread::spawn(move || {
+            // SAFETY: the context and stream are live for the test.
+            unsafe {
+                result::ctx::set_current(ctx as sys::CUcontext).unwrap();
+                result::stream::end_capture(s as sys::CUstream)
+                    .map(|graph| assert_eq!(sys::cuGraphDestroy(graph), CUresult::CUDA_SUCCESS))
+            }
+        })
+        .join()
+        .unwrap()
+    };
+    // SAFETY: the stream is live and of the current context.
+    unsafe {
+        result::stream::begin_capture(s, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL)
+            .unwrap();
+        assert_eq!(
+            end_elsewhere(s),
+            Err(err(CUresult::CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD))
+        );
+        let graph = result::stream::end_capture(s).unwrap();
+        assert_eq!(sys::cuGraphDestroy(graph), CUresult::CUDA_SUCCESS);
+        result::stream::begin_capture(s, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+            .unwrap();
+    }
+    end_elsewhere(s).unwrap();
+}
+
+/// Row `cuStreamWaitEvent`: a capturing stream may wait on an event
+/// recorded outside its capture only as an external event; a plain wait
+/// would cross the capture's boundary (ISOLATION) and invalidates it.
+#[test]
+fn a_capturing_stream_waits_on_an_outside_event_only_as_an_external_one() {
+    let _soft = SoftDriver::exclusive();
+    context(0);
+    let (s, e) = (stream(), event());
+    // SAFETY: event and stream are live and of the current context.
+    unsafe {
+        result::event::record(e, stream()).unwrap();
+        result::stream::begin_capture(s, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+            .unwrap();
+        result::stream::wait_event(s, e, sys::CUevent_wait_flags::CU_EVENT_WAIT_EXTERNAL).unwrap();
+        let graph = result::stream::end_capture(s).unwrap();
+        assert_eq!(sys::cuGraphDestroy(graph), CUresult::CUDA_SUCCESS);
+
+        result::stream::begin_capture(s, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+            .unwrap();
+        assert_eq!(
+            result::stream::wait_event(s, e, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT),
+            Err(err(CUresult::CUDA_ERROR_STREAM_CAPTURE_ISOLATION))
+        );
+        assert_eq!(
+            result::stream::end_capture(s).err(),
+            Some(err(CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED))
+        );
+    }
+}
+
+/// Row `cuEventCreate`: flags are DEFAULT, BLOCKING_SYNC, DISABLE_TIMING
+/// and INTERPROCESS, which needs DISABLE_TIMING; anything else is an
+/// invalid value.
+#[test]
+fn event_flags_are_checked() {
+    let _soft = SoftDriver::exclusive();
+    context(0);
+    let create = |flags: u32| {
+        let mut e = std::ptr::null_mut();
+        // SAFETY: `e` is writable; a made event is destroyed once.
+        unsafe {
+            let status = sys::cuEventCreate(&mut e, flags);
+            if status == CUresult::CUDA_SUCCESS {
+                result::event::destroy(e).unwrap();
+            }
+            status
+        }
+    };
+    assert_eq!(create(0x8), CUresult::CUDA_ERROR_INVALID_VALUE);
+    assert_eq!(create(0x4), CUresult::CUDA_ERROR_INVALID_VALUE);
+    for valid in [0x0, 0x1, 0x2, 0x3, 0x6] {
+        assert_eq!(create(valid), CUresult::CUDA_SUCCESS, "{valid:#x}");
+    }
 }

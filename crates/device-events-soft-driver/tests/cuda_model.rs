@@ -500,3 +500,73 @@ fn switched_off_stream_memory_operations_are_not_supported() {
     assert!(!supported);
     assert_eq!(refused, CUresult::CUDA_ERROR_NOT_SUPPORTED);
 }
+
+/// `cuEventDestroy`: "in case event has been recorded but has not yet been
+/// completed, [...] resources will be released automatically once the
+/// device has completed event", and `cuStreamWaitEvent` waits on the
+/// event's state when called: a wait queued before the event is destroyed
+/// still holds its stream until the device passes the record.
+#[test]
+fn destroying_an_event_releases_no_wait_queued_on_it() {
+    let soft = SoftDriver::exclusive();
+    context();
+    let (a, b) = (
+        result::stream::create(StreamKind::NonBlocking).unwrap(),
+        result::stream::create(StreamKind::NonBlocking).unwrap(),
+    );
+    let (e, after) = (event(), event());
+    let started = Instant::now();
+    fifteen_ms(&soft, a);
+    // SAFETY: live events and streams of the current context.
+    unsafe {
+        result::event::record(e, a).unwrap();
+        result::stream::wait_event(b, e, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT).unwrap();
+        result::event::destroy(e).unwrap();
+        result::event::record(after, b).unwrap();
+        result::event::synchronize(after).unwrap();
+    }
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(15),
+        "the waiting stream went on after {waited:?}, before the 15 ms of work it waited for"
+    );
+}
+
+/// `cuMemHostAlloc` / `cuMemHostGetDevicePointer`: flags are PORTABLE,
+/// DEVICEMAP and WRITECOMBINED; only a block allocated with DEVICEMAP has a
+/// device pointer, and the pointer call takes flags 0.
+#[test]
+fn only_host_memory_mapped_at_allocation_has_a_device_pointer() {
+    let _soft = SoftDriver::exclusive();
+    context();
+    let (mut plain, mut mapped, mut device) = (std::ptr::null_mut(), std::ptr::null_mut(), 0);
+    // SAFETY: writable outputs; each block made is freed once.
+    unsafe {
+        assert_eq!(
+            sys::cuMemHostAlloc(&mut plain, 4, 0x8),
+            CUresult::CUDA_ERROR_INVALID_VALUE
+        );
+        assert_eq!(
+            sys::cuMemHostAlloc(&mut plain, 4, 0x1),
+            CUresult::CUDA_SUCCESS
+        );
+        assert_eq!(
+            sys::cuMemHostGetDevicePointer_v2(&mut device, plain, 0),
+            CUresult::CUDA_ERROR_INVALID_VALUE
+        );
+        assert_eq!(
+            sys::cuMemHostAlloc(&mut mapped, 4, 0x2),
+            CUresult::CUDA_SUCCESS
+        );
+        assert_eq!(
+            sys::cuMemHostGetDevicePointer_v2(&mut device, mapped, 1),
+            CUresult::CUDA_ERROR_INVALID_VALUE
+        );
+        assert_eq!(
+            sys::cuMemHostGetDevicePointer_v2(&mut device, mapped, 0),
+            CUresult::CUDA_SUCCESS
+        );
+        assert_eq!(sys::cuMemFreeHost(plain), CUresult::CUDA_SUCCESS);
+        assert_eq!(sys::cuMemFreeHost(mapped), CUresult::CUDA_SUCCESS);
+    }
+}

@@ -171,7 +171,6 @@ fn capture_turns_records_into_graph_nodes() {
             hip::hipStreamCaptureStatus_hipStreamCaptureStatusActive
         );
         check(hip::hipEventRecord(e, s));
-        assert_eq!(hip::hipEventQuery(e), hip::hipError_t_hipErrorCapturedEvent);
         assert_eq!(
             hip::hipStreamSynchronize(s),
             hip::hipError_t_hipErrorStreamCaptureUnsupported
@@ -180,8 +179,108 @@ fn capture_turns_records_into_graph_nodes() {
             hip::hipStreamEndCapture(s, &mut graph),
             hip::hipError_t_hipErrorStreamCaptureInvalidated
         );
+        // clr `Stream::EndCapture`: once the capture ends, the event is
+        // asked as before it (here: never recorded).
+        check(hip::hipEventQuery(e));
     }
     assert_eq!(soft.counts().graphs, 0);
+}
+
+fn capture_status(s: hip::hipStream_t) -> hip::hipStreamCaptureStatus {
+    let mut status = 0;
+    // SAFETY: the stream is live; the out-pointer is writable.
+    check(unsafe { hip::hipStreamIsCapturing(s, &mut status) });
+    status
+}
+
+/// An event recorded (and reached) on `s`, then a RELAXED capture begun on
+/// `s`: the case clr's rules below are about.
+fn reached_then_captured() -> (hip::hipStream_t, hip::hipEvent_t) {
+    let (s, e) = (stream(), event());
+    // SAFETY: event and stream are live.
+    unsafe {
+        check(hip::hipEventRecord(e, s));
+        check(hip::hipEventSynchronize(e));
+        check(hip::hipStreamBeginCapture(
+            s,
+            hip::hipStreamCaptureMode_hipStreamCaptureModeRelaxed,
+        ));
+    }
+    (s, e)
+}
+
+/// Rule `hipEventQuery` (clr A/B, `ihipEventQuery`): asking an event whose
+/// last record's stream captures now fails with 907 and invalidates that
+/// capture, though the record came before it and the thread is RELAXED.
+#[test]
+fn a_query_of_an_event_whose_stream_now_captures_invalidates_that_capture() {
+    let soft = SoftDriver::exclusive();
+    let before = soft.capture_violations();
+    let (s, e) = reached_then_captured();
+    let mut graph = ptr::null_mut();
+    // SAFETY: event and stream are live; the out-pointer is writable.
+    unsafe {
+        assert_eq!(hip::hipEventQuery(e), hip::hipError_t_hipErrorCapturedEvent);
+        assert_eq!(
+            capture_status(s),
+            hip::hipStreamCaptureStatus_hipStreamCaptureStatusInvalidated
+        );
+        assert_eq!(
+            hip::hipStreamEndCapture(s, &mut graph),
+            hip::hipError_t_hipErrorStreamCaptureInvalidated
+        );
+        check(hip::hipEventQuery(e));
+    }
+    assert_eq!(soft.capture_violations(), before + 1);
+}
+
+/// Rule `hipEventSynchronize` (clr A/B): as the query.
+#[test]
+fn a_wait_for_an_event_whose_stream_now_captures_invalidates_that_capture() {
+    let _soft = SoftDriver::exclusive();
+    let (s, e) = reached_then_captured();
+    let mut graph = ptr::null_mut();
+    // SAFETY: event and stream are live; the out-pointer is writable.
+    unsafe {
+        assert_eq!(
+            hip::hipEventSynchronize(e),
+            hip::hipError_t_hipErrorCapturedEvent
+        );
+        // Invalidated, not yet ended: still refused (`StreamCaptureOngoing`).
+        assert_eq!(
+            hip::hipEventSynchronize(e),
+            hip::hipError_t_hipErrorStreamCaptureUnsupported
+        );
+        assert_eq!(
+            hip::hipStreamEndCapture(s, &mut graph),
+            hip::hipError_t_hipErrorStreamCaptureInvalidated
+        );
+    }
+}
+
+/// Rule `hipStreamWaitEvent` (clr A, B and C): a stream outside any capture
+/// waiting on an event recorded before the capture its stream is in now
+/// fails with 905; the capture goes on.
+#[test]
+fn a_stream_waiting_on_an_event_whose_stream_now_captures_is_refused() {
+    let _soft = SoftDriver::exclusive();
+    let (s, e) = reached_then_captured();
+    let other = stream();
+    let mut graph = ptr::null_mut();
+    // SAFETY: events and streams are live; the out-pointer is writable.
+    unsafe {
+        assert_eq!(
+            hip::hipStreamWaitEvent(other, e, 0),
+            hip::hipError_t_hipErrorStreamCaptureIsolation
+        );
+        assert_eq!(
+            capture_status(s),
+            hip::hipStreamCaptureStatus_hipStreamCaptureStatusActive
+        );
+        check(hip::hipStreamEndCapture(s, &mut graph));
+        check(hip::hipGraphDestroy(graph));
+        check(hip::hipStreamWaitEvent(other, e, 0));
+    }
 }
 
 #[test]
@@ -530,4 +629,219 @@ fn freeing_memory_elsewhere_during_a_global_capture_needs_relaxed_mode() {
         check(hip::hipStreamDestroy(s));
     }
     assert_eq!(soft.capture_violations(), before + 1);
+}
+
+/// Row `hipDeviceSynchronize` (clr `CHECK_SUPPORTED_DURING_CAPTURE`): 900
+/// during any capture, from any thread in any mode, RELAXED too, and the
+/// capture invalidated.
+#[test]
+fn synchronizing_the_device_during_any_capture_fails_and_breaks_it() {
+    let soft = SoftDriver::exclusive();
+    let s = stream();
+    let before = soft.capture_violations();
+    let mut graph = ptr::null_mut();
+    // SAFETY: the stream is live.
+    unsafe {
+        check(hip::hipDeviceSynchronize());
+        check(hip::hipStreamBeginCapture(
+            s,
+            hip::hipStreamCaptureMode_hipStreamCaptureModeRelaxed,
+        ));
+    }
+    assert_eq!(
+        from_a_thread(
+            hip::hipStreamCaptureMode_hipStreamCaptureModeRelaxed,
+            0,
+            // SAFETY: no arguments.
+            |_| unsafe { hip::hipDeviceSynchronize() }
+        ),
+        hip::hipError_t_hipErrorStreamCaptureUnsupported
+    );
+    // SAFETY: the stream is live; `graph` is writable.
+    unsafe {
+        // Invalidated, not yet ended: it still counts as a capture.
+        assert_eq!(
+            hip::hipDeviceSynchronize(),
+            hip::hipError_t_hipErrorStreamCaptureUnsupported
+        );
+        assert_eq!(
+            hip::hipStreamEndCapture(s, &mut graph),
+            hip::hipError_t_hipErrorStreamCaptureInvalidated
+        );
+        check(hip::hipDeviceSynchronize());
+    }
+    assert_eq!(
+        soft.capture_violations(),
+        before + 2,
+        "each refusal is counted"
+    );
+}
+
+/// Rows `hipInit`, `hipDriverGetVersion` / `hipRuntimeGetVersion`: flags
+/// other than 0 are refused; both versions read the same, before `hipInit`.
+#[test]
+fn init_takes_no_flags_and_the_versions_need_no_init() {
+    let _soft = SoftDriver::exclusive();
+    let (mut driver, mut runtime) = (0, 0);
+    // SAFETY: out-pointers are writable.
+    unsafe {
+        check(hip::hipDriverGetVersion(&mut driver));
+        check(hip::hipRuntimeGetVersion(&mut runtime));
+        assert_eq!(hip::hipInit(1), hip::hipError_t_hipErrorInvalidValue);
+        check(hip::hipInit(0));
+    }
+    assert_eq!(driver, runtime);
+    assert!(runtime >= 50_000_000, "{runtime}");
+}
+
+/// Row `hipMalloc` (clr `CHECK_STREAM_CAPTURE_SUPPORTED`): the mode rule on
+/// the capturing thread, as for the free.
+#[test]
+fn allocating_during_a_global_capture_on_this_thread_fails_and_breaks_it() {
+    let _soft = SoftDriver::exclusive();
+    let s = stream();
+    let (mut word, mut graph) = (ptr::null_mut(), ptr::null_mut());
+    // SAFETY: the stream is live; out-pointers are writable.
+    unsafe {
+        check(hip::hipStreamBeginCapture(
+            s,
+            hip::hipStreamCaptureMode_hipStreamCaptureModeGlobal,
+        ));
+        assert_eq!(
+            hip::hipMalloc(&mut word, 64),
+            hip::hipError_t_hipErrorStreamCaptureUnsupported
+        );
+        assert_eq!(
+            hip::hipStreamEndCapture(s, &mut graph),
+            hip::hipError_t_hipErrorStreamCaptureInvalidated
+        );
+    }
+}
+
+/// Row `hipStreamEndCapture` (clr `hip_graph.cpp`): a capture not in
+/// RELAXED mode ends only on the thread that began it, else 908; a
+/// RELAXED one ends anywhere.
+#[test]
+fn a_global_capture_ends_only_on_its_own_thread() {
+    let _soft = SoftDriver::exclusive();
+    let s = stream();
+    let end_elsewhere = |s: hip::hipStream_t| {
+        from_a_thread(
+            hip::hipStreamCaptureMode_hipStreamCaptureModeRelaxed,
+            s as usize,
+            |s| {
+                let mut graph = ptr::null_mut();
+                // SAFETY: the stream is live; `graph` is writable.
+                let status = unsafe { hip::hipStreamEndCapture(s as hip::hipStream_t, &mut graph) };
+                if status == hip::hipError_t_hipSuccess {
+                    // SAFETY: the graph was just made.
+                    check(unsafe { hip::hipGraphDestroy(graph) });
+                }
+                status
+            },
+        )
+    };
+    let mut graph = ptr::null_mut();
+    // SAFETY: the stream is live; `graph` is writable.
+    unsafe {
+        check(hip::hipStreamBeginCapture(
+            s,
+            hip::hipStreamCaptureMode_hipStreamCaptureModeGlobal,
+        ));
+        assert_eq!(
+            end_elsewhere(s),
+            hip::hipError_t_hipErrorStreamCaptureWrongThread
+        );
+        check(hip::hipStreamEndCapture(s, &mut graph));
+        check(hip::hipGraphDestroy(graph));
+        check(hip::hipStreamBeginCapture(
+            s,
+            hip::hipStreamCaptureMode_hipStreamCaptureModeRelaxed,
+        ));
+    }
+    check(end_elsewhere(s));
+}
+
+/// Row `hipStreamDestroy` (clr `HostQueue::terminate`): the call returns
+/// only once the stream's queued work is done.
+#[test]
+fn destroying_a_stream_waits_for_its_work() {
+    let soft = SoftDriver::exclusive();
+    let s = stream();
+    soft.set_bandwidth(1e9);
+    let started = Instant::now();
+    memset(s, 15_000_000);
+    soft.set_bandwidth(10e9);
+    // SAFETY: the stream is live, destroyed once.
+    check(unsafe { hip::hipStreamDestroy(s) });
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(15),
+        "returned after {waited:?}, before the 15 ms of work queued"
+    );
+}
+
+/// Row `hipStreamDestroy`: a stream that began a capture ends it, silently;
+/// nothing captures afterwards.
+#[test]
+fn destroying_a_capturing_stream_ends_its_capture() {
+    let _soft = SoftDriver::exclusive();
+    let (s, other) = (stream(), stream());
+    // SAFETY: the streams are live; `s` is destroyed once.
+    unsafe {
+        check(hip::hipStreamBeginCapture(
+            s,
+            hip::hipStreamCaptureMode_hipStreamCaptureModeGlobal,
+        ));
+        check(hip::hipStreamDestroy(s));
+        // Nothing captures: a GLOBAL thread may synchronize again.
+        check(hip::hipStreamSynchronize(other));
+        check(hip::hipDeviceSynchronize());
+    }
+}
+
+/// Row `hipEventCreateWithFlags` (clr `ihipEventCreateWithFlags`): unknown
+/// bits, two release flags, or Interprocess without DisableTiming are
+/// invalid values.
+#[test]
+fn event_flags_are_checked() {
+    let _soft = SoftDriver::exclusive();
+    let create = |flags: u32| {
+        let mut e = ptr::null_mut();
+        // SAFETY: `e` is writable.
+        let status = unsafe { hip::hipEventCreateWithFlags(&mut e, flags) };
+        if status == hip::hipError_t_hipSuccess {
+            // SAFETY: just made, destroyed once.
+            check(unsafe { hip::hipEventDestroy(e) });
+        }
+        status
+    };
+    let invalid = hip::hipError_t_hipErrorInvalidValue;
+    assert_eq!(create(0x8), invalid);
+    assert_eq!(create(0x4), invalid);
+    assert_eq!(create(0x4000_0000 | 0x8000_0000), invalid);
+    assert_eq!(create(0x2000_0000 | 0x4000_0000), invalid);
+    for valid in [
+        0x0,
+        0x1,
+        0x2,
+        0x3,
+        0x4 | 0x2,
+        0x4000_0000,
+        0x2000_0000 | 0x1,
+    ] {
+        assert_eq!(create(valid), hip::hipError_t_hipSuccess, "{valid:#x}");
+    }
+    let (mut untimed, mut ms) = (ptr::null_mut(), 0.0f32);
+    // SAFETY: out-pointers are writable; the event is destroyed once.
+    unsafe {
+        check(hip::hipEventCreateWithFlags(&mut untimed, 0x2));
+        check(hip::hipEventRecord(untimed, stream()));
+        check(hip::hipEventSynchronize(untimed));
+        assert_eq!(
+            hip::hipEventElapsedTime(&mut ms, untimed, untimed),
+            hip::hipError_t_hipErrorInvalidHandle
+        );
+        check(hip::hipEventDestroy(untimed));
+    }
 }
