@@ -147,19 +147,23 @@ impl<A: AnchorApi> Anchoring<A> {
     /// With no anchor at all: while a failed first calibration backs off,
     /// or when none could be begun.
     #[inline]
-    pub(crate) fn for_window(&mut self) -> Result<WindowAnchor<A>, DriverError> {
+    pub(crate) fn for_window(&mut self, stream: A::Stream) -> Result<WindowAnchor<A>, DriverError> {
         let now = (self.shared.config.host_clock)();
         if let Some(anchor) = &self.cache
             && !anchor.stale(now)
         {
             return Ok(WindowAnchor::Known(Arc::clone(anchor)));
         }
-        self.refreshed(now)
+        self.refreshed(now, stream)
     }
 
     /// As [`for_window`](Self::for_window), past its anchor's refresh time.
     #[inline(never)]
-    fn refreshed(&mut self, now: Instant) -> Result<WindowAnchor<A>, DriverError> {
+    fn refreshed(
+        &mut self,
+        now: Instant,
+        stream: A::Stream,
+    ) -> Result<WindowAnchor<A>, DriverError> {
         // Declared first, so dropped last: after `latest` is unlocked.
         let mut unrun = None;
         let mut latest = self.shared.latest();
@@ -176,7 +180,7 @@ impl<A: AnchorApi> Anchoring<A> {
         }
         if latest.in_flight.is_none() {
             let backing_off = latest.retry.as_ref().is_some_and(|(at, ..)| now < *at);
-            if !backing_off && let Err(err) = self.begin(&mut latest, &mut unrun) {
+            if !backing_off && let Err(err) = self.begin(&mut latest, &mut unrun, stream) {
                 log::warn!("{}: no anchor calibration begun: {err}", A::BACKEND);
                 Shared::back_off(&mut latest, now, &self.shared.config, err);
             }
@@ -218,16 +222,18 @@ impl<A: AnchorApi> Anchoring<A> {
     }
 
     /// Hand a calibration to the calibrator thread; the anchor stream is
-    /// made here first, on the caller's thread, so that it is of the
-    /// caller's context. Calibrations no thread will run are left in
-    /// `unrun`, to be dropped once `latest` is unlocked.
+    /// made here first, in the context of `window`'s stream, the first
+    /// window's: the profiler's context from then on. Calibrations no
+    /// thread will run are left in `unrun`, to be dropped once `latest` is
+    /// unlocked.
     fn begin(
         &self,
         latest: &mut Latest<A>,
         unrun: &mut Option<calibrator::Unrun>,
+        window: A::Stream,
     ) -> Result<(), DriverError> {
         if self.shared.stream.get().is_none() {
-            let stream = OwnedStream::new()?;
+            let stream = A::in_context_of(window, OwnedStream::new)??;
             // Only this thread sets it: `start()` takes `&mut self`.
             let _ = self.shared.stream.set(stream);
         }

@@ -162,7 +162,8 @@ fn same_context<R: RawApi>(
         ErrorKind::InvalidHandle,
         format!(
             "the event and the stream belong to different contexts (event: {event:?}, stream: \
-             {stream:?}); make the fence, pool or profiler with the stream's context current"
+             {stream:?}); a fence pool's events are of the context current when it made them, \
+             a profiler's of its first window's stream"
         ),
     ))
 }

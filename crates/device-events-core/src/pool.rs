@@ -32,45 +32,37 @@ impl<A: EventApi> EventPool<A> {
         })
     }
 
-    /// An idle event, or a new one when none is idle.
+    /// An idle event, or a new one, in the current context, when none is
+    /// idle.
     pub(crate) fn take(self: &Arc<Self>) -> Result<PooledEvent<A>, DriverError> {
-        self.take_new().map(|(event, _)| event)
-    }
-
-    /// As [`take`](Self::take), and whether the event was created for it.
-    pub(crate) fn take_new(self: &Arc<Self>) -> Result<(PooledEvent<A>, bool), DriverError> {
         let reused = self.lock().pop();
-        let created = reused.is_none();
         let event = match reused {
             Some(event) => event,
             None => OwnedEvent::create()?,
         };
-        let event = PooledEvent {
-            event: Some(event),
-            pool: Arc::clone(self),
-        };
-        Ok((event, created))
+        Ok(self.lend(event))
     }
 
-    /// An idle event, or a new one, and whether it was created, from
-    /// `aside`: a single taker's own stock of this pool's idle events. A
-    /// take needs no lock; an empty stock takes every event given back
-    /// since, with one. The taker gives the event back with
-    /// [`give_back`](Self::give_back), or lends it with [`lend`](Self::lend).
+    /// An idle event, else one from `create`, from `aside`: a single
+    /// taker's own stock of this pool's idle events. A take needs no lock;
+    /// an empty stock takes every event given back since, with one. The
+    /// taker gives the event back with [`give_back`](Self::give_back), or
+    /// lends it with [`lend`](Self::lend).
     #[inline]
     pub(crate) fn take_from(
         &self,
         aside: &mut Vec<OwnedEvent<A>>,
-    ) -> Result<(OwnedEvent<A>, bool), DriverError> {
+        create: impl FnOnce() -> Result<OwnedEvent<A>, DriverError>,
+    ) -> Result<OwnedEvent<A>, DriverError> {
         if aside.is_empty() {
             self.refill(aside);
         }
         match aside.pop() {
             Some(event) => {
                 self.aside.store(aside.len(), Ordering::Relaxed);
-                Ok((event, false))
+                Ok(event)
             }
-            None => Ok((OwnedEvent::create()?, true)),
+            None => create(),
         }
     }
 

@@ -333,7 +333,7 @@ impl<A: AnchorApi> EventProfiler<A> {
     }
 
     fn open_window(&mut self, stream: A::Stream) -> Result<Opened<A>, DriverError> {
-        let anchor = self.anchoring.for_window()?;
+        let anchor = self.anchoring.for_window(stream)?;
         let start = self.event()?;
         A::event_record(start.raw(), stream)?;
         Ok(Opened {
@@ -342,29 +342,23 @@ impl<A: AnchorApi> EventProfiler<A> {
         })
     }
 
-    /// An event for a window. One the pool has just created is checked
-    /// against the anchor stream's context, so every event the profiler
-    /// holds is of the anchor's context, and a window on another context's
-    /// stream is refused at `start` or `stop`, every time, rather than read
-    /// as `None` later, or not, depending on which event the pool hands out.
+    /// An event for a window, of the profiler's context (its anchor
+    /// stream's), whatever context is current on this thread: a window on
+    /// a stream of another context is then refused at its record.
+    #[inline]
     fn event(&mut self) -> Result<OwnedEvent<A>, DriverError> {
-        let (event, created) = self.pool.take_from(&mut self.spare)?;
-        if created
-            && let Some(stream) = self.anchoring.stream()
-            && A::same_context(event.raw(), stream) == Some(false)
-        {
-            // Of another context: released, never pooled to fail later.
-            drop(event);
-            return Err(DriverError::refused(
-                A::BACKEND,
-                "EventProfiler::start",
-                ErrorKind::InvalidHandle,
-                "the event and the profiler's anchor belong to different contexts; a \
-                 profiler belongs to the context current at its first window, and this \
-                 thread's current context is another",
-            ));
-        }
-        Ok(event)
+        let anchoring = &self.anchoring;
+        self.pool.take_from(&mut self.spare, || {
+            let stream = anchoring.stream().ok_or_else(|| {
+                DriverError::refused(
+                    A::BACKEND,
+                    "EventProfiler::start",
+                    ErrorKind::Other,
+                    "no anchor stream: the profiler has no context yet",
+                )
+            })?;
+            A::in_context_of(stream, OwnedEvent::create)?
+        })
     }
 
     fn take(&mut self, token: ProfileToken) -> Result<Window<A>, ProfileError> {

@@ -66,7 +66,7 @@ impl<A: AnchorApi> EventProfiler<A> {
         let boundary = self.recorded(stream)?;
         let boundary = Arc::new(self.pool.lend(boundary));
         let closed = self.resolving(opened, Point::Shared(Arc::clone(&boundary)));
-        let next = self.anchoring.for_window().map(|anchor| Opened {
+        let next = self.anchoring.for_window(stream).map(|anchor| Opened {
             start: Point::Shared(boundary),
             anchor,
         });
