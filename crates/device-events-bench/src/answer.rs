@@ -192,3 +192,110 @@ pub fn right_after_stop(n: usize) -> Vec<Duration> {
     late.sort_unstable();
     late
 }
+
+/// A server that times every kernel, on the core's simulated backend (no
+/// driver threads of its own, so the process's CPU beyond the calling
+/// thread is the library's): `n` kernels of `kernel` each, back to back,
+/// spread over `streams` streams, one chained window per kernel, each read
+/// with `pollster::block_on` once 32 more are queued behind it.
+#[derive(Debug)]
+pub struct EveryKernel {
+    /// CPU time of every thread but the caller's, as a share of one core,
+    /// over the run.
+    pub cpu_share: f64,
+    /// How long after each window's end (as placed) its read returned,
+    /// sorted.
+    pub late: Vec<Duration>,
+    /// Windows that read `None`.
+    pub unread: usize,
+    /// CPU seconds of each of the process's named threads, at the end.
+    pub threads: Vec<(String, f64)>,
+}
+
+/// CPU seconds (user and system) of each thread of this process, by name.
+fn thread_times() -> Vec<(String, f64)> {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return Vec::new();
+    };
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    tasks
+        .filter_map(|task| {
+            let path = task.ok()?.path();
+            let name = std::fs::read_to_string(path.join("comm")).ok()?;
+            let stat = std::fs::read_to_string(path.join("stat")).ok()?;
+            // Fields after the parenthesised name: utime and stime are the
+            // 12th and 13th of them.
+            let rest = stat.rsplit_once(')')?.1;
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            let time =
+                fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+            Some((name.trim().to_owned(), time / ticks))
+        })
+        .collect()
+}
+
+/// See [`EveryKernel`].
+///
+/// # Panics
+///
+/// When a window cannot be chained.
+pub fn every_kernel(streams: usize, kernel: Duration, n: usize) -> EveryKernel {
+    use device_events_conformance::cpu::thread_cpu;
+    use device_events_core::OwnedStream;
+    use device_events_core::sim::Sim;
+    const BEHIND: usize = 32;
+    let owned: Vec<OwnedStream<Sim>> = (0..streams).map(|_| OwnedStream::new().unwrap()).collect();
+    let mut profiler = EventProfiler::<Sim>::new();
+    let mut tokens: Vec<_> = owned.iter().map(|s| profiler.start(s.get())).collect();
+    // A first window read, so that calibration is out of the way.
+    for (token, s) in tokens.iter_mut().zip(&owned) {
+        let (window, next) = profiler.split_placed(s.get(), *token).unwrap();
+        *token = next;
+        pollster::block_on(window.resolve());
+    }
+    let mut queued = std::collections::VecDeque::with_capacity(BEHIND + 1);
+    let (mut late, mut unread) = (Vec::with_capacity(n), 0);
+    let mut read = |window: PlacedWindow, late: &mut Vec<Duration>| {
+        let placed = pollster::block_on(window.resolve());
+        let now = Instant::now();
+        match placed {
+            Some(placed) => {
+                let reference = now - Duration::from_secs(1);
+                let end = reference + placed.ticks.end_duration_since(reference);
+                late.push(now.saturating_duration_since(end));
+            }
+            None => unread += 1,
+        }
+    };
+    let (cpu, mine, wall) = (process_cpu(), thread_cpu(), Instant::now());
+    for i in 0..n {
+        let at = i % streams;
+        let s = owned[at].get();
+        Sim::enqueue_work(s, kernel);
+        let (window, next) = profiler.split_placed(s, tokens[at]).unwrap();
+        tokens[at] = next;
+        queued.push_back(window);
+        if queued.len() > BEHIND
+            && let Some(window) = queued.pop_front()
+        {
+            read(window, &mut late);
+        }
+    }
+    while let Some(window) = queued.pop_front() {
+        read(window, &mut late);
+    }
+    let others = (process_cpu() - cpu).saturating_sub(thread_cpu() - mine);
+    let cpu_share = others.as_secs_f64() / wall.elapsed().as_secs_f64();
+    for token in tokens {
+        let _ = profiler.abandon(token);
+    }
+    drop(profiler);
+    late.sort_unstable();
+    EveryKernel {
+        cpu_share,
+        late,
+        unread,
+        threads: thread_times(),
+    }
+}

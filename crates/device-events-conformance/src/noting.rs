@@ -68,4 +68,7 @@ impl<A: AnchorApi, N: Note<A>> AnchorApi for Noting<A, N> {
     fn own_thread() {
         A::own_thread();
     }
+    fn stream_key(stream: A::Stream) -> Option<u64> {
+        A::stream_key(stream)
+    }
 }

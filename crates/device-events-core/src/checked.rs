@@ -333,6 +333,10 @@ impl<R: RawApi> AnchorApi for R {
         capture::own_thread::<R>();
     }
 
+    fn stream_key(stream: CheckedStream<R>) -> Option<u64> {
+        Some(stream.handle.to_bits())
+    }
+
     fn fence_event(stream: CheckedStream<R>) -> Result<CheckedEvent<R>, DriverError> {
         idle::fence_event(stream)
     }

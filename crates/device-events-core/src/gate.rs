@@ -90,6 +90,15 @@ pub trait AnchorApi: EventApi<Stream: Send + Sync> {
     /// capture elsewhere in the process. Cheap after the first call.
     fn own_thread() {}
 
+    /// A stream's identity while it lives: the windows one profiler ends
+    /// on one stream end in that order, so the resolver thread asks only
+    /// the first of those pending. `None` (the default) has each window
+    /// asked on its own.
+    fn stream_key(stream: Self::Stream) -> Option<u64> {
+        let _ = stream;
+        None
+    }
+
     /// An event for a fence on `stream`: an idle one of the stream's
     /// context, kept from a fence that was dropped, or a new one. The
     /// default makes a new one, in the thread's current context.

@@ -16,6 +16,7 @@ use crate::point::Point;
 use crate::pool::EventPool;
 use crate::reading::{Inputs, Limits};
 use crate::resolver;
+use crate::resolver::{Lane, LaneId};
 use crate::resolving::{PlacedWindow, Resolving, Ticks};
 use crate::token::ProfileToken;
 
@@ -102,6 +103,8 @@ mod chain;
 /// ```
 pub struct EventProfiler<A: AnchorApi> {
     id: u64,
+    /// Windows closed so far: each end's place on its stream.
+    ends: u64,
     windows: Arena<Window<A>>,
     anchoring: Anchoring<A>,
     /// The windows' events; anchors have their own.
@@ -143,6 +146,7 @@ impl<A: AnchorApi> EventProfiler<A> {
         let pool = EventPool::new(config.max_idle_events);
         Self {
             id: NEXT_PROFILER.fetch_add(1, Ordering::Relaxed),
+            ends: 0,
             windows: Arena::new(),
             anchoring: Anchoring::new(config),
             pool,
@@ -254,7 +258,7 @@ impl<A: AnchorApi> EventProfiler<A> {
     ) -> Result<Resolving<A>, ProfileError> {
         let opened = self.take(token)?.map_err(|err| *err)?;
         let end = self.recorded(stream)?;
-        Ok(self.resolving(opened, Point::Own(end)))
+        Ok(self.resolving(opened, Point::Own(end), stream))
     }
     /// An event of the pool, recorded on `stream`.
     fn recorded(&mut self, stream: A::Stream) -> Result<OwnedEvent<A>, DriverError> {
@@ -266,13 +270,23 @@ impl<A: AnchorApi> EventProfiler<A> {
     }
 
     /// The future of a window whose end is recorded.
-    fn resolving(&self, opened: Opened<A>, end: Point<A>) -> Resolving<A> {
+    /// The future of a window whose end is recorded on `stream`.
+    fn resolving(&mut self, opened: Opened<A>, end: Point<A>, stream: A::Stream) -> Resolving<A> {
+        self.ends += 1;
+        let lane = A::stream_key(stream).map(|stream| Lane {
+            key: LaneId {
+                profiler: self.id,
+                stream,
+            },
+            seq: self.ends,
+        });
         Resolving::Unread(Inputs {
             anchor: opened.anchor,
             start: opened.start,
             end,
             limits: self.limits,
             pool: Arc::clone(&self.pool),
+            lane,
         })
     }
 

@@ -10,6 +10,7 @@ use crate::driver::DriverError;
 use crate::gate::AnchorApi;
 use crate::point::Point;
 use crate::pool::EventPool;
+use crate::resolver::Lane;
 
 /// What a window's reading is checked against.
 #[derive(Clone, Copy)]
@@ -168,6 +169,8 @@ pub(crate) struct Inputs<A: AnchorApi> {
     pub(crate) limits: Limits,
     /// Where the window's own events go back, both with one lock.
     pub(crate) pool: Arc<EventPool<A>>,
+    /// Its end's place among its profiler's on that stream.
+    pub(crate) lane: Option<Lane>,
 }
 
 impl<A: AnchorApi> Drop for Inputs<A> {

@@ -3,19 +3,22 @@
 //! window's future (an async executor's worker) never blocks in a driver
 //! wait.
 //!
-//! It never waits in the driver either: it asks each pending window whether
-//! its end was reached (a reading that says "not ready" costs no wait), and
-//! sleeps in between. So each window is answered on its own, a bounded time
-//! after the device reaches its end, whatever else pends: other streams,
-//! devices, backends, or an event that never completes. Each window is
-//! asked again after an interval that starts at [`FIRST`] and doubles up to
-//! [`LAST`]: windows about to finish are seen within microseconds (the
+//! It never waits in the driver either: it asks whether a pending
+//! window's end was reached (a reading that says "not ready" costs no
+//! wait), and sleeps in between. Windows whose ends one profiler recorded
+//! on one stream end in that order, so they form a lane: only its first
+//! window is asked, and each answer is followed at once by the next. The
+//! thread's work follows the number of lanes with pending windows, not
+//! the number of windows. Each lane is answered on its own, a bounded time
+//! after the device reaches its first end, whatever else pends: other
+//! streams, devices, backends, or an event that never completes. A lane is
+//! asked again after an interval that starts at [`FIRST`] and doubles up
+//! to [`LAST`]: a window about to finish is seen within microseconds (the
 //! thread yields rather than sleeps while an ask is due within [`TIGHT`]),
-//! and a window pending for a second is asked about twenty times a second,
-//! from a sleeping thread. When a window is answered, every window handed
-//! over after it is asked again soon, and the very next one at most
-//! [`NEXT_LAST`] apart for [`NEXT_FOR`]: on a stream, windows finish in the
-//! order they were closed.
+//! and one pending for a second is asked about twenty times a second,
+//! from a sleeping thread. A lane that just answered one is asked every
+//! [`HOT`] for [`HOT_FOR`]: a server timing every kernel keeps it busy,
+//! and the thread sleeps between asks.
 //!
 //! Having answered the last pending window, the thread stays awake for
 //! [`LINGER`], yielding, before it sleeps: a server reading windows one
@@ -27,7 +30,7 @@
 //! left. A window whose future was dropped is let go at its next turn: the
 //! future releases its events itself.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
 use std::time::{Duration, Instant};
@@ -36,24 +39,28 @@ use std::time::{Duration, Instant};
 const FIRST: Duration = Duration::from_micros(5);
 /// Until the next ask is this close, the thread yields instead of
 /// sleeping: a sleep that short lasts the kernel's timer slack (50 µs on
-/// Linux) instead. A window is in this tight phase for its first ~300 µs
+/// Linux) instead. A window is in this tight phase for its first ~100 µs
 /// only; windows pending longer are asked from a sleep.
-const TIGHT: Duration = Duration::from_micros(200);
+const TIGHT: Duration = Duration::from_micros(50);
 /// The longest: the most a long-pending window's answer can lag its end.
 const LAST: Duration = Duration::from_millis(50);
-/// The longest for the window handed over next after one just answered,
-/// for [`NEXT_FOR`]: on a stream, the likeliest to finish next.
-const NEXT_LAST: Duration = Duration::from_micros(100);
-const NEXT_FOR: Duration = Duration::from_millis(20);
+/// How often the next window of a lane that just answered one is asked,
+/// for [`HOT_FOR`]: on a busy stream it ends soon, and asking at this pace
+/// answers it within a fraction of a millisecond from a sleeping thread.
+const HOT: Duration = Duration::from_micros(400);
+const HOT_FOR: Duration = Duration::from_millis(20);
+/// A window answered this long after it was handed over was queued behind
+/// work: its stream is busy. One read right after `stop` on an idle stream
+/// waits only for its launch, a few microseconds.
+const BEHIND_WORK: Duration = Duration::from_micros(50);
 /// How long the thread stays awake, yielding, after answering the last
 /// pending window, for the next to be handed over.
 const LINGER: Duration = Duration::from_micros(50);
 
 /// Work handed to the resolver thread.
 pub(crate) trait Job: Send + Sync {
-    /// Answer if the device got there, without waiting: `true` once the
-    /// job is answered or no longer wanted, `false` to be asked again.
-    fn attempt(&self) -> bool;
+    /// Answer if the device got there, without waiting.
+    fn attempt(&self) -> Attempt;
 
     /// `attempt` panicked: answer whoever waits all the same, with nothing.
     fn abandon(&self);
@@ -61,18 +68,52 @@ pub(crate) trait Job: Send + Sync {
     /// The process is exiting: answer with nothing, releasing nothing (no
     /// driver call).
     fn forsake(&self);
+
+    /// Where the job's window ends: jobs of one lane are answered in its
+    /// order, only the first asked; `None` for a lane of its own.
+    fn lane(&self) -> Option<Lane> {
+        None
+    }
+}
+
+/// A profiler's windows ending on one stream: its identity, and a window's
+/// place in it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Lane {
+    pub(crate) key: LaneId,
+    pub(crate) seq: u64,
+}
+
+/// A profiler and a stream, as the backend names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct LaneId {
+    pub(crate) profiler: u64,
+    pub(crate) stream: u64,
+}
+
+/// What asking a job found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Attempt {
+    /// Answered, or no longer wanted.
+    Done,
+    /// The device has not reached the window's end: nor the later ends of
+    /// its lane.
+    EndAhead,
+    /// Not yet, for a reason of its own (its anchor is still being
+    /// taken): later windows of its lane may be readable.
+    Waiting,
 }
 
 /// Ask `job`; a job never panics by design, and one that did must neither
 /// take the thread (and every waiter behind it) down nor leave its own
 /// waiter pending forever.
-fn attempt(job: &dyn Job) -> bool {
+fn attempt(job: &dyn Job) -> Attempt {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.attempt())) {
-        Ok(done) => done,
+        Ok(asked) => asked,
         Err(_) => {
             log::warn!("device-events: a window's resolution panicked; it reads as None");
             job.abandon();
-            true
+            Attempt::Done
         }
     }
 }
@@ -145,37 +186,128 @@ fn stop_running() -> VecDeque<Arc<dyn Job>> {
     std::mem::take(&mut q.jobs)
 }
 
-/// A pending window, as the thread tracks it.
-struct Tracked {
-    job: Arc<dyn Job>,
-    /// Order of hand-over.
-    seq: u64,
+/// A lane as the thread tracks it: windows whose ends one profiler
+/// recorded on one stream end in the order recorded, so only the first is
+/// asked, and an answer is followed at once by the next.
+struct Track {
+    /// By record order, with when each was handed over.
+    jobs: VecDeque<(u64, Arc<dyn Job>, Instant)>,
     next: Instant,
     interval: Duration,
-    /// Asked at most [`NEXT_LAST`] apart until then.
-    close_until: Option<Instant>,
+    /// When it last answered one: kept a while after it empties, so that
+    /// a busy stream's next window is asked at the busy pace.
+    answered: Option<Instant>,
+    /// Whether the last one answered had waited past [`BEHIND_WORK`]: its
+    /// end was queued behind work, not just launched.
+    behind_work: bool,
+}
+
+impl Track {
+    fn new(now: Instant) -> Self {
+        Self {
+            jobs: VecDeque::new(),
+            next: now,
+            interval: FIRST,
+            answered: None,
+            behind_work: false,
+        }
+    }
+
+    /// Whether its stream is busy: it answered one under [`HOT`] ago that
+    /// had waited behind queued work, as a server timing every kernel
+    /// does. Its next window is then asked at that pace, from a sleep,
+    /// rather than at once. (A window read right after `stop` on an idle
+    /// stream waits only for its launch, and is asked at once.)
+    fn busy(&self, now: Instant) -> bool {
+        self.behind_work
+            && self
+                .answered
+                .is_some_and(|at| now.saturating_duration_since(at) < HOT)
+    }
+
+    /// Put `job` in record order; most come last. A lane that had none
+    /// pending is asked from the start again, or, busy, at its pace.
+    fn insert(&mut self, now: Instant, seq: u64, job: Arc<dyn Job>) {
+        if self.jobs.is_empty() {
+            if self.busy(now) {
+                self.interval = HOT;
+                self.next = self.answered.map_or(now, |at| at + HOT);
+            } else {
+                self.interval = FIRST;
+                self.next = now;
+            }
+        }
+        let at = self
+            .jobs
+            .iter()
+            .rposition(|(s, ..)| *s < seq)
+            .map_or(0, |i| i + 1);
+        self.jobs.insert(at, (seq, job, now));
+    }
+
+    /// Ask the first, and the next after each answered or waiting for a
+    /// reason of its own, up to the first whose end is ahead; whether any
+    /// was answered, and whether the lane is busy.
+    fn serve(&mut self, now: Instant) -> Option<bool> {
+        let busy = self.busy(now);
+        let mut answered = false;
+        let mut at = 0;
+        while let Some((_, job, handed)) = self.jobs.get(at) {
+            match attempt(&**job) {
+                Attempt::Done => {
+                    self.behind_work = now.saturating_duration_since(*handed) > BEHIND_WORK;
+                    self.jobs.remove(at);
+                    answered = true;
+                }
+                Attempt::EndAhead => break,
+                Attempt::Waiting => at += 1,
+            }
+        }
+        let hot = self
+            .answered
+            .is_some_and(|at| now.saturating_duration_since(at) < HOT_FOR);
+        if answered {
+            self.answered = Some(now);
+        }
+        // Just answered one, or lately: the next ends soon on a busy
+        // stream, and is asked at a pace that answers it well within a
+        // millisecond, from a sleep.
+        self.interval = if answered || hot {
+            HOT
+        } else {
+            (self.interval * 2).min(LAST)
+        };
+        self.next = now + self.interval;
+        answered.then_some(busy)
+    }
 }
 
 fn serve() {
-    let mut tracked: Vec<Tracked> = Vec::new();
-    let mut seq = 0u64;
-    // When the thread last answered a window.
+    let mut lanes: HashMap<LaneKey, Track> = HashMap::new();
+    // Jobs with no lane of their own each get one.
+    let mut solo = 0u64;
+    // When the thread last answered a window of a lane that was not busy.
     let mut answered_at: Option<Instant> = None;
     let mut q = queue();
     loop {
         let now = Instant::now();
-        tracked.extend(q.jobs.drain(..).map(|job| {
-            seq += 1;
-            Tracked {
-                job,
-                seq,
-                next: now,
-                interval: FIRST,
-                close_until: None,
-            }
-        }));
-        if tracked.is_empty() {
-            if q.profilers == 0 {
+        for job in q.jobs.drain(..) {
+            let (key, seq) = match job.lane() {
+                Some(lane) => (LaneKey::Shared(lane.key), lane.seq),
+                None => {
+                    solo += 1;
+                    (LaneKey::Solo(solo), 0)
+                }
+            };
+            let lane = lanes.entry(key).or_insert_with(|| Track::new(now));
+            lane.insert(now, seq, job);
+        }
+        // Idle lanes are kept only while their pace still matters.
+        lanes.retain(|_, lane| {
+            !lane.jobs.is_empty() || lane.answered.is_some_and(|at| now < at + HOT_FOR)
+        });
+        if lanes.values().all(|lane| lane.jobs.is_empty()) {
+            if q.profilers == 0 && lanes.is_empty() {
                 q.running = None;
                 return;
             }
@@ -193,7 +325,17 @@ fn serve() {
                 q = queue();
                 continue;
             }
-            q = WORK.wait(q).unwrap_or_else(PoisonError::into_inner);
+            // Awake again when a job comes, or idle lanes are let go.
+            let forget = lanes.values().filter_map(|lane| lane.answered).min();
+            q = match forget {
+                Some(at) => {
+                    let left = (at + HOT_FOR).saturating_duration_since(Instant::now());
+                    WORK.wait_timeout(q, left)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0
+                }
+                None => WORK.wait(q).unwrap_or_else(PoisonError::into_inner),
+            };
             continue;
         }
         drop(q);
@@ -201,41 +343,25 @@ fn serve() {
             // The process is exiting: no more asks, and nothing released;
             // whoever waits hears `None`.
             let queued = stop_running();
-            for job in tracked.iter().map(|t| &t.job).chain(&queued) {
+            let tracked = lanes
+                .values()
+                .flat_map(|lane| lane.jobs.iter().map(|(_, job, _)| job));
+            for job in tracked.chain(&queued) {
                 job.forsake();
             }
             return;
         };
-        let mut answered = None;
-        tracked.retain_mut(|t| {
-            if t.next > now {
-                return true;
-            }
-            if attempt(&*t.job) {
-                // `tracked` is in hand-over order: the first is the lowest.
-                answered.get_or_insert(t.seq);
-                return false;
-            }
-            let close = t.close_until.is_some_and(|until| now < until);
-            t.interval = (t.interval * 2).min(if close { NEXT_LAST } else { LAST });
-            t.next = now + t.interval;
-            true
-        });
-        drop(working);
-        if let Some(first) = answered {
-            answered_at = Some(now);
-            // Handed over after one just answered: on its stream, likely
-            // next, and the very next one likeliest.
-            let later = tracked.iter_mut().skip_while(|t| t.seq < first);
-            for (i, t) in later.enumerate() {
-                t.interval = FIRST;
-                t.next = t.next.min(now + FIRST);
-                if i == 0 {
-                    t.close_until = Some(now + NEXT_FOR);
-                }
+        for lane in lanes.values_mut() {
+            if !lane.jobs.is_empty() && lane.next <= now && lane.serve(now) == Some(false) {
+                answered_at = Some(now);
             }
         }
-        let until = tracked.iter().map(|t| t.next).min();
+        drop(working);
+        let until = lanes
+            .values()
+            .filter(|lane| !lane.jobs.is_empty())
+            .map(|lane| lane.next)
+            .min();
         q = queue();
         if q.jobs.is_empty()
             && let Some(until) = until
@@ -253,6 +379,13 @@ fn serve() {
             }
         }
     }
+}
+
+/// Where a lane's jobs come from.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum LaneKey {
+    Shared(LaneId),
+    Solo(u64),
 }
 
 /// Whether the thread that waits for windows' device work on behalf of
@@ -341,12 +474,12 @@ mod tests {
     }
 
     impl Job for Noted {
-        fn attempt(&self) -> bool {
+        fn attempt(&self) -> Attempt {
             *self
                 .attempted
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner) = true;
-            false
+            Attempt::EndAhead
         }
         fn forsake(&self) {}
         fn abandon(&self) {

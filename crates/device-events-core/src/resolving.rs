@@ -9,8 +9,8 @@ use std::task::{Context, Poll};
 use cubecl_common::profile::{ProfileDuration, ProfileTicks};
 
 use crate::gate::AnchorApi;
-use crate::reading::{Inputs, Placement, placement_or_none, read_window};
-use crate::resolver::{self, Answer, Job};
+use crate::reading::{Inputs, Placement, Unread, placement_or_none, read_window};
+use crate::resolver::{self, Answer, Attempt, Job, Lane};
 
 /// A closed window, resolving to its placement and a bound on its error.
 ///
@@ -113,14 +113,15 @@ pub(crate) struct Pending<A: AnchorApi> {
     /// before that, which then releases the events itself.
     inputs: Mutex<Option<Inputs<A>>>,
     answer: Answer<Option<Placement>>,
+    lane: Option<Lane>,
 }
 
 impl<A: AnchorApi> Job for Pending<A> {
-    fn attempt(&self) -> bool {
+    fn attempt(&self) -> Attempt {
         let mut inputs = self.inputs.lock().unwrap_or_else(PoisonError::into_inner);
         let Some(taken) = inputs.as_ref() else {
             // The future was dropped, and released the events itself.
-            return true;
+            return Attempt::Done;
         };
         A::own_thread();
         let read = read_window(taken);
@@ -128,14 +129,18 @@ impl<A: AnchorApi> Job for Pending<A> {
             && why.is_not_ready()
         {
             log::trace!("{}: window not read yet: {why}", A::BACKEND);
-            return false;
+            return if matches!(why, Unread::NoAnchorYet) {
+                Attempt::Waiting
+            } else {
+                Attempt::EndAhead
+            };
         }
         // The events go back before the waiter hears: a caller that counts
         // handles right after resolving sees them released.
         drop(inputs.take());
         drop(inputs);
         self.answer.fill(placement_or_none::<A>(read));
-        true
+        Attempt::Done
     }
 
     fn forsake(&self) {
@@ -147,6 +152,10 @@ impl<A: AnchorApi> Job for Pending<A> {
         // Releasing them would call the driver, which is going away.
         std::mem::forget(inputs);
         self.answer.fill(None);
+    }
+
+    fn lane(&self) -> Option<Lane> {
+        self.lane
     }
 
     fn abandon(&self) {
@@ -185,6 +194,7 @@ impl<A: AnchorApi> Future for Resolving<A> {
             );
             if let Self::Unread(inputs) = std::mem::replace(this, Self::Done) {
                 let pending = Arc::new(Pending {
+                    lane: inputs.lane,
                     inputs: Mutex::new(Some(inputs)),
                     answer: Answer::new(),
                 });

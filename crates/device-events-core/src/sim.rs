@@ -240,7 +240,11 @@ impl Sim {
 }
 
 /// No gate and no host-clock stamps: the profiler brackets.
-impl crate::AnchorApi for Sim {}
+impl crate::AnchorApi for Sim {
+    fn stream_key(stream: SimStream) -> Option<u64> {
+        Some(stream.0)
+    }
+}
 
 impl EventApi for Sim {
     type Event = SimEvent;

@@ -78,6 +78,9 @@ enum What {
     /// How late windows are answered with another pending ahead of them,
     /// and the CPU the process spends while a thousand pend.
     Answer,
+    /// A server timing every kernel: the library's CPU and each window's
+    /// answer, on the simulated backend.
+    EveryKernel,
     /// CPU time and wake-up lateness of a 100 ms fence wait: spinning and
     /// blocking on the software driver, and on PoCL.
     WaitCost,
@@ -322,6 +325,36 @@ const PAIRS: [(&str, &str); 7] = [
     ("cuda-chain-submit", "cudarc-chain-submit"),
 ];
 
+/// A server timing every kernel of 50 µs, 10 000 of them, on 1, 2 and 8
+/// streams: the library's CPU and each window's answer.
+fn every_kernel() -> serde_json::Value {
+    let mut report = serde_json::Map::new();
+    for streams in [1usize, 2, 8] {
+        let run = device_events_bench::answer::every_kernel(
+            streams,
+            std::time::Duration::from_micros(50),
+            10_000,
+        );
+        let at = |q: f64| {
+            run.late
+                .get(((run.late.len().max(1) - 1) as f64 * q).round() as usize)
+                .map_or(f64::NAN, |d| d.as_secs_f64() * 1e6)
+        };
+        report.insert(
+            format!("streams_{streams}"),
+            json!({
+                "cpu_share": run.cpu_share,
+                "late_median_us": at(0.5),
+                "late_p99_us": at(0.99),
+                "windows_read": run.late.len(),
+                "windows_unread": run.unread,
+                "thread_cpu_s": run.threads.iter().map(|(n, t)| json!([n, t])).collect::<Vec<_>>(),
+            }),
+        );
+    }
+    serde_json::Value::Object(report)
+}
+
 fn main() {
     let args = Args::parse();
     let report = match args.what {
@@ -411,6 +444,7 @@ fn main() {
             }
             serde_json::Value::Object(report)
         }
+        What::EveryKernel => every_kernel(),
         What::Answer => {
             let soft = SoftDriver::get().unwrap_or_else(|e| panic!("{e}"));
             let _pair = CudaPair::new();

@@ -65,7 +65,7 @@ impl<A: AnchorApi> EventProfiler<A> {
         let opened = self.take(token)?.map_err(|err| *err)?;
         let boundary = self.recorded(stream)?;
         let boundary = Arc::new(self.pool.lend(boundary));
-        let closed = self.resolving(opened, Point::Shared(Arc::clone(&boundary)));
+        let closed = self.resolving(opened, Point::Shared(Arc::clone(&boundary)), stream);
         let next = self.anchoring.for_window(stream).map(|anchor| Opened {
             start: Point::Shared(boundary),
             anchor,
