@@ -492,6 +492,10 @@ fn bundle(backend: Backend) -> Result<PathBuf> {
             "--package",
             backend.package,
         ])
+        // A lease carries 64 MiB, and each binary links the same crates:
+        // stripped, the six fit with room (a failure still names its test
+        // and says why; its backtrace has no names).
+        .env("CARGO_PROFILE_RELEASE_STRIP", "symbols")
         .output()
         .context("could not start cargo")?;
     if !output.status.success() {
@@ -515,6 +519,46 @@ fn bundle(backend: Backend) -> Result<PathBuf> {
     }
     if binaries.is_empty() {
         bail!("no {name} test binaries were built");
+    }
+    if backend.name == CUDA.name {
+        eprintln!("xtask: build the bench's probe");
+        let status = cargo()
+            .args([
+                "build",
+                "--release",
+                "--package",
+                "device-events-bench",
+                "--bin",
+                "bench-probe",
+            ])
+            .env("CARGO_PROFILE_RELEASE_STRIP", "symbols")
+            .status()
+            .context("could not start cargo")?;
+        if !status.success() {
+            bail!("building the bench's probe failed");
+        }
+        std::fs::create_dir_all(dir.join("probe"))?;
+        std::fs::copy(
+            root().join("target/release/bench-probe"),
+            dir.join("probe/bench-probe"),
+        )?;
+    }
+    // Compressed: a lease carries 64 MiB; `run.sh` unpacks them.
+    for sub in ["bin", "probe"] {
+        let Ok(entries) = std::fs::read_dir(dir.join(sub)) else {
+            continue;
+        };
+        for entry in entries {
+            let path = entry?.path();
+            let status = Command::new("gzip")
+                .args(["-9", "-n"])
+                .arg(&path)
+                .status()
+                .context("could not start gzip")?;
+            if !status.success() {
+                bail!("gzip {} failed", path.display());
+            }
+        }
     }
     let soft = soft_driver()?;
     lay_out_soft_driver(
@@ -563,6 +607,13 @@ fn run_script(name: &str) -> String {
 # "N passed, N failed".
 set -u
 here="$(cd "$(dirname "$0")" && pwd)"
+# The binaries travel compressed; unpacked beside this script, once.
+for sub in bin probe; do
+  for packed in "$here/$sub"/*.gz; do
+    [ -e "$packed" ] || continue
+    gunzip -f "$packed"
+  done
+done
 if [ "${{1:-}}" = "--soft" ]; then
   export LD_LIBRARY_PATH="$here/soft/lib${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"
   export ROCM_PATH="$here/soft" SOFT_DRIVER_LIB="$here/soft/lib/libdevice_events_soft_driver.so"
@@ -595,6 +646,13 @@ for bin in "$here"/bin/*; do
   fi
 done
 [ $((passed+failed)) -gt 0 ] || failed=1
+# The bench's probes, where carried (CUDA): our paths against cudarc's on
+# this driver, and a server timing every kernel. NO_PROBES=1 skips them.
+if [ -e "$here/probe/bench-probe" ] && [ -z "${{NO_PROBES:-}}" ]; then
+  chmod +x "$here/probe/bench-probe" 2>/dev/null
+  echo "probes:"
+  "$here/probe/bench-probe" gpu-day 2>&1 || echo "the probes failed (exit $?)"
+fi
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
 "#

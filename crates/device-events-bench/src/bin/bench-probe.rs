@@ -81,6 +81,10 @@ enum What {
     /// A server timing every kernel: the library's CPU and each window's
     /// answer, on the simulated backend.
     EveryKernel,
+    /// What a GPU lease runs after the tests, as a table: submit and
+    /// completion against cudarc on the machine's CUDA driver, and a server
+    /// timing every kernel.
+    GpuDay,
     /// CPU time and wake-up lateness of a 100 ms fence wait: spinning and
     /// blocking on the software driver, and on PoCL.
     WaitCost,
@@ -355,6 +359,41 @@ fn every_kernel() -> serde_json::Value {
     serde_json::Value::Object(report)
 }
 
+/// Print the GPU lease's table: each of our paths against cudarc's on
+/// the machine's driver (wall time, median of 5 rounds A/B interleaved),
+/// then the every-kernel server.
+fn gpu_day() {
+    println!(
+        "{:<32} {:>12} {:>12} {:>8}",
+        "path (wall, ns per op)", "ours", "cudarc", "ratio"
+    );
+    let walls = wall(5, 2000);
+    for (ours, _) in PAIRS {
+        let w = &walls[ours];
+        let f = |k: &str| w[k].as_f64().unwrap_or(f64::NAN);
+        println!(
+            "{ours:<32} {:>12.0} {:>12.0} {:>8.2}",
+            f("ours_ns"),
+            f("cudarc_ns"),
+            f("ratio")
+        );
+    }
+    let every = every_kernel();
+    println!(
+        "\n{:<32} {:>12} {:>12} {:>8}",
+        "every 50 µs kernel, read 32 behind", "CPU (cores)", "p99 late µs", "median"
+    );
+    for (key, run) in every.as_object().into_iter().flatten() {
+        let f = |k: &str| run[k].as_f64().unwrap_or(f64::NAN);
+        println!(
+            "{key:<32} {:>12.3} {:>12.0} {:>8.0}",
+            f("cpu_share"),
+            f("late_p99_us"),
+            f("late_median_us")
+        );
+    }
+}
+
 fn main() {
     let args = Args::parse();
     let report = match args.what {
@@ -445,6 +484,10 @@ fn main() {
             serde_json::Value::Object(report)
         }
         What::EveryKernel => every_kernel(),
+        What::GpuDay => {
+            gpu_day();
+            return;
+        }
         What::Answer => {
             let soft = SoftDriver::get().unwrap_or_else(|e| panic!("{e}"));
             let _pair = CudaPair::new();
