@@ -71,4 +71,7 @@ impl<A: AnchorApi, N: Note<A>> AnchorApi for Noting<A, N> {
     fn stream_key(stream: A::Stream) -> Option<u64> {
         A::stream_key(stream)
     }
+    fn context_key(stream: A::Stream) -> Option<u64> {
+        A::context_key(stream)
+    }
 }

@@ -242,7 +242,8 @@ impl<A: AnchorApi> Anchoring<A> {
             shared: Arc::clone(&self.shared),
             next: Arc::clone(&next),
         };
-        calibrator::submit(Box::new(move || task.run())).map_err(|(err, tasks)| {
+        let device = self.stream().and_then(A::context_key);
+        calibrator::submit(device, Box::new(move || task.run())).map_err(|(err, tasks)| {
             *unrun = Some(tasks);
             DriverError::refused(
                 A::BACKEND,
@@ -355,11 +356,15 @@ impl<A: AnchorApi> Drop for Shared<A> {
         if release.gate.is_none() && release.stream.is_none() {
             return;
         }
+        let device = release
+            .stream
+            .as_ref()
+            .and_then(|stream| A::context_key(stream.get()));
         let task = move || {
             A::own_thread();
             drop(release);
         };
-        if let Err((err, unrun)) = calibrator::submit(Box::new(task)) {
+        if let Err((err, unrun)) = calibrator::submit(device, Box::new(task)) {
             log::warn!(
                 "{}: an anchor stream and gate are released on the caller's thread: \
                  no calibrator thread could be started: {err}",

@@ -1,11 +1,12 @@
-//! One thread per process that takes anchors, so that no caller's thread
+//! A thread per device that takes its anchors, so that no caller's thread
 //! waits for a calibration: `start()` only hands one over.
 //!
 //! Calibrations are rare (every few milliseconds until a profiler's drift
 //! fit is trusted, then every second) and short on an idle device, so one
-//! thread serves every profiler, one calibration at a time. A calibration
-//! stuck behind a long kernel on a shared hardware queue delays the ones
-//! behind it, never a window: windows keep their anchor meanwhile.
+//! thread serves every profiler of a device, one calibration at a time. A
+//! calibration stuck behind a long kernel on a shared hardware queue (or a
+//! hung device) delays only the ones of its own device: each device's are
+//! taken on a thread of its own, started on demand and gone once idle.
 //!
 //! Apart from the resolver thread: a calibration waits (after a short
 //! poll), and the resolver must not.
@@ -20,19 +21,24 @@ pub(crate) type Task = Box<dyn FnOnce() + Send>;
 /// How long an idle thread stays for the next calibration.
 const LINGER: Duration = Duration::from_secs(2);
 
+/// A device's calibrations: its context's key, as the backend gives it
+/// (`None` where it gives none: one thread for all such).
+type Device = Option<u64>;
+
 struct Queue {
-    tasks: VecDeque<Task>,
-    /// Queued or running.
+    /// Each device's queued calibrations, and whether its thread is up.
+    devices: Vec<(Device, VecDeque<Task>, bool)>,
+    /// Queued or running, on every device.
     busy: usize,
-    /// The process whose thread is up, if one is: a child made by `fork`
-    /// inherits this memory but not the thread.
-    running: Option<u32>,
+    /// The process whose threads are up: a child made by `fork` inherits
+    /// this memory but not the threads.
+    process: Option<u32>,
 }
 
 static QUEUE: Mutex<Queue> = Mutex::new(Queue {
-    tasks: VecDeque::new(),
+    devices: Vec::new(),
     busy: 0,
-    running: None,
+    process: None,
 });
 static WORK: Condvar = Condvar::new();
 static IDLE: Condvar = Condvar::new();
@@ -41,19 +47,32 @@ fn queue() -> MutexGuard<'static, Queue> {
     QUEUE.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+impl Queue {
+    fn device(&mut self, device: Device) -> &mut (Device, VecDeque<Task>, bool) {
+        let at = match self.devices.iter().position(|(d, ..)| *d == device) {
+            Some(at) => at,
+            None => {
+                self.devices.push((device, VecDeque::new(), false));
+                self.devices.len() - 1
+            }
+        };
+        &mut self.devices[at]
+    }
+}
+
 /// Tasks no thread will run: each fills its anchor with a failure as it
 /// drops, which takes its profiler's locks, so the caller drops them once
 /// it holds none.
 #[must_use = "dropped only where no profiler lock is held"]
 pub(crate) struct Unrun(#[allow(dead_code)] VecDeque<Task>);
 
-/// Hand `task` to the calibrator thread, starting it if needed.
+/// Hand `task` to `device`'s calibrator thread, starting it if needed.
 ///
 /// # Errors
 ///
-/// When no thread could be started: the reason, and every queued task
-/// (this one among them), unrun.
-pub(crate) fn submit(task: Task) -> Result<(), (std::io::Error, Unrun)> {
+/// When no thread could be started: the reason, and every task queued for
+/// the device (this one among them), unrun.
+pub(crate) fn submit(device: Device, task: Task) -> Result<(), (std::io::Error, Unrun)> {
     if crate::threads::stopping() {
         // The process is exiting: never run, and nothing released.
         std::mem::forget(task);
@@ -61,19 +80,22 @@ pub(crate) fn submit(task: Task) -> Result<(), (std::io::Error, Unrun)> {
     }
     let mut q = queue();
     forget_the_parents(&mut q);
-    q.tasks.push_back(task);
     q.busy += 1;
-    if q.running == Some(std::process::id()) {
+    q.process = Some(std::process::id());
+    let (_, tasks, running) = q.device(device);
+    tasks.push_back(task);
+    if *running {
         drop(q);
-        WORK.notify_one();
+        WORK.notify_all();
         return Ok(());
     }
-    q.running = Some(std::process::id());
+    *running = true;
     drop(q);
-    if let Err(err) = crate::threads::start("device-events-calibrator", serve) {
+    if let Err(err) = crate::threads::start("device-events-calibrator", move || serve(device)) {
         let mut q = queue();
-        q.running = None;
-        let unrun = std::mem::take(&mut q.tasks);
+        let (_, tasks, running) = q.device(device);
+        *running = false;
+        let unrun = std::mem::take(tasks);
         q.busy -= unrun.len();
         drop(q);
         IDLE.notify_all();
@@ -82,31 +104,32 @@ pub(crate) fn submit(task: Task) -> Result<(), (std::io::Error, Unrun)> {
     Ok(())
 }
 
-/// In a child made by `fork`, the queue is the parent's: its thread is not
-/// here, and its calibrations (running or queued) will never end. They are
-/// forgotten, not dropped: a lock they would take may have been held by a
-/// parent's thread at the fork.
+/// In a child made by `fork`, the queue is the parent's: its threads are
+/// not here, and its calibrations (running or queued) will never end. They
+/// are forgotten, not dropped: a lock they would take may have been held
+/// by a parent's thread at the fork.
 fn forget_the_parents(q: &mut Queue) {
-    if q.running.is_some_and(|pid| pid != std::process::id()) {
-        q.running = None;
+    if q.process.is_some_and(|pid| pid != std::process::id()) {
+        q.process = None;
         q.busy = 0;
-        std::mem::forget(std::mem::take(&mut q.tasks));
+        std::mem::forget(std::mem::take(&mut q.devices));
     }
 }
 
-/// Whether the calibrator thread is up in this process.
+/// Whether a calibrator thread is up in this process.
 pub(crate) fn running() -> bool {
-    queue().running == Some(std::process::id())
+    let q = queue();
+    q.process == Some(std::process::id()) && q.devices.iter().any(|(.., running)| *running)
 }
 
-fn serve() {
+fn serve(device: Device) {
     let mut q = queue();
     loop {
-        if let Some(task) = q.tasks.pop_front() {
+        if let Some(task) = q.device(device).1.pop_front() {
             drop(q);
             if let Some(_working) = crate::threads::working() {
                 // A task never panics by design; one that did must not take
-                // the thread, and every profiler's calibrations, with it.
+                // the thread, and the device's calibrations, with it.
                 if std::panic::catch_unwind(std::panic::AssertUnwindSafe(task)).is_err() {
                     log::warn!("device-events: a calibration panicked; its windows read None");
                 }
@@ -126,8 +149,8 @@ fn serve() {
             .wait_timeout(q, LINGER)
             .unwrap_or_else(PoisonError::into_inner);
         q = next;
-        if waited.timed_out() && q.tasks.is_empty() {
-            q.running = None;
+        if waited.timed_out() && q.device(device).1.is_empty() {
+            q.devices.retain(|(d, ..)| *d != device);
             return;
         }
     }

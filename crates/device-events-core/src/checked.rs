@@ -337,6 +337,15 @@ impl<R: RawApi> AnchorApi for R {
         Some(stream.handle.to_bits())
     }
 
+    fn context_key(stream: CheckedStream<R>) -> Option<u64> {
+        use std::hash::{Hash, Hasher};
+        let context = stream.context()?;
+        let mut hasher = std::hash::DefaultHasher::new();
+        std::any::TypeId::of::<R>().hash(&mut hasher);
+        context.hash(&mut hasher);
+        Some(hasher.finish())
+    }
+
     fn fence_event(stream: CheckedStream<R>) -> Result<CheckedEvent<R>, DriverError> {
         idle::fence_event(stream)
     }

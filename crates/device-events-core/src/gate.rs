@@ -99,6 +99,15 @@ pub trait AnchorApi: EventApi<Stream: Send + Sync> {
         None
     }
 
+    /// The identity of a stream's context (its device): each device's
+    /// anchors are taken on a thread of its own, so that one stuck behind
+    /// a long kernel, or a hung device, delays no other device's. `None`
+    /// (the default) shares one thread with every such backend's.
+    fn context_key(stream: Self::Stream) -> Option<u64> {
+        let _ = stream;
+        None
+    }
+
     /// An event for a fence on `stream`: an idle one of the stream's
     /// context, kept from a fence that was dropped, or a new one. The
     /// default makes a new one, in the thread's current context.

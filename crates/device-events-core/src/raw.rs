@@ -115,7 +115,7 @@ pub trait RawApi: Sized + Send + Sync + 'static {
     const POLLS_ANCHORS: bool = true;
 
     /// A context's identity: compared, never bound.
-    type Context: Copy + Eq + Debug + Send + Sync;
+    type Context: Copy + Eq + std::hash::Hash + Debug + Send + Sync;
     /// A context kept alive for as long as a handle of it lives (a retain);
     /// binding takes one, so no torn-down context reaches the driver.
     type Held: Clone + Send + Sync;

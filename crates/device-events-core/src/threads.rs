@@ -61,7 +61,7 @@ pub fn stop_driver_calls(timeout: std::time::Duration) -> bool {
 }
 
 /// Start `body` on a thread named `name`.
-pub(crate) fn start(name: &str, body: fn()) -> std::io::Result<()> {
+pub(crate) fn start(name: &str, body: impl FnOnce() + Send + 'static) -> std::io::Result<()> {
     if REFUSING.load(Ordering::Relaxed) {
         REFUSED.fetch_add(1, Ordering::Relaxed);
         return Err(std::io::Error::new(

@@ -530,3 +530,47 @@ fn windows_dropped_unresolved_leak_nothing() {
     Cuda::stream_destroy(s).unwrap();
     assert_eq!(soft.counts().events, before, "every event released");
 }
+
+/// Calibrations of one device never wait on another's: with device 0's
+/// anchor stuck behind a 2 s kernel on the one hardware queue it shares
+/// with the user's stream, device 1's first window reads at once.
+#[test]
+fn a_device_stuck_behind_a_long_kernel_delays_no_other_devices_windows() {
+    use device_events_conformance::Workload as _;
+    let soft = SoftDriver::exclusive();
+    soft.set_hw_queues(1);
+    bind(0);
+    let s0 = stream();
+    let mut stuck = EventProfiler::<Cuda>::new();
+    soft.set_bandwidth(1e9);
+    let work = support::Memset::new(2_000_000_000);
+    work.enqueue_bytes(s0, 2_000_000_000).unwrap();
+    soft.set_bandwidth(10e9);
+    // Its first calibration waits behind the kernel.
+    let token = stuck.start(s0);
+    stuck.abandon(token).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    bind(1);
+    let s1 = stream();
+    let mut profiler = EventProfiler::<Cuda>::new();
+    let asked = std::time::Instant::now();
+    let token = profiler.start(s1);
+    let window = profiler.stop_placed(s1, token).unwrap();
+    let read = pollster::block_on(window.resolve());
+    let took = asked.elapsed();
+    assert!(read.is_some(), "device 1's window read");
+    assert!(
+        took < std::time::Duration::from_secs(1),
+        "device 1's window waited {took:?} for device 0's calibration"
+    );
+    drop(profiler);
+    bind(0);
+    Cuda::stream_synchronize(s0).unwrap();
+    drop(stuck);
+    assert!(device_events_core::wait_for_calibrations(
+        std::time::Duration::from_secs(10)
+    ));
+    Cuda::stream_destroy(s0).unwrap();
+    Cuda::stream_destroy(s1).unwrap();
+    soft.set_hw_queues(0);
+}
