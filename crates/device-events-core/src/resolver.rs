@@ -16,9 +16,10 @@
 //! to [`LAST`]: a window about to finish is seen within microseconds (the
 //! thread yields rather than sleeps while an ask is due within [`TIGHT`]),
 //! and one pending for a second is asked about twenty times a second,
-//! from a sleeping thread. A lane that just answered one is asked every
-//! [`HOT`] for [`HOT_FOR`]: a server timing every kernel keeps it busy,
-//! and the thread sleeps between asks.
+//! from a sleeping thread. A lane that just answered one is asked again
+//! after [`HOT`], and a busy one (whose windows waited behind queued work,
+//! as a server timing every kernel's do) at that pace, from a sleep: its
+//! next window is not asked at once when handed over.
 //!
 //! Having answered the last pending window, the thread stays awake for
 //! [`LINGER`], yielding, before it sleeps: a server reading windows one
@@ -44,15 +45,17 @@ const FIRST: Duration = Duration::from_micros(5);
 const TIGHT: Duration = Duration::from_micros(50);
 /// The longest: the most a long-pending window's answer can lag its end.
 const LAST: Duration = Duration::from_millis(50);
-/// How often the next window of a lane that just answered one is asked,
-/// for [`HOT_FOR`]: on a busy stream it ends soon, and asking at this pace
-/// answers it within a fraction of a millisecond from a sleeping thread.
+/// How soon the next window of a lane that just answered one is asked: on
+/// a busy stream it ends soon, and asking at this pace answers it within a
+/// fraction of a millisecond from a sleeping thread.
 const HOT: Duration = Duration::from_micros(400);
+/// How long a lane stays busy without answering one, and an idle lane's
+/// pace is remembered.
 const HOT_FOR: Duration = Duration::from_millis(20);
 /// A window answered this long after it was handed over was queued behind
 /// work: its stream is busy. One read right after `stop` on an idle stream
 /// waits only for its launch, a few microseconds.
-const BEHIND_WORK: Duration = Duration::from_micros(50);
+const BEHIND_WORK: Duration = Duration::from_micros(25);
 /// How long the thread stays awake, yielding, after answering the last
 /// pending window, for the next to be handed over.
 const LINGER: Duration = Duration::from_micros(50);
@@ -197,9 +200,10 @@ struct Track {
     /// When it last answered one: kept a while after it empties, so that
     /// a busy stream's next window is asked at the busy pace.
     answered: Option<Instant>,
-    /// Whether the last one answered had waited past [`BEHIND_WORK`]: its
-    /// end was queued behind work, not just launched.
-    behind_work: bool,
+    /// How many answered in a row had waited past [`BEHIND_WORK`]: their
+    /// ends were queued behind work, not just launched. Two make the lane
+    /// busy; one can be a launch's tail.
+    behind_work: u8,
 }
 
 impl Track {
@@ -209,20 +213,21 @@ impl Track {
             next: now,
             interval: FIRST,
             answered: None,
-            behind_work: false,
+            behind_work: 0,
         }
     }
 
-    /// Whether its stream is busy: it answered one under [`HOT`] ago that
-    /// had waited behind queued work, as a server timing every kernel
-    /// does. Its next window is then asked at that pace, from a sleep,
-    /// rather than at once. (A window read right after `stop` on an idle
-    /// stream waits only for its launch, and is asked at once.)
+    /// Whether its stream is busy: the last two it answered had waited
+    /// behind queued work, the last under [`HOT_FOR`] ago, as a server
+    /// timing every kernel's do. Its windows are then asked every [`HOT`],
+    /// from a sleep, rather than at once. (A window read right after
+    /// `stop` on an idle stream waits only for its launch, and is asked at
+    /// once.)
     fn busy(&self, now: Instant) -> bool {
-        self.behind_work
+        self.behind_work >= 2
             && self
                 .answered
-                .is_some_and(|at| now.saturating_duration_since(at) < HOT)
+                .is_some_and(|at| now.saturating_duration_since(at) < HOT_FOR)
     }
 
     /// Put `job` in record order; most come last. A lane that had none
@@ -255,7 +260,11 @@ impl Track {
         while let Some((_, job, handed)) = self.jobs.get(at) {
             match attempt(&**job) {
                 Attempt::Done => {
-                    self.behind_work = now.saturating_duration_since(*handed) > BEHIND_WORK;
+                    self.behind_work = if now.saturating_duration_since(*handed) > BEHIND_WORK {
+                        self.behind_work.saturating_add(1)
+                    } else {
+                        0
+                    };
                     self.jobs.remove(at);
                     answered = true;
                 }
@@ -263,16 +272,13 @@ impl Track {
                 Attempt::Waiting => at += 1,
             }
         }
-        let hot = self
-            .answered
-            .is_some_and(|at| now.saturating_duration_since(at) < HOT_FOR);
         if answered {
             self.answered = Some(now);
         }
-        // Just answered one, or lately: the next ends soon on a busy
-        // stream, and is asked at a pace that answers it well within a
-        // millisecond, from a sleep.
-        self.interval = if answered || hot {
+        // Just answered one, with more pending, or busy: the next ends soon,
+        // and is asked at a pace that answers it well within a millisecond,
+        // from a sleep. Else, at doubling intervals.
+        self.interval = if answered || busy {
             HOT
         } else {
             (self.interval * 2).min(LAST)
