@@ -1,5 +1,5 @@
 //! CubeCL's profiling and fence contract, as `cubecl-runtime` 0.12 defines
-//! it in its `ComputeServer`, over any device-events backend (`Cuda`,
+//! it in its `server::Server` trait, over any device-events backend (`Cuda`,
 //! `Hip`, `OpenCl`): a server forwards its calls and returns what it gets.
 //!
 //! - [`CubeProfiler`]: `start_profile`, `start_profile_at_launch`,
