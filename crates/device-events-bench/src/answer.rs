@@ -208,31 +208,6 @@ pub struct EveryKernel {
     pub late: Vec<Duration>,
     /// Windows that read `None`.
     pub unread: usize,
-    /// CPU seconds of each of the process's named threads, at the end.
-    pub threads: Vec<(String, f64)>,
-}
-
-/// CPU seconds (user and system) of each thread of this process, by name.
-fn thread_times() -> Vec<(String, f64)> {
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return Vec::new();
-    };
-    // SAFETY: sysconf has no preconditions.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    tasks
-        .filter_map(|task| {
-            let path = task.ok()?.path();
-            let name = std::fs::read_to_string(path.join("comm")).ok()?;
-            let stat = std::fs::read_to_string(path.join("stat")).ok()?;
-            // Fields after the parenthesised name: utime and stime are the
-            // 12th and 13th of them.
-            let rest = stat.rsplit_once(')')?.1;
-            let fields: Vec<&str> = rest.split_whitespace().collect();
-            let time =
-                fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
-            Some((name.trim().to_owned(), time / ticks))
-        })
-        .collect()
 }
 
 /// See [`EveryKernel`].
@@ -296,6 +271,5 @@ pub fn every_kernel(streams: usize, kernel: Duration, n: usize) -> EveryKernel {
         cpu_share,
         late,
         unread,
-        threads: thread_times(),
     }
 }

@@ -500,14 +500,7 @@ impl Engine {
         if against.is_empty() {
             return Ok(());
         }
-        for s in state.streams.values_mut() {
-            if let Capture::Active(id) = s.capture
-                && against.contains(&id)
-            {
-                s.capture = Capture::Invalidated(id);
-            }
-        }
-        self.capture_violations.fetch_add(1, Ordering::Relaxed);
+        self.broke(state, against);
         Err(Fault::CaptureUnsupported)
     }
 
@@ -553,7 +546,7 @@ impl Engine {
             .map(|s| s.capture)
         {
             Some(Capture::Active(id)) => {
-                self.broke(state, id);
+                self.broke(state, [id]);
                 Err(Fault::CapturedEvent)
             }
             Some(Capture::Invalidated(_)) if wait => Err(Fault::CaptureUnsupported),
@@ -566,15 +559,22 @@ impl Engine {
     /// guide, 'Invalidation'), the capture invalidated if it goes on.
     fn refuse_captured(&self, state: &mut State, event: u64) -> Outcome<()> {
         if let Some((id, _)) = live_event(state, event)?.captured {
-            self.broke(state, id);
+            self.broke(state, [id]);
             return Err(Fault::CapturedEvent);
         }
         Ok(())
     }
 
-    /// Invalidate capture `id` for a call it did not allow, and count it.
-    fn broke(&self, state: &mut State, id: u64) {
-        invalidate(state, id);
+    /// Invalidate the captures `ids`, on every stream in them, for a call
+    /// they did not allow (their end fails), and count the call.
+    fn broke(&self, state: &mut State, ids: impl IntoIterator<Item = u64>) {
+        for id in ids {
+            for s in state.streams.values_mut() {
+                if s.capture == Capture::Active(id) {
+                    s.capture = Capture::Invalidated(id);
+                }
+            }
+        }
         self.capture_violations.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -691,13 +691,7 @@ impl Engine {
             if let Capture::Active(id) | Capture::Invalidated(id) = s.capture {
                 s.capture = Capture::None;
                 if state.captures.get(&id).is_some_and(|c| c.origin == stream) {
-                    state.captures.remove(&id);
-                    for s in state.streams.values_mut() {
-                        if matches!(s.capture, Capture::Active(c) | Capture::Invalidated(c) if c == id)
-                        {
-                            s.capture = Capture::None;
-                        }
-                    }
+                    end_capture(&mut state, id);
                 } else if let Some(c) = state.captures.get_mut(&id) {
                     c.unjoined.remove(&stream);
                 }
@@ -750,7 +744,7 @@ impl Engine {
             (WaitRules::Cuda { external: false }, Capture::Active(id))
                 if recorded != 0 && point.0 != stream =>
             {
-                self.broke(&mut state, id);
+                self.broke(&mut state, [id]);
                 return Err(Fault::CaptureIsolation);
             }
             _ => {}
@@ -778,7 +772,7 @@ impl Engine {
             Capture::Active(id) => {
                 // As the drivers do: the illegal call also breaks the
                 // capture, on every stream in it.
-                self.broke(&mut state, id);
+                self.broke(&mut state, [id]);
                 return Err(Fault::CaptureUnsupported);
             }
             Capture::Invalidated(_) => return Err(Fault::CaptureInvalidated),
@@ -815,10 +809,7 @@ impl Engine {
                 })
                 .collect();
             if !capturing.is_empty() {
-                for id in capturing {
-                    invalidate(&mut state, id);
-                }
-                self.capture_violations.fetch_add(1, Ordering::Relaxed);
+                self.broke(&mut state, capturing);
                 return Err(Fault::CaptureUnsupported);
             }
         }
@@ -899,12 +890,7 @@ impl Engine {
             state.streams.get(&stream).map(|s| s.capture),
             Some(Capture::Invalidated(_))
         );
-        for s in state.streams.values_mut() {
-            if matches!(s.capture, Capture::Active(c) | Capture::Invalidated(c) if c == id) {
-                s.capture = Capture::None;
-            }
-        }
-        let capture = state.captures.remove(&id);
+        let capture = end_capture(&mut state, id);
         if clr {
             // clr `Stream::EndCapture`: events recorded in the capture are
             // tied to no stream, and ask as before it.
@@ -1136,13 +1122,14 @@ fn host_word(state: &State, address: u64) -> Outcome<(Arc<HostBlock>, usize)> {
         .ok_or(Fault::InvalidValue)
 }
 
-/// Break capture `id`, on every stream in it: its end fails.
-fn invalidate(state: &mut State, id: u64) {
+/// End capture `id` on every stream in it, and forget it.
+fn end_capture(state: &mut State, id: u64) -> Option<Capturing> {
     for s in state.streams.values_mut() {
-        if s.capture == Capture::Active(id) {
-            s.capture = Capture::Invalidated(id);
+        if matches!(s.capture, Capture::Active(c) | Capture::Invalidated(c) if c == id) {
+            s.capture = Capture::None;
         }
     }
+    state.captures.remove(&id)
 }
 
 fn next_id(state: &mut State) -> u64 {

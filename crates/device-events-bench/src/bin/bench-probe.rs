@@ -329,6 +329,13 @@ const PAIRS: [(&str, &str); 7] = [
     ("cuda-chain-submit", "cudarc-chain-submit"),
 ];
 
+/// The `q` quantile of `sorted`, in µs; NaN when empty.
+fn quantile_us(sorted: &[std::time::Duration], q: f64) -> f64 {
+    sorted
+        .get(((sorted.len().max(1) - 1) as f64 * q).round() as usize)
+        .map_or(f64::NAN, |d| d.as_secs_f64() * 1e6)
+}
+
 /// A server timing every kernel of 50 µs, 10 000 of them, on 1, 2 and 8
 /// streams: the library's CPU and each window's answer.
 fn every_kernel() -> serde_json::Value {
@@ -339,11 +346,7 @@ fn every_kernel() -> serde_json::Value {
             std::time::Duration::from_micros(50),
             10_000,
         );
-        let at = |q: f64| {
-            run.late
-                .get(((run.late.len().max(1) - 1) as f64 * q).round() as usize)
-                .map_or(f64::NAN, |d| d.as_secs_f64() * 1e6)
-        };
+        let at = |q| quantile_us(&run.late, q);
         report.insert(
             format!("streams_{streams}"),
             json!({
@@ -352,7 +355,6 @@ fn every_kernel() -> serde_json::Value {
                 "late_p99_us": at(0.99),
                 "windows_read": run.late.len(),
                 "windows_unread": run.unread,
-                "thread_cpu_s": run.threads.iter().map(|(n, t)| json!([n, t])).collect::<Vec<_>>(),
             }),
         );
     }
@@ -492,10 +494,7 @@ fn main() {
             let soft = SoftDriver::get().unwrap_or_else(|e| panic!("{e}"));
             let _pair = CudaPair::new();
             let late = device_events_bench::answer::head_of_line(soft);
-            let at = |late: &[std::time::Duration], q: f64| {
-                late.get(((late.len().max(1) - 1) as f64 * q).round() as usize)
-                    .map_or(f64::NAN, |d| d.as_secs_f64() * 1e6)
-            };
+            let at = quantile_us;
             let idle = device_events_bench::answer::right_after_stop(2000);
             json!({
                 "head_of_line": {
@@ -516,10 +515,7 @@ fn main() {
             let soft = SoftDriver::get().unwrap_or_else(|e| panic!("{e}"));
             let _pair = CudaPair::new();
             let (took, bare) = server::start_behind_a_kernel(soft);
-            let at = |d: &[std::time::Duration], q: f64| {
-                d.get(((d.len().max(1) - 1) as f64 * q).round() as usize)
-                    .map_or(f64::NAN, |d| d.as_secs_f64() * 1e6)
-            };
+            let at = quantile_us;
             let captured = |c: server::Captures| {
                 json!({
                     "captures_ended": c.ended,
