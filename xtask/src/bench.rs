@@ -252,6 +252,11 @@ pub(crate) fn bench() -> Result<()> {
          queue; 1000 GLOBAL-mode captures beside 8 profiling threads, CUDA and HIP"
     );
     let server_way = probe(&["server-way", "1000", "8"], &soft)?;
+    eprintln!(
+        "xtask: the anchor's gate on a shared hardware queue: 20 calibrations beside a user \
+         stream queueing a 20 µs kernel every 20 µs, two runs"
+    );
+    let gate = probe_runs(&["gate", "20"], 2, &soft)?;
     eprintln!("xtask: a thread waiting 100 ms for a fence, spinning and blocking");
     let wait = probe(&["wait-cost"], &soft)?;
 
@@ -366,6 +371,13 @@ pub(crate) fn bench() -> Result<()> {
                      calibrator: the simulated backend has no threads), as a share of one core",
         },
         "server_way": server_way,
+        "gate_on_a_shared_queue": {
+            "runs": gate,
+            "goals_us": { "closed_per_sample": 20.0, "user_delay_max": 20.0 },
+            "note": "software driver, one hardware queue: how long each calibration sample's \
+                     gate held the anchor's stream once reached (mean per sample, and the \
+                     longest), and how long any user kernel queued behind it waited",
+        },
         "wait_cost": wait,
     });
     let out = root().join("target/bench.json");
@@ -570,6 +582,23 @@ fn print_table(r: &Value) {
                 late_high <= 1000.0,
             );
         }
+    }
+    if let Some(runs) = r["gate_on_a_shared_queue"]["runs"].as_array() {
+        let worst = |key: &str| runs.iter().map(|run| f(&run[key])).fold(f64::NAN, f64::max);
+        let closed = worst("closed_per_sample_us");
+        row(
+            "gate closed per sample, µs, worst of runs",
+            closed,
+            "<= 20",
+            closed <= 20.0,
+        );
+        let delay = worst("user_delay_max_us");
+        row(
+            "user kernel behind the gate: longest delay, µs",
+            delay,
+            "<= 20",
+            delay <= 20.0,
+        );
     }
     let sw = &r["server_way"];
     let start = f(&sw["start_behind_a_1s_kernel"]["p99_9_us"]);

@@ -1,5 +1,6 @@
 //! Never in the server's way, on the software driver: how long `start()`
-//! takes while a long kernel holds the anchor's hardware queue, and graph
+//! takes while a long kernel holds the anchor's hardware queue, what the
+//! anchor's closed gate costs a user's kernels on that queue, and graph
 //! captures in GLOBAL mode on one thread while other threads profile.
 
 use std::ffi::{c_int, c_uint, c_void};
@@ -9,7 +10,7 @@ use std::time::{Duration, Instant};
 use cudarc::driver::{result, sys};
 
 use crate::work;
-use device_events_conformance::soft::SoftDriver;
+use device_events_conformance::soft::{Held, SoftDriver};
 use device_events_core::{
     AnchorApi, DriverError, EventApi, EventProfiler, EventQuery, FencePool, OwnedStream,
     ProfilerConfig,
@@ -236,5 +237,62 @@ pub fn hip_capturing() -> Capturing<Hip> {
             // Device 0 is every thread's current device to start with.
             let _: Result<(), DriverError> = Hip::probe();
         },
+    }
+}
+
+/// What `calibrations` anchor calibrations (five samples each, the gate's
+/// default bound) cost a user's stream on the one hardware queue the
+/// anchor's stream shares: a 20 µs kernel queued every 20 µs throughout.
+/// The software driver's counts: how long each gate held its stream, and
+/// how long the user's kernels waited behind it.
+///
+/// # Panics
+///
+/// When the software driver cannot run it.
+pub fn gate_on_a_shared_queue(soft: &SoftDriver, calibrations: usize) -> Held {
+    const KERNEL: usize = 20_000; // 20 µs at 1 GB/s
+    soft.set_bandwidth(1e9);
+    soft.set_hw_queues(1);
+    let s = OwnedStream::<Cuda>::new().unwrap();
+    let done = AtomicBool::new(false);
+    let before = soft.value_waits_held();
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            // SAFETY: a device allocation only these memsets use, freed
+            // once they are done; the stream's context is current.
+            Cuda::in_context_of(s.get(), || unsafe {
+                let ptr = result::malloc_sync(KERNEL).unwrap();
+                while !done.load(Ordering::Acquire) {
+                    s.get()
+                        .with_raw(|raw| result::memset_d8_async(ptr, 0, KERNEL, raw).unwrap())
+                        .unwrap();
+                    std::thread::sleep(Duration::from_micros(20));
+                }
+                Cuda::stream_synchronize(s.get()).unwrap();
+                result::free_sync(ptr).unwrap();
+            })
+            .unwrap();
+        });
+        for _ in 0..calibrations {
+            // A new profiler's first window calibrates.
+            let mut profiler = EventProfiler::<Cuda>::new();
+            let token = profiler.start(s.get());
+            profiler.abandon(token).unwrap();
+            assert!(device_events_core::wait_for_calibrations(
+                Duration::from_secs(30)
+            ));
+        }
+        done.store(true, Ordering::Release);
+    });
+    let after = soft.value_waits_held();
+    drop(s);
+    soft.set_hw_queues(0);
+    soft.set_bandwidth(10e9);
+    Held {
+        waits: after.waits - before.waits,
+        held_ns: after.held_ns - before.held_ns,
+        delayed: after.delayed - before.delayed,
+        delayed_ns: after.delayed_ns - before.delayed_ns,
+        ..after
     }
 }

@@ -186,10 +186,11 @@ pub fn a_failure_behind_a_closed_gate_leaves_no_stream_waiting<A: AnchorApi>(
     windows_inside_their_bound(driver, &mut profiler, s, 2);
     std::thread::sleep(Duration::from_millis(5));
     let waits = driver.call_count(calls.wait_value);
-    // The next record on the calibrator's thread is the refresh's first
-    // sample, queued behind the gate; out of memory (2 in both ABIs)
-    // poisons nothing, so the profiler keeps its previous anchor.
-    assert!(driver.fail_call_elsewhere(calls.record, 1, 2));
+    // The next records on the calibrator's thread are the refresh's first
+    // sample: its mark, ahead of the gate, then its anchor, behind it,
+    // which fails; out of memory (2 in both ABIs) poisons nothing, so the
+    // profiler keeps its previous anchor.
+    assert!(driver.fail_call_elsewhere(calls.record, 2, 2));
     let token = profiler.start(s);
     assert!(device_events_core::wait_for_calibrations(
         Duration::from_secs(10)

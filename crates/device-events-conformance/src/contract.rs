@@ -3,7 +3,7 @@
 //! check takes the ABI's names, and [`contract_suite!`](crate::contract_suite)
 //! makes each a named `#[test]` of the backend's suite.
 
-use device_events_core::{AnchorApi, ErrorKind, EventFence};
+use device_events_core::{AnchorApi, ErrorKind, EventFence, EventProfiler, ProfilerConfig};
 
 use crate::soft::SoftDriver;
 
@@ -176,6 +176,67 @@ pub fn a_fence_follows_its_streams_context<A: AnchorApi>(soft: &SoftDriver, abi:
     assert_eq!(soft.counts().misuses, 0);
 }
 
+/// The anchor's gate is closed on the device only until the host sees
+/// the anchor's stream reach it (a mark recorded ahead of it), not for a
+/// fixed settle time: here, with the gate's bound set to a second, the
+/// user's records on the one hardware queue the anchor's stream shares wait
+/// behind it for well under that, in every calibration sample.
+pub fn a_closed_gate_holds_work_on_its_hardware_queue_only_until_the_stream_reaches_it<
+    A: AnchorApi,
+>(
+    soft: &SoftDriver,
+    abi: Abi,
+) {
+    use std::time::{Duration, Instant};
+    (abi.bind)(0);
+    soft.set_hw_queues(1);
+    let s = A::stream_create_non_blocking().unwrap();
+    let mut profiler = EventProfiler::<A>::with_config(ProfilerConfig {
+        gate_settle: Some(Duration::from_secs(1)),
+        ..ProfilerConfig::default()
+    });
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            (abi.bind)(0);
+            let mut e = A::event_create().unwrap();
+            while !done.load(std::sync::atomic::Ordering::Acquire) {
+                A::event_record(&e, s).unwrap();
+                std::thread::sleep(Duration::from_micros(20));
+            }
+            A::event_wait(&e).unwrap();
+            A::event_destroy(&mut e).unwrap();
+        });
+        // The first calibration, on the library's thread.
+        let token = profiler.start(s);
+        profiler.abandon(token).unwrap();
+        let begun = Instant::now();
+        assert!(device_events_core::wait_for_calibrations(
+            Duration::from_secs(30)
+        ));
+        // The user's records went on past the calibration.
+        std::thread::sleep(Duration::from_millis(5));
+        done.store(true, std::sync::atomic::Ordering::Release);
+        assert!(begun.elapsed() < Duration::from_secs(30));
+    });
+    let held = soft.value_waits_held();
+    drop(profiler);
+    A::stream_synchronize(s).unwrap();
+    A::stream_destroy(s).unwrap();
+    soft.set_hw_queues(0);
+    assert!(held.waits >= 5, "the gate held {} samples", held.waits);
+    assert!(
+        held.delayed_max_ns < 200_000_000,
+        "a user's record waited {} ms behind the closed gate",
+        held.delayed_max_ns / 1_000_000
+    );
+    assert!(
+        held.held_max_ns < 200_000_000,
+        "the gate held its stream {} ms",
+        held.held_max_ns / 1_000_000
+    );
+}
+
 /// Makes each contract check a named `#[test]` of a backend's suite on the
 /// software driver, given the ABI's [`Abi`].
 #[macro_export]
@@ -187,7 +248,8 @@ macro_rules! contract_suite {
             recording_on_another_contexts_stream_is_refused_before_the_driver,
             a_destroyed_stream_is_refused_before_the_driver,
             a_dropped_fences_event_serves_the_next_fence,
-            a_fence_follows_its_streams_context
+            a_fence_follows_its_streams_context,
+            a_closed_gate_holds_work_on_its_hardware_queue_only_until_the_stream_reaches_it
         );
     };
     (@tests $backend:ty, $abi:expr, $($check:ident),+) => {

@@ -362,6 +362,18 @@ impl SoftDriver {
         unsafe { f() }
     }
 
+    /// What stream waits on a value have cost since the last reset:
+    /// how long they held their streams, and the work of other streams
+    /// they held on a shared hardware queue.
+    pub fn value_waits_held(&self) -> Held {
+        type F = unsafe extern "C" fn(*mut Held) -> i32;
+        let f = self.symbol::<F>(b"soft_driver_value_waits_held\0");
+        let mut held = Held::default();
+        // SAFETY: `held` is writable and laid out as the driver's.
+        unsafe { f(&mut held) };
+        held
+    }
+
     /// Calls a capture's interaction mode prohibited, since the process
     /// began: each failed and invalidated the capture.
     pub fn capture_violations(&self) -> u64 {
@@ -387,6 +399,26 @@ impl SoftDriver {
         // SAFETY: a plain value; the driver stores it.
         unsafe { f(bytes_per_second) }
     }
+}
+
+/// What stream waits on a value have cost (the software driver's
+/// `SoftHeld`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Held {
+    /// Waits passed.
+    pub waits: u64,
+    /// How long they held their streams once the device reached them, ns.
+    pub held_ns: u64,
+    /// The longest any one held its stream, ns.
+    pub held_max_ns: u64,
+    /// Operations of other streams held behind them on a shared hardware
+    /// queue.
+    pub delayed: u64,
+    /// How long those were held past their start, ns.
+    pub delayed_ns: u64,
+    /// The longest any one was held past its start, ns.
+    pub delayed_max_ns: u64,
 }
 
 /// Live events on the software driver; 0 when it is not loaded.

@@ -64,8 +64,8 @@ pub(crate) struct Calibration<'a> {
     pub(crate) clock: fn() -> Instant,
     /// Where the stream waits behind a host-written value.
     pub(crate) gate: Option<&'a mut (dyn Gate + 'static)>,
-    /// How long the host lets a gated record reach the stream before
-    /// opening the gate; `None`: as long as the gate says.
+    /// The longest the host waits for the stream to reach the closed gate
+    /// before it opens it; `None`: as long as the gate says.
     pub(crate) settle: Option<Duration>,
     /// Ask the driver for its own host-clock stamp first.
     pub(crate) driver_clock: bool,
@@ -88,7 +88,7 @@ impl<A: AnchorApi> Bracket<A> {
         let gated = how.gate.is_some();
         for _ in 0..how.samples.max(1) {
             let event = pool.take()?;
-            let sample = Self::sample(&event, stream, &mut how);
+            let sample = Self::sample(pool, &event, stream, &mut how);
             let (before, width) = match sample {
                 Ok(sample) => sample,
                 Err(err) => {
@@ -132,12 +132,14 @@ impl<A: AnchorApi> Bracket<A> {
     /// One bracket around `event`: gated where the gate serves, else plain;
     /// a gate that refuses is dropped from `how`.
     fn sample(
+        pool: &Arc<EventPool<A>>,
         event: &PooledEvent<A>,
         stream: A::Stream,
         how: &mut Calibration<'_>,
     ) -> Result<(Instant, Duration), DriverError> {
         if let Some(gate) = how.gate.as_deref_mut() {
-            if let Some(bracket) = Self::gated(event, stream, gate, how.clock, how.settle)? {
+            let gated = Self::gated(pool, event, stream, gate, how.clock, how.settle)?;
+            if let Some(bracket) = gated {
                 return Ok(bracket);
             }
             how.gate = None;
@@ -148,11 +150,19 @@ impl<A: AnchorApi> Bracket<A> {
         Ok((before, (how.clock)().saturating_duration_since(before)))
     }
 
-    /// The record queued behind the closed gate; after `settle`, the host
-    /// reads its clock, opens the gate and waits. The gate opens on every
-    /// path, errors included. `None` when the gate refused to close:
-    /// nothing was queued.
+    /// The record queued behind the closed gate; once the stream has
+    /// reached the gate, the host reads its clock, opens the gate and
+    /// waits. The gate opens on every path, errors included. `None` when
+    /// the gate refused to close: nothing was queued.
+    ///
+    /// A mark recorded just ahead of the gate says when the stream reached
+    /// it, so the gate is closed on the device only as long as the host
+    /// takes to see the mark and open it: any work sharing the stream's
+    /// hardware queue waits that long, not a fixed settle time. The host
+    /// waits for the mark at most `settle`, after which the stream is
+    /// behind other work, holds nobody, and the gate opens.
     fn gated(
+        pool: &Arc<EventPool<A>>,
         event: &PooledEvent<A>,
         stream: A::Stream,
         gate: &mut (dyn Gate + 'static),
@@ -160,6 +170,16 @@ impl<A: AnchorApi> Bracket<A> {
         settle: Option<Duration>,
     ) -> Result<Option<(Instant, Duration)>, DriverError> {
         let settle = settle.unwrap_or_else(|| gate.settle());
+        let mark = if settle.is_zero() {
+            None
+        } else {
+            let mark = pool.take()?;
+            if let Err(err) = A::event_record(mark.raw(), stream) {
+                mark.discard();
+                return Err(err);
+            }
+            Some(mark)
+        };
         let closed = match Closed::<A>::close(gate) {
             Ok(closed) => closed,
             Err(err) => {
@@ -171,8 +191,8 @@ impl<A: AnchorApi> Bracket<A> {
             }
         };
         A::event_record(event.raw(), stream)?;
-        if !settle.is_zero() {
-            std::thread::sleep(settle);
+        if let Some(mark) = mark {
+            arrive(&mark, settle)?;
         }
         let before = clock();
         closed.open()?;
@@ -190,6 +210,24 @@ const POLL_FOR: Duration = Duration::from_millis(1);
 /// user's streams) costs the calibrator thread no core. Such a bracket is
 /// wide, and the fit weighs it as such.
 const SLEEP_UP_TO: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// Return once the device has reached `mark`, or `bound` has passed:
+/// polling, yielding, where the backend can ask; else after `bound`.
+fn arrive<A: AnchorApi>(mark: &PooledEvent<A>, bound: Duration) -> Result<(), DriverError> {
+    let started = std::time::Instant::now();
+    while started.elapsed() < bound {
+        match A::poll(mark.raw()) {
+            Some(reached) => {
+                if reached? {
+                    return Ok(());
+                }
+                std::thread::yield_now();
+            }
+            None => std::thread::sleep(bound.saturating_sub(started.elapsed())),
+        }
+    }
+    Ok(())
+}
 
 /// Return once the device has reached `event`: polling where the backend
 /// can, tightly for [`POLL_FOR`] and then from a sleep, else waiting.

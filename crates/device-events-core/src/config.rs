@@ -36,11 +36,12 @@ pub struct ProfilerConfig {
     /// ([`AnchorApi::gate`](crate::AnchorApi::gate)), so that the record call and the launch
     /// latency fall before the bracket opens. Default: on.
     pub gated_anchor: bool,
-    /// How long a gated anchor's record is given to reach its stream before
-    /// the gate opens: longer than the driver's usual launch latency, or
-    /// the rest of it falls inside the bracket again. Default: `None`, the
-    /// gate's own ([`Gate::settle`](crate::Gate::settle): 50 µs on CUDA and HIP, none on
-    /// OpenCL).
+    /// The longest the host waits for a gated anchor's stream to reach the
+    /// gate before opening it. The gate opens as soon as a mark recorded
+    /// ahead of it is reached, so this bounds the wait for a stream behind
+    /// other work, whose bracket is then wide and weighs little. Default:
+    /// `None`, the gate's own ([`Gate::settle`](crate::Gate::settle): 50 µs
+    /// on CUDA and HIP; none on OpenCL, which opens at once).
     pub gate_settle: Option<Duration>,
     /// Take the anchor's time from the driver's own host-clock stamp where
     /// it has one ([`AnchorApi::host_stamp`](crate::AnchorApi::host_stamp)), instead of a bracket.

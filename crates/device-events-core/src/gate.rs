@@ -166,11 +166,11 @@ pub trait Gate: Send {
     /// [`DriverError`] when the driver refused; the stream may still wait.
     fn open(&mut self) -> Result<(), DriverError>;
 
-    /// How long a record queued behind the closed gate needs to reach the
-    /// device before the gate opens: the driver's launch latency, or what
-    /// is left of it falls inside the bracket again. Too long costs only
-    /// calibration time on a GPU; on a runtime whose worker threads sleep
-    /// while idle (PoCL) any wait lets them fall asleep, so it says zero.
+    /// The longest a stream takes to reach a gate just closed on it when
+    /// no other work is ahead: a bound on the driver's launch latency. The
+    /// host opens the gate as soon as the stream is there (a mark recorded
+    /// ahead of it), or after this. Zero opens it at once, for a runtime
+    /// whose worker threads fall asleep during any host wait (PoCL).
     fn settle(&self) -> Duration;
 }
 

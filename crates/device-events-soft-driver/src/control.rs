@@ -158,6 +158,7 @@ pub extern "C" fn soft_driver_set_hw_queues(queues: u32) {
 #[unsafe(no_mangle)]
 pub extern "C" fn soft_driver_reset() {
     *control() = Control::default();
+    crate::engine::ENGINE.reset_held();
 }
 
 /// Write the current counts to `out`. Returns 0, or -1 for a null `out`.
@@ -281,6 +282,50 @@ pub extern "C" fn soft_driver_set_stream_mem_ops(on: i32) {
 #[unsafe(no_mangle)]
 pub extern "C" fn soft_driver_blocked_value_waits() -> u64 {
     crate::engine::ENGINE.blocked_value_waits()
+}
+
+/// What stream waits on a value have cost since the last reset.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SoftHeld {
+    /// Waits passed.
+    pub waits: u64,
+    /// How long they held their streams once the device reached them, ns.
+    pub held_ns: u64,
+    /// The longest any one held its stream, ns.
+    pub held_max_ns: u64,
+    /// Operations of other streams held behind them on a shared hardware
+    /// queue.
+    pub delayed: u64,
+    /// How long those were held past their start, ns.
+    pub delayed_ns: u64,
+    /// The longest any one was held past its start, ns.
+    pub delayed_max_ns: u64,
+}
+
+/// Write what stream waits on a value have cost to `out`. Returns 0, or
+/// -1 for a null `out`.
+///
+/// # Safety
+///
+/// `out` is null or valid for a write of [`SoftHeld`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn soft_driver_value_waits_held(out: *mut SoftHeld) -> i32 {
+    if out.is_null() {
+        return -1;
+    }
+    let held = crate::engine::ENGINE.held();
+    let held = SoftHeld {
+        waits: held.waits,
+        held_ns: held.held_ns,
+        held_max_ns: held.held_max_ns,
+        delayed: held.delayed,
+        delayed_ns: held.delayed_ns,
+        delayed_max_ns: held.delayed_max_ns,
+    };
+    // SAFETY: non-null, and the caller promises it is valid for the write.
+    unsafe { out.write(held) };
+    0
 }
 
 /// Set how long a stream waiting on a value takes to go on once it is

@@ -146,7 +146,9 @@ struct Stream {
     /// Destroyed with work pending: that work still runs, and still counts
     /// for synchronization, but the handle is no longer usable.
     destroyed: bool,
-    queue: Sender<Op>,
+    /// Each operation with the stream waits on values it queues behind
+    /// (see [`enqueue`]).
+    queue: Sender<(Op, Vec<u64>)>,
     /// The hardware queue it shares with other streams of its device, when
     /// the driver has a limited number of them.
     hw_queue: Option<usize>,
@@ -159,9 +161,9 @@ struct Stream {
 
 /// An operation, with the host-clock nanoseconds at which it is done.
 enum Op {
-    Busy {
-        until: u64,
-    },
+    /// Done at `until`, or `length` after a wait ahead of it let the
+    /// stream go, if that is later.
+    Busy { until: u64, length: u64 },
     Record {
         event: u64,
         generation: u64,
@@ -190,6 +192,31 @@ pub(crate) struct HostBlock {
     /// Mapped into the device's address space (CUDA's DEVICEMAP): only
     /// then has it a device pointer.
     mapped: bool,
+}
+
+/// A stream wait on a value, queued and not yet passed.
+struct ValueWait {
+    block: Arc<HostBlock>,
+    word: usize,
+    test: ValueTest,
+    stream: u64,
+    /// (device, hardware queue) where its stream shares one: work queued
+    /// on that queue after it waits for it too, as a GPU's in-order queue
+    /// does.
+    shared: Option<(usize, usize)>,
+}
+
+/// What value waits cost: how long each held its stream once the device
+/// reached it, and how long work of other streams on its hardware queue
+/// was held behind it.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Held {
+    pub(crate) waits: u64,
+    pub(crate) held_ns: u64,
+    pub(crate) held_max_ns: u64,
+    pub(crate) delayed: u64,
+    pub(crate) delayed_ns: u64,
+    pub(crate) delayed_max_ns: u64,
 }
 
 /// The comparison of a stream wait on a value, as both ABIs define it:
@@ -233,7 +260,10 @@ struct State {
     /// Host memory mapped for the devices, by its address.
     host_blocks: HashMap<u64, Arc<HostBlock>>,
     /// Stream waits on a value, queued and not yet passed.
-    value_waits: HashMap<u64, (Arc<HostBlock>, usize, ValueTest)>,
+    value_waits: HashMap<u64, ValueWait>,
+    /// How long value waits held their streams, and what they delayed on
+    /// the hardware queues they share.
+    held: Held,
     graphs: HashSet<u64>,
     /// Events and streams freed with their context's teardown.
     orphans: HashSet<u64>,
@@ -1044,7 +1074,20 @@ impl Engine {
                 at,
             },
         )?;
-        state.value_waits.insert(id, (block, word, test));
+        let shared = state
+            .streams
+            .get(&stream)
+            .and_then(|s| s.hw_queue.map(|q| (s.device, q)));
+        state.value_waits.insert(
+            id,
+            ValueWait {
+                block,
+                word,
+                test,
+                stream,
+                shared,
+            },
+        );
         Ok(())
     }
 
@@ -1055,8 +1098,17 @@ impl Engine {
         state
             .value_waits
             .values()
-            .filter(|(block, word, test)| !test.holds(block.words[*word].load(Ordering::Acquire)))
+            .filter(|w| !w.test.holds(w.block.words[w.word].load(Ordering::Acquire)))
             .count() as u64
+    }
+
+    /// What value waits have cost since the last reset.
+    pub(crate) fn held(&self) -> Held {
+        self.lock().held
+    }
+
+    pub(crate) fn reset_held(&self) {
+        self.lock().held = Held::default();
     }
 
     /// Fill `bytes` at `address`: it takes `bytes` over the configured
@@ -1087,7 +1139,15 @@ impl Engine {
             Capture::None => {
                 let start = start_time(&state, stream);
                 let until = start.saturating_add(clock::transfer_time(bytes));
-                enqueue(&mut state, stream, until, Op::Busy { until })
+                enqueue(
+                    &mut state,
+                    stream,
+                    until,
+                    Op::Busy {
+                        until,
+                        length: until - start,
+                    },
+                )
             }
         }
     }
@@ -1269,9 +1329,24 @@ fn lookup(state: &mut State, stream: StreamRef) -> Outcome<u64> {
 }
 
 /// Queue `op` on `stream`, whose schedule then runs at least to `done`.
+/// Where the stream shares a hardware queue, `op` also waits for the value
+/// waits other streams queued there before it: the queue runs in order.
 fn enqueue(state: &mut State, stream: u64, done: u64, op: Op) -> Outcome<()> {
+    let s = state.streams.get(&stream).ok_or(Fault::InvalidHandle)?;
+    let shared = s.hw_queue.map(|q| (s.device, q));
+    let behind: Vec<u64> = match shared {
+        Some(_) => state
+            .value_waits
+            .iter()
+            .filter(|(_, w)| w.shared == shared && w.stream != stream)
+            .map(|(id, _)| *id)
+            .collect(),
+        None => Vec::new(),
+    };
     let s = state.streams.get_mut(&stream).ok_or(Fault::InvalidHandle)?;
-    s.queue.send(op).map_err(|_| Fault::InvalidHandle)?;
+    s.queue
+        .send((op, behind))
+        .map_err(|_| Fault::InvalidHandle)?;
     s.schedule = s.schedule.max(done);
     s.enqueued += 1;
     if let Some(q) = s.hw_queue {
@@ -1289,7 +1364,7 @@ fn streams_reached(state: &State, targets: &[(u64, u64)]) -> bool {
 
 fn spawn_stream(state: &mut State, device: usize, blocking: bool, internal: bool) -> u64 {
     let id = next_id(state);
-    let (queue, ops) = channel::<Op>();
+    let (queue, ops) = channel::<(Op, Vec<u64>)>();
     let made = state.streams_made.entry(device).or_insert(0);
     let hw_queue = (state.hw_queues > 0).then(|| *made % state.hw_queues);
     *made += 1;
@@ -1312,7 +1387,10 @@ fn spawn_stream(state: &mut State, device: usize, blocking: bool, internal: bool
         // When the last wait on a value let the stream go on: work queued
         // behind it cannot have run before, whatever its schedule said.
         let mut released = 0;
-        for op in ops {
+        for (op, behind) in ops {
+            if !behind.is_empty() {
+                released = released.max(behind_waits(&op, &behind));
+            }
             run(id, op, &mut released);
         }
     };
@@ -1331,6 +1409,33 @@ fn spawn_stream(state: &mut State, device: usize, blocking: bool, internal: bool
     id
 }
 
+/// Hold an operation until the value waits it was queued behind, on its
+/// hardware queue, have passed; counts the delay, and returns when they
+/// let it go.
+fn behind_waits(op: &Op, behind: &[u64]) -> u64 {
+    let engine = &*ENGINE;
+    let state = engine.lock();
+    let mut state = engine.wait_while(state, |s| {
+        behind.iter().any(|id| s.value_waits.contains_key(id))
+    });
+    let now = clock::host_now_ns();
+    let start = match op {
+        Op::Busy { until, length } => Some(until - length),
+        Op::Record { at, .. } | Op::WaitValue { at, .. } => Some(*at),
+        Op::WaitStreams(_) => None,
+    };
+    if let Some(start) = start
+        && now > start
+    {
+        let delay = now - start;
+        let held = &mut state.held;
+        held.delayed += 1;
+        held.delayed_ns += delay;
+        held.delayed_max_ns = held.delayed_max_ns.max(delay);
+    }
+    now
+}
+
 /// The device reached `ev`'s record of `generation` at host time `at`.
 fn stamp(ev: &mut Event, generation: u64, at: u64) {
     if ev.reached < generation {
@@ -1345,7 +1450,7 @@ fn stamp(ev: &mut Event, generation: u64, at: u64) {
 fn run(stream: u64, op: Op, released: &mut u64) {
     let engine = &*ENGINE;
     match op {
-        Op::Busy { until } => busy_until(until.max(*released)),
+        Op::Busy { until, length } => busy_until(until.max(released.saturating_add(length))),
         Op::Record {
             event,
             generation,
@@ -1365,7 +1470,8 @@ fn run(stream: u64, op: Op, released: &mut u64) {
             test,
             at,
         } => {
-            busy_until(at.max(*released));
+            let reached = at.max(*released);
+            busy_until(reached);
             let cell = &block.words[word];
             while !test.holds(cell.load(Ordering::Acquire)) {
                 // Poll as a device polls host memory, yielding every time:
@@ -1374,8 +1480,14 @@ fn run(stream: u64, op: Op, released: &mut u64) {
                 // that writes the value.
                 std::thread::yield_now();
             }
-            *released = clock::host_now_ns() + clock::wait_value_latency();
-            engine.lock().value_waits.remove(&id);
+            let passed = clock::host_now_ns();
+            *released = passed + clock::wait_value_latency();
+            let mut state = engine.lock();
+            state.value_waits.remove(&id);
+            let held = passed.saturating_sub(reached);
+            state.held.waits += 1;
+            state.held.held_ns += held;
+            state.held.held_max_ns = state.held.held_max_ns.max(held);
         }
         Op::WaitStreams(targets) => {
             let state = engine.lock();

@@ -419,6 +419,53 @@ fn a_stream_waits_on_host_mapped_memory_until_the_host_writes_it() {
     assert!(supported);
 }
 
+/// A GPU with fewer hardware queues than streams runs each queue in order
+/// (false dependencies): work another stream queues behind a stream
+/// waiting on a value waits for it too, until the host writes the value.
+/// With one queue per stream it does not.
+#[test]
+fn a_wait_on_a_value_holds_other_streams_work_on_its_hardware_queue() {
+    let soft = SoftDriver::exclusive();
+    context();
+    let held_behind = |queues: u32| {
+        soft.set_hw_queues(queues);
+        let a = result::stream::create(StreamKind::NonBlocking).unwrap();
+        let b = result::stream::create(StreamKind::NonBlocking).unwrap();
+        let e = event();
+        let (_, host, device) = mapped_word();
+        let before = soft.value_waits_held();
+        // SAFETY: live handles; the host word outlives the wait (freed
+        // after both streams are drained).
+        unsafe {
+            assert_eq!(
+                sys::cuStreamWaitValue32_v2(a, device, 1, 0),
+                CUresult::CUDA_SUCCESS
+            );
+            result::event::record(e, b).unwrap();
+            std::thread::sleep(Duration::from_millis(20));
+            let done = result::event::query(e).is_ok();
+            std::sync::atomic::AtomicU32::from_ptr(host.cast())
+                .store(1, std::sync::atomic::Ordering::Release);
+            result::stream::synchronize(a).unwrap();
+            result::event::synchronize(e).unwrap();
+            result::event::destroy(e).unwrap();
+            result::stream::destroy(a).unwrap();
+            result::stream::destroy(b).unwrap();
+            assert_eq!(sys::cuMemFreeHost(host), CUresult::CUDA_SUCCESS);
+            let after = soft.value_waits_held();
+            (done, after.delayed - before.delayed, after.delayed_max_ns)
+        }
+    };
+    let (done_shared, delayed_shared, max_ns) = held_behind(1);
+    let (done_apart, delayed_apart, _) = held_behind(0);
+    soft.set_hw_queues(0);
+    assert!(!done_shared, "the other stream's record ran past the wait");
+    assert_eq!(delayed_shared, 1);
+    assert!(max_ns >= 20_000_000, "held {max_ns} ns");
+    assert!(done_apart, "a stream of its own queue waited");
+    assert_eq!(delayed_apart, 0);
+}
+
 /// Rule `cuStreamWaitValue32` (CUDA driver API, `CU_STREAM_WAIT_VALUE_GEQ`):
 /// the test is cyclic, `(int32_t)(*addr - value) >= 0`: a value just past
 /// a wrap satisfies a wait for one just before it, and a value just before

@@ -88,6 +88,9 @@ enum What {
     /// CPU time and wake-up lateness of a 100 ms fence wait: spinning and
     /// blocking on the software driver, and on PoCL.
     WaitCost,
+    /// What the anchor's closed gate costs a user's kernels on the
+    /// hardware queue its stream shares, over `calibrations`.
+    Gate { calibrations: usize },
     /// `start()` behind a long kernel on a shared hardware queue, and
     /// GLOBAL-mode captures beside threads that profile, both ABIs.
     ServerWay {
@@ -508,6 +511,21 @@ fn main() {
                     "late_p99_us": at(&idle, 0.99),
                 },
                 "cpu_share_1000_pending": device_events_bench::answer::cpu_while_pending(soft),
+            })
+        }
+        What::Gate { calibrations } => {
+            let soft = SoftDriver::get().unwrap_or_else(|e| panic!("{e}"));
+            let _pair = CudaPair::new();
+            let held = device_events_bench::server::gate_on_a_shared_queue(soft, calibrations);
+            let per = |ns: u64, n: u64| ns as f64 / n.max(1) as f64 / 1e3;
+            json!({
+                "calibrations": calibrations,
+                "samples": held.waits,
+                "closed_per_sample_us": per(held.held_ns, held.waits),
+                "closed_max_us": held.held_max_ns as f64 / 1e3,
+                "user_kernels_delayed": held.delayed,
+                "user_delay_per_sample_us": per(held.delayed_ns, held.waits),
+                "user_delay_max_us": held.delayed_max_ns as f64 / 1e3,
             })
         }
         What::ServerWay { captures, threads } => {
