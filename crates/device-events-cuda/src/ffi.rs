@@ -8,7 +8,7 @@
 //! C enums' `unsigned int`, so a declaration returning `u32` is the same
 //! ABI and any code arrives as a number.
 
-use std::ffi::{c_char, c_int, c_uint};
+use std::ffi::{c_char, c_int, c_uint, c_void};
 
 use cudarc::driver::sys::{CUcontext, CUdevice, CUevent, CUstream};
 use device_events_core::{DriverError, ErrorKind};
@@ -40,14 +40,33 @@ device_events_core::driver_functions! {
 }
 
 impl Api {
-    /// Resolve every function from `lib`, cudarc's, which it keeps loaded
-    /// for the process.
-    pub(crate) fn load(lib: &'static libloading::Library) -> Result<Self, DriverError> {
+    /// Resolve every function from the library cudarc loaded.
+    ///
+    /// # Safety
+    ///
+    /// The driver library loads (`sys::is_culib_present`).
+    pub(crate) unsafe fn load() -> Result<Self, DriverError> {
         // SAFETY: each declaration is the C signature of the CUDA driver
         // function of that name, with the status as `u32` (see the module's
-        // docs); `lib` is cudarc's, held in a process-wide static.
-        unsafe { Self::resolve(lib) }.map_err(missing)
+        // docs); the library loads, as the caller promises, and cudarc
+        // keeps it loaded for the process.
+        unsafe { Self::resolve(|name| symbol(name)) }.map_err(missing)
     }
+}
+
+/// The address of the driver function `name` (NUL-terminated) in the
+/// library cudarc loaded, through cudarc's own `libloading`, whichever
+/// version that is: this crate names no `libloading` type.
+///
+/// # Safety
+///
+/// The driver library loads (`sys::is_culib_present`).
+pub(crate) unsafe fn symbol(name: &[u8]) -> Option<*const c_void> {
+    // SAFETY: the library loads, as the caller promises; cudarc keeps it
+    // loaded for the process. The address is only read, not called.
+    unsafe { cudarc::driver::sys::culib().get::<*const c_void>(name) }
+        .ok()
+        .map(|address| *address)
 }
 
 fn missing(name: &'static str) -> DriverError {

@@ -15,7 +15,7 @@ use std::ffi::{c_int, c_uint, c_void};
 use std::sync::OnceLock;
 use std::sync::atomic::AtomicU32;
 
-use cudarc::driver::sys::{self, CUdevice, CUdeviceptr, CUstream};
+use cudarc::driver::sys::{CUdevice, CUdeviceptr, CUstream};
 use device_events_core::DriverError;
 use device_events_core::profile::Duration;
 use device_events_core::raw::{HostWord, Permit};
@@ -71,16 +71,15 @@ fn mem_ops() -> Option<&'static MemOps> {
     static OPS: OnceLock<Option<MemOps>> = OnceLock::new();
     OPS.get_or_init(|| {
         api().ok()?;
-        // SAFETY: `api()` succeeded, so cudarc has the library loaded, and
-        // keeps it for the process.
-        let lib = unsafe { sys::culib() };
         // SAFETY: each declaration is the C signature of the CUDA driver
-        // function of that name, status as `u32`; the library stays loaded.
+        // function of that name, status as `u32`; `api()` succeeded, so the
+        // library loads, and cudarc keeps it loaded for the process.
         let (v2, v1, mem) = unsafe {
+            let symbol = |name: &[u8]| crate::ffi::symbol(name);
             (
-                WaitV2::resolve(lib).ok(),
-                WaitV1::resolve(lib).ok(),
-                HostMem::resolve(lib).ok()?,
+                WaitV2::resolve(symbol).ok(),
+                WaitV1::resolve(symbol).ok(),
+                HostMem::resolve(symbol).ok()?,
             )
         };
         let (wait_value, wait_value_name, v1) = match (v2, v1) {

@@ -183,9 +183,8 @@ pub(crate) fn api() -> Result<&'static ffi::Api, DriverError> {
                 "no CUDA driver found (libcuda.so could not be loaded)",
             ));
         }
-        // SAFETY: the library loads (just probed); cudarc keeps it loaded
-        // for the rest of the process.
-        let api = ffi::Api::load(unsafe { sys::culib() })?;
+        // SAFETY: the library loads (just probed).
+        let api = unsafe { ffi::Api::load() }?;
         // SAFETY: `cuInit` takes flags 0.
         match unsafe { (api.cuInit)(0) } {
             0 => {

@@ -170,14 +170,21 @@ fn load() -> Result<Runtime, String> {
             Some((lib, path))
         }));
     for (lib, path) in candidates {
+        let symbol = |name: &[u8]| {
+            // SAFETY: the address is only read here; `resolve`'s caller
+            // promises its signature.
+            unsafe { lib.get::<*const std::ffi::c_void>(name) }
+                .ok()
+                .map(|address| *address)
+        };
         // SAFETY: a library found under a HIP runtime's name is one; a
         // symbol it lacks is reported, and the next candidate tried.
-        match unsafe { Functions::resolve(&lib) }.map_err(str::to_owned) {
+        match unsafe { Functions::resolve(symbol) }.map_err(str::to_owned) {
             Ok(fns) => {
                 return Ok(Runtime {
                     fns,
                     // SAFETY: as for `Functions::resolve` just above.
-                    mem_ops: unsafe { MemOps::resolve(&lib) }.ok(),
+                    mem_ops: unsafe { MemOps::resolve(symbol) }.ok(),
                     // SAFETY: HIP's C signature of the function of that
                     // name (the mode is a C enum: an `int`), status as an
                     // integer; the library stays open with the pointer.
