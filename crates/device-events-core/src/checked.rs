@@ -254,7 +254,22 @@ impl<R: RawApi> EventApi for R {
     }
 
     fn stream_synchronize(stream: CheckedStream<R>) -> Result<(), DriverError> {
-        stream.on(R::CALLS.synchronize_stream, |raw| {
+        let call = R::CALLS.synchronize_stream;
+        stream.on(call, |raw| {
+            // The driver refuses to synchronize a capturing stream, and
+            // invalidates its capture as it does.
+            if matches!(
+                R::capture_status(Permit::new(), raw)?,
+                Some(CaptureStatus::Active | CaptureStatus::Invalidated)
+            ) {
+                return Err(DriverError::refused(
+                    R::BACKEND,
+                    call,
+                    ErrorKind::Capture,
+                    "the stream is capturing a graph, and synchronizing it would invalidate that \
+                     capture; synchronize once the capture has ended",
+                ));
+            }
             capture::relaxed::<R, _>(|| R::synchronize_stream(Permit::new(), raw))
         })
     }

@@ -189,6 +189,42 @@ impl<A: AnchorApi> EventProfiler<A> {
         }
     }
 
+    /// As [`start`](Self::start), for a caller whose contract reports a
+    /// refused start at once (CubeCL's `start_profile`): the driver's error
+    /// is returned here, before the work to profile is queued, and no
+    /// window is kept.
+    ///
+    /// # Errors
+    ///
+    /// The driver's refusal of the window's event or its record, or of the
+    /// anchor it needs (a failed calibration with no anchor before it).
+    ///
+    /// ```
+    /// use device_events_core::{EventApi, EventProfiler, sim::Sim};
+    ///
+    /// let stream = Sim::stream_create_non_blocking()?;
+    /// let mut profiler = EventProfiler::<Sim>::new();
+    /// let token = profiler.try_start(stream)?;
+    /// Sim::enqueue_work(stream, std::time::Duration::from_micros(100));
+    /// let duration = profiler.stop(stream, token)?;
+    /// assert!(pollster::block_on(duration.resolve()).is_some());
+    /// # drop(profiler);
+    /// # Sim::stream_destroy(stream)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn try_start(&mut self, stream: A::Stream) -> Result<ProfileToken, DriverError> {
+        match self.open_window(stream) {
+            Ok(opened) => Ok(ProfileToken {
+                profiler: self.id,
+                key: self.windows.insert(Ok(opened)),
+            }),
+            Err(err) => {
+                self.note_fault(&err);
+                Err(err)
+            }
+        }
+    }
+
     /// Close the window on `stream`, after everything queued there so far.
     ///
     /// `stream` may differ from the one the window started on: a window

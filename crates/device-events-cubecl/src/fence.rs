@@ -1,45 +1,93 @@
 //! The fence behind a CubeCL server's `flush` and `sync`.
 
 use cubecl_runtime::server::ServerError;
-use device_events_core::{AnchorApi, EventFence, EventQuery};
+use device_events_core::{AnchorApi, DriverError, ErrorKind, EventFence, EventQuery};
 
 use crate::errors::server_error;
 
 /// A point recorded on a stream, waited for by another stream or the host,
-/// with CubeCL's errors. Making one never fails: an error is kept and
-/// returned by the first wait. Dropped, it releases its event once.
+/// with CubeCL's errors and its methods, which consume the fence. Making
+/// one never fails: an error is kept and returned by the wait. Dropped, it
+/// releases its event once.
+///
+/// As CubeCL's own fence, it falls back where the driver refuses: a record
+/// refused synchronizes the stream there and then, and a stream wait
+/// refused waits on the host, each keeping every guarantee a fence gives.
+/// Only for an error that leaves the device and any capture as they were
+/// (out of resources, or one this crate does not class): a fault that
+/// poisons the device is returned as it is, a stale handle would be
+/// refused again, and during a graph capture a synchronize or host wait
+/// would invalidate the capture.
+///
+/// With the `cubecl-server` feature it is a `drop_queue::Fence`, so a
+/// backend writes `type Fence = CubeFence<Cuda>`.
 ///
 /// ```
 /// use device_events_core::{OwnedStream, sim::Sim};
 /// use device_events_cubecl::CubeFence;
 ///
 /// let (a, b) = (OwnedStream::<Sim>::new()?, OwnedStream::<Sim>::new()?);
-/// let fence = CubeFence::<Sim>::new(a.get());
-/// fence.wait_async(b.get())?; // `b` runs after `a`'s work so far
-/// fence.wait_sync()?; // the host waits for it
+/// CubeFence::<Sim>::new(a.get()).wait_async(b.get())?; // `b` runs after `a`'s work so far
+/// CubeFence::<Sim>::new(a.get()).wait_sync()?; // the host waits for it
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct CubeFence<A: AnchorApi> {
-    fence: EventFence<A>,
+    point: Point<A>,
+}
+
+enum Point<A: AnchorApi> {
+    Recorded(EventFence<A>),
+    /// The record was refused, and the stream synchronized instead.
+    Reached,
+    Failed(ServerError),
 }
 
 impl<A: AnchorApi> CubeFence<A> {
-    /// Record a point on `stream`, after everything queued there so far.
+    /// Record a point on `stream`, after everything queued there so far; if
+    /// the driver refuses, synchronize `stream` instead where that is sound.
     pub fn new(stream: A::Stream) -> Self {
-        Self {
-            fence: EventFence::new(stream),
-        }
+        let fence = EventFence::new(stream);
+        let point = match fence.error() {
+            None => Point::Recorded(fence),
+            Some(err) if falls_back(err) => {
+                log::warn!(
+                    "{}: a fence could not be recorded, synchronizing its stream instead: {err}",
+                    A::BACKEND
+                );
+                match A::stream_synchronize(stream) {
+                    Ok(()) => Point::Reached,
+                    Err(err) => Point::Failed(server_error(&err)),
+                }
+            }
+            Some(err) => Point::Failed(server_error(err)),
+        };
+        Self { point }
     }
 
-    /// Make `stream` wait for the point on the device; the host runs on.
+    /// Make `stream` wait for the point on the device; the host runs on,
+    /// unless the driver refuses the dependency, where the host waits for
+    /// the point itself, which orders the work just the same.
     ///
     /// # Errors
     ///
-    /// The driver's error, as a [`ServerError`].
-    pub fn wait_async(&self, stream: A::Stream) -> Result<(), ServerError> {
-        self.fence
-            .wait_async(stream)
-            .map_err(|err| server_error(&err))
+    /// The driver's error, as a [`ServerError`]: a poisoning fault is
+    /// [`ServerError::DevicePoisoned`].
+    pub fn wait_async(self, stream: A::Stream) -> Result<(), ServerError> {
+        match self.point {
+            Point::Recorded(fence) => match fence.wait_async(stream) {
+                Ok(()) => Ok(()),
+                Err(err) if falls_back(&err) => {
+                    log::warn!(
+                        "{}: a stream could not be made to wait on a fence, waiting on the host: {err}",
+                        A::BACKEND
+                    );
+                    fence.wait_sync().map_err(|err| server_error(&err))
+                }
+                Err(err) => Err(server_error(&err)),
+            },
+            Point::Reached => Ok(()),
+            Point::Failed(err) => Err(err),
+        }
     }
 
     /// Block the host until the device has reached the point.
@@ -48,8 +96,12 @@ impl<A: AnchorApi> CubeFence<A> {
     ///
     /// The driver's error (the fault the wait uncovered), as a
     /// [`ServerError`].
-    pub fn wait_sync(&self) -> Result<(), ServerError> {
-        self.fence.wait_sync().map_err(|err| server_error(&err))
+    pub fn wait_sync(self) -> Result<(), ServerError> {
+        match self.point {
+            Point::Recorded(fence) => fence.wait_sync().map_err(|err| server_error(&err)),
+            Point::Reached => Ok(()),
+            Point::Failed(err) => Err(err),
+        }
     }
 
     /// Whether the device has passed the point; never waits.
@@ -61,12 +113,33 @@ impl<A: AnchorApi> CubeFence<A> {
     where
         A: EventQuery,
     {
-        self.fence.is_complete().map_err(|err| server_error(&err))
+        match &self.point {
+            Point::Recorded(fence) => fence.is_complete().map_err(|err| server_error(&err)),
+            Point::Reached => Ok(true),
+            Point::Failed(err) => Err(err.clone()),
+        }
+    }
+}
+
+/// Whether CubeCL's fallback is sound after `err`: the device is sound, the
+/// handles live, and no capture is in the way.
+fn falls_back(err: &DriverError) -> bool {
+    matches!(err.kind(), ErrorKind::OutOfResources | ErrorKind::Other)
+}
+
+#[cfg(feature = "cubecl-server")]
+impl<A: AnchorApi> cubecl_server::memory_management::drop_queue::Fence for CubeFence<A> {
+    fn wait(self) -> Result<(), ServerError> {
+        self.wait_sync()
     }
 }
 
 impl<A: AnchorApi> std::fmt::Debug for CubeFence<A> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.fence.fmt(f)
+        match &self.point {
+            Point::Recorded(fence) => fence.fmt(f),
+            Point::Reached => f.write_str("CubeFence(reached)"),
+            Point::Failed(err) => write!(f, "CubeFence(failed: {err})"),
+        }
     }
 }

@@ -4,11 +4,17 @@
 //!
 //! - [`CubeProfiler`]: `start_profile`, `start_profile_at_launch`,
 //!   `end_profile`, `abandon_profile` with CubeCL's signatures, and the
-//!   server's failure path. A window with no device timing is
-//!   [`ProfileError::NotMeasured`](cubecl_runtime::server::ProfileError::NotMeasured),
-//!   or a `ProfileDuration` whose future yields `None`, never a zero.
+//!   server's failure path: a refused start is an `Err` at
+//!   `start_profile`, a window the server failed inside (or whose events
+//!   the driver refused) is
+//!   [`ProfileError::Server`](cubecl_runtime::server::ProfileError::Server),
+//!   and one with no device timing a `ProfileDuration` whose future yields
+//!   `None`, never a zero.
 //! - [`CubeFence`]: the fence behind `flush` and `sync`, with
-//!   [`ServerError`](cubecl_runtime::server::ServerError)s, never a panic.
+//!   [`ServerError`](cubecl_runtime::server::ServerError)s, never a panic,
+//!   and CubeCL's fallbacks where they are sound.
+//! - [`server_error`]: a poisoning fault is `ServerError::DevicePoisoned`,
+//!   as CubeCL's own backends report it.
 //!
 //! The `ProfileDuration` is `cubecl-common` 0.12's, the one a CubeCL 0.12
 //! server returns: device-events uses that version throughout.

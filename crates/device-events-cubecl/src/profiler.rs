@@ -6,7 +6,7 @@ use cubecl_runtime::server::{ProfileError, ProfilingToken, ServerError};
 use device_events_core::profile::ProfileDuration;
 use device_events_core::{AnchorApi, EventProfiler, ProfileToken, ProfilerConfig};
 
-use crate::errors::{not_measured, not_registered};
+use crate::errors::{not_registered, profile_error, server_error};
 
 /// A window, by CubeCL token.
 enum Window<S> {
@@ -14,8 +14,9 @@ enum Window<S> {
     Open(ProfileToken),
     /// Opens at its stream's next launch.
     AtLaunch(S),
-    /// The server failed while it was open: it measures nothing.
-    Failed,
+    /// The server failed while it was open (or the driver refused its
+    /// opening at a launch): `end_profile` reports that.
+    Failed(ServerError),
 }
 
 /// A CubeCL server's profiling, on any backend: tokens are
@@ -35,11 +36,11 @@ enum Window<S> {
 /// let s = OwnedStream::<Sim>::new()?;
 /// let mut profiler = CubeProfiler::<Sim>::new();
 /// let token = profiler.start_profile(s.get())?;
-/// // A launch failed inside the window: it measured nothing.
+/// // A launch failed inside the window: it reads as that failure.
 /// let err = cubecl_runtime::server::ServerError::Skipped;
 /// profiler.failure(&err);
 /// let read = profiler.end_profile(s.get(), token);
-/// assert!(matches!(read, Err(ProfileError::NotMeasured { .. })));
+/// assert!(matches!(read, Err(ProfileError::Server(_))));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct CubeProfiler<A: AnchorApi> {
@@ -88,11 +89,15 @@ where
     ///
     /// # Errors
     ///
-    /// None today: a driver error is kept in the window and makes it read
-    /// [`ProfileError::NotMeasured`] at `end_profile`. CubeCL's signature
-    /// keeps the `Result`.
+    /// The driver's refusal of the window (its event, its record, or the
+    /// anchor it needs), as a [`ServerError`], before the server queues
+    /// the work to profile; a poisoning fault is
+    /// [`ServerError::DevicePoisoned`].
     pub fn start_profile(&mut self, stream: A::Stream) -> Result<ProfilingToken, ServerError> {
-        let token = self.profiler.start(stream);
+        let token = self
+            .profiler
+            .try_start(stream)
+            .map_err(|err| server_error(&err))?;
         Ok(self.insert(Window::Open(token)))
     }
 
@@ -103,7 +108,9 @@ where
     ///
     /// # Errors
     ///
-    /// None today, as for [`start_profile`](Self::start_profile).
+    /// None: the window opens at the launch, and a refusal then is
+    /// reported by [`end_profile`](Self::end_profile). CubeCL's signature
+    /// keeps the `Result`.
     pub fn start_profile_at_launch(
         &mut self,
         stream: A::Stream,
@@ -126,7 +133,10 @@ where
             };
             match window {
                 Window::AtLaunch(s) if *s == stream => {
-                    *window = Window::Open(profiler.start(stream));
+                    *window = match profiler.try_start(stream) {
+                        Ok(token) => Window::Open(token),
+                        Err(err) => Window::Failed(server_error(&err)),
+                    };
                     false
                 }
                 Window::AtLaunch(_) => true,
@@ -141,8 +151,10 @@ where
     ///
     /// [`ProfileError::NotRegistered`] for a token this profiler does not
     /// hold (closed or abandoned already, or another's);
-    /// [`ProfileError::NotMeasured`] for a window with no device timing: a
-    /// launch failed inside it, or the driver refused its events (logged).
+    /// [`ProfileError::Server`] for a window the server failed inside
+    /// ([`failure`](Self::failure)) or whose own events the driver refused,
+    /// with that error (a poisoned device stays poisoned). A window that
+    /// simply has no device timing resolves to `None`, never a zero.
     pub fn end_profile(
         &mut self,
         stream: A::Stream,
@@ -153,19 +165,15 @@ where
             Window::Open(open) => open,
             Window::AtLaunch(_) => {
                 self.at_launch.retain(|id| *id != token.id);
-                self.profiler.start(stream)
+                self.profiler
+                    .try_start(stream)
+                    .map_err(|err| profile_error(&err))?
             }
-            Window::Failed => return Err(not_measured()),
+            Window::Failed(err) => return Err(ProfileError::from(&err)),
         };
         match self.profiler.stop(stream, open) {
             Ok(duration) => Ok(duration),
-            Err(device_events_core::ProfileError::Driver(err)) => {
-                log::warn!(
-                    "{}: profiling window not measured: {err}",
-                    <A as device_events_core::EventApi>::BACKEND
-                );
-                Err(not_measured())
-            }
+            Err(device_events_core::ProfileError::Driver(err)) => Err(profile_error(&err)),
             Err(_) => Err(not_registered()),
         }
     }
@@ -180,18 +188,20 @@ where
         self.at_launch.retain(|id| *id != token.id);
     }
 
-    /// The server failed (a launch, a write): every open window measures
-    /// nothing, as CubeCL's servers mark them. `error` is logged once.
+    /// The server failed (a launch, a write): every open window reads as
+    /// `error` at `end_profile` ([`ProfileError::Server`]), as CubeCL's
+    /// servers report it. Logged once.
     pub fn failure(&mut self, error: &ServerError) {
         let mut failed = 0;
         for window in self.windows.values_mut() {
-            match std::mem::replace(window, Window::Failed) {
+            match std::mem::replace(window, Window::Failed(error.clone())) {
                 Window::Open(open) => {
                     let _ = self.profiler.abandon(open);
                     failed += 1;
                 }
                 Window::AtLaunch(_) => failed += 1,
-                Window::Failed => {}
+                // The latest failure stands, as in CubeCL's own profiler.
+                Window::Failed(_) => {}
             }
         }
         self.at_launch.clear();

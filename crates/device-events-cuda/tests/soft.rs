@@ -28,6 +28,7 @@ device_events_conformance::contract_suite!(
         record: "cuEventRecord",
         synchronize: "cuEventSynchronize",
         stream_synchronize: "cuStreamSynchronize",
+        stream_wait: "cuStreamWaitEvent",
         stream_destroy: "cuStreamDestroy_v2",
         poisoning: (700, "CUDA_ERROR_ILLEGAL_ADDRESS"),
     }

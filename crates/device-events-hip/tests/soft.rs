@@ -22,6 +22,7 @@ device_events_conformance::contract_suite!(
         record: "hipEventRecord",
         synchronize: "hipEventSynchronize",
         stream_synchronize: "hipStreamSynchronize",
+        stream_wait: "hipStreamWaitEvent",
         stream_destroy: "hipStreamDestroy",
         poisoning: (719, "hipErrorLaunchFailure"),
     }
