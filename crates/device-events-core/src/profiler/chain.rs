@@ -9,7 +9,7 @@ use super::{EventProfiler, Opened};
 use crate::errors::ProfileError;
 use crate::gate::AnchorApi;
 use crate::point::Point;
-use crate::resolving::PlacedWindow;
+use crate::resolving::{PlacedWindow, Resolving, Ticks};
 use crate::token::ProfileToken;
 
 impl<A: AnchorApi> EventProfiler<A> {
@@ -47,8 +47,10 @@ impl<A: AnchorApi> EventProfiler<A> {
         stream: A::Stream,
         token: ProfileToken,
     ) -> Result<(ProfileDuration, ProfileToken), ProfileError> {
-        let (closed, next) = self.split_placed(stream, token)?;
-        Ok((closed.into_profile_duration(), next))
+        // Built straight from the reading, as `stop` does: the one box
+        // `ProfileDuration` makes.
+        let (closed, next) = self.cut(stream, token)?;
+        Ok((ProfileDuration::new_device_time_maybe(Ticks(closed)), next))
     }
 
     /// As [`split`](Self::split), with a bound on the closed window's
@@ -62,6 +64,21 @@ impl<A: AnchorApi> EventProfiler<A> {
         stream: A::Stream,
         token: ProfileToken,
     ) -> Result<(PlacedWindow, ProfileToken), ProfileError> {
+        let (closed, next) = self.cut(stream, token)?;
+        Ok((
+            PlacedWindow {
+                future: Box::pin(closed),
+            },
+            next,
+        ))
+    }
+
+    /// The closed window's reading and the next window's token.
+    fn cut(
+        &mut self,
+        stream: A::Stream,
+        token: ProfileToken,
+    ) -> Result<(Resolving<A>, ProfileToken), ProfileError> {
         let opened = self.take(token)?.map_err(|err| *err)?;
         let boundary = self.recorded(stream)?;
         let boundary = Arc::new(self.pool.lend(boundary));
@@ -78,11 +95,6 @@ impl<A: AnchorApi> EventProfiler<A> {
             profiler: self.id,
             key: self.windows.insert(next),
         };
-        Ok((
-            PlacedWindow {
-                future: Box::pin(closed),
-            },
-            next,
-        ))
+        Ok((closed, next))
     }
 }
