@@ -305,6 +305,11 @@ pub(crate) fn bench() -> Result<()> {
          stream queueing a 20 µs kernel every 20 µs, two runs"
     );
     let gate = probe_runs(&["gate", "20"], 2, &soft)?;
+    eprintln!(
+        "xtask: device 1's windows, read right after stop, while device 0 hangs behind a 2 s \
+         kernel with a calibration pending, two runs"
+    );
+    let hung = probe_runs(&["hung-device", "200"], 2, &soft)?;
     eprintln!("xtask: a thread waiting 100 ms for a fence, spinning and blocking");
     let wait = probe(&["wait-cost"], &soft)?;
 
@@ -421,6 +426,14 @@ pub(crate) fn bench() -> Result<()> {
                      calibrator: the simulated backend has no threads), as a share of one core",
         },
         "server_way": server_way,
+        "beside_a_hung_device": {
+            "runs": hung,
+            "goals_us": { "read_p99": 1000.0 },
+            "note": "software driver, two devices: 200 empty windows on device 1, each read \
+                     right after stop (the first waits for device 1's first anchor), while \
+                     device 0's anchor stream waits behind a 2 s kernel with a calibration \
+                     pending; and whether that calibration completes once the kernel is done",
+        },
         "gate_on_a_shared_queue": {
             "runs": gate,
             "goals_us": { "closed_per_sample": 20.0, "user_delay_max": 20.0 },
@@ -659,6 +672,26 @@ fn print_table(r: &Value) {
                 late_high <= 1000.0,
             );
         }
+    }
+    if let Some(runs) = r["beside_a_hung_device"]["runs"].as_array() {
+        let worst = |key: &str| runs.iter().map(|run| f(&run[key])).fold(f64::NAN, f64::max);
+        let p99 = worst("read_p99_us");
+        row(
+            "device 1 beside a hung device 0: read p99, µs, worst",
+            p99,
+            "<= 1000",
+            p99 <= 1000.0,
+        );
+        let done = runs
+            .iter()
+            .all(|run| run["hung_devices_calibration_completed"].as_bool() == Some(true));
+        println!(
+            "{:<54} {:>14} {:>12} {:>10}",
+            "device 0's calibration completes after the hang",
+            done,
+            "true",
+            if done { "yes" } else { "NO" }
+        );
     }
     if let Some(runs) = r["gate_on_a_shared_queue"]["runs"].as_array() {
         let worst = |key: &str| runs.iter().map(|run| f(&run[key])).fold(f64::NAN, f64::max);

@@ -191,8 +191,13 @@ pub fn cuda_capturing() -> Capturing<Cuda> {
 
 /// Device 0's primary context, retained for the process.
 fn retained_primary_context() -> sys::CUcontext {
+    primary_context(0)
+}
+
+/// Device `ordinal`'s primary context, retained for the process.
+fn primary_context(ordinal: c_int) -> sys::CUcontext {
     result::init().unwrap();
-    let device = result::device::get(0).unwrap();
+    let device = result::device::get(ordinal).unwrap();
     // SAFETY: `device` came from the driver; the retain lasts the process.
     unsafe { result::primary_ctx::retain(device).unwrap() }
 }
@@ -295,4 +300,52 @@ pub fn gate_on_a_shared_queue(soft: &SoftDriver, calibrations: usize) -> Held {
         delayed_ns: after.delayed_ns - before.delayed_ns,
         ..after
     }
+}
+
+/// Device B's windows while device A hangs: device 0's anchor stream waits
+/// behind a 2 s kernel on the one hardware queue it shares, with a
+/// calibration pending there, while this thread reads `windows` empty
+/// windows on device 1, each right after its `stop`. Returns how long
+/// each took to read, sorted, and whether device 0's calibration completed
+/// once its kernel was done.
+///
+/// # Panics
+///
+/// When the software driver cannot run it.
+pub fn beside_a_hung_device(soft: &SoftDriver, windows: usize) -> (Vec<Duration>, bool) {
+    let bind = |ordinal| {
+        // SAFETY: a retained primary context.
+        unsafe { result::ctx::set_current(primary_context(ordinal)).unwrap() };
+    };
+    soft.set_hw_queues(1);
+    bind(0);
+    let a = OwnedStream::<Cuda>::new().unwrap();
+    soft.set_bandwidth(1e9);
+    work(a.get(), 2_000_000_000);
+    soft.set_bandwidth(10e9);
+    let mut hung = EventProfiler::<Cuda>::new();
+    let token = hung.start(a.get());
+    hung.abandon(token).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    bind(1);
+    let b = OwnedStream::<Cuda>::new().unwrap();
+    let mut profiler = EventProfiler::<Cuda>::new();
+    let mut took = Vec::with_capacity(windows);
+    for _ in 0..windows {
+        let token = profiler.start(b.get());
+        let window = profiler.stop_placed(b.get(), token).unwrap();
+        let stopped = Instant::now();
+        assert!(pollster::block_on(window.resolve()).is_some());
+        took.push(stopped.elapsed());
+    }
+    drop(profiler);
+    drop(b);
+    bind(0);
+    Cuda::stream_synchronize(a.get()).unwrap();
+    drop(hung);
+    let calibrated = device_events_core::wait_for_calibrations(Duration::from_secs(10));
+    drop(a);
+    soft.set_hw_queues(0);
+    took.sort_unstable();
+    (took, calibrated)
 }

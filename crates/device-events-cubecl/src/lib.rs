@@ -13,6 +13,8 @@
 //! - [`CubeFence`]: the fence behind `flush` and `sync`, with
 //!   [`ServerError`](cubecl_runtime::server::ServerError)s, never a panic,
 //!   and CubeCL's fallbacks where they are sound.
+//! - [`CubeStreams`]: a server's raw streams (`CUstream`, `hipStream_t`)
+//!   as it keeps them, each admitted once (features `cuda`, `hip`).
 //! - [`server_error`]: a poisoning fault is `ServerError::DevicePoisoned`,
 //!   as CubeCL's own backends report it.
 //!
@@ -45,7 +47,9 @@
 mod errors;
 mod fence;
 mod profiler;
+mod streams;
 
 pub use errors::server_error;
 pub use fence::CubeFence;
 pub use profiler::CubeProfiler;
+pub use streams::{CubeStreams, RawStreams};

@@ -88,6 +88,9 @@ enum What {
     /// CPU time and wake-up lateness of a 100 ms fence wait: spinning and
     /// blocking on the software driver, and on PoCL.
     WaitCost,
+    /// Device 1's windows read right after `stop` while device 0 hangs
+    /// behind a 2 s kernel with a calibration pending.
+    HungDevice { windows: usize },
     /// What the anchor's closed gate costs a user's kernels on the
     /// hardware queue its stream shares, over `calibrations`.
     Gate { calibrations: usize },
@@ -511,6 +514,19 @@ fn main() {
                     "late_p99_us": at(&idle, 0.99),
                 },
                 "cpu_share_1000_pending": device_events_bench::answer::cpu_while_pending(soft),
+            })
+        }
+        What::HungDevice { windows } => {
+            let soft = SoftDriver::get().unwrap_or_else(|e| panic!("{e}"));
+            let _pair = CudaPair::new();
+            let (took, calibrated) =
+                device_events_bench::server::beside_a_hung_device(soft, windows);
+            json!({
+                "windows": took.len(),
+                "read_median_us": quantile_us(&took, 0.5),
+                "read_p99_us": quantile_us(&took, 0.99),
+                "read_worst_us": quantile_us(&took, 1.0),
+                "hung_devices_calibration_completed": calibrated,
             })
         }
         What::Gate { calibrations } => {
