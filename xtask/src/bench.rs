@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use crate::{cargo, ensure_debian_tool, root, run, soft_driver, soft_env};
 
 /// Cases `bench-probe` runs, with how many times under callgrind.
-const CASES: [(&str, u64); 16] = [
+const CASES: [(&str, u64); 20] = [
     ("null-nothing", 20_000),
     ("null-fence", 20_000),
     ("null-pooled-fence", 20_000),
@@ -27,6 +27,10 @@ const CASES: [(&str, u64); 16] = [
     ("cudarc-window-submit", 2_000),
     ("cuda-chain-submit", 2_000),
     ("cudarc-chain-submit", 2_000),
+    ("cubecl-server-fence-submit", 2_000),
+    ("cubecl-ours-fence-submit", 2_000),
+    ("cubecl-server-window-submit", 2_000),
+    ("cubecl-ours-window-submit", 2_000),
 ];
 
 /// Interleaved wall-time rounds against cudarc, and operations per round.
@@ -310,6 +314,11 @@ pub(crate) fn bench() -> Result<()> {
          kernel with a calibration pending, two runs"
     );
     let hung = probe_runs(&["hung-device", "200"], 2, &soft)?;
+    eprintln!(
+        "xtask: CubeCL's own profiler and fence (cubecl-server) beside ours: a 20 ms window's \
+         first poll, and 200 windows' placement each, two runs"
+    );
+    let cubecl_side = probe_runs(&["cubecl-side", "200"], 2, &soft)?;
     eprintln!("xtask: a thread waiting 100 ms for a fence, spinning and blocking");
     let wait = probe(&["wait-cost"], &soft)?;
 
@@ -424,6 +433,26 @@ pub(crate) fn bench() -> Result<()> {
             "goals": { "cpu_share": 0.05, "late_p99_us": 1000.0 },
             "note": "CPU of every thread but the reading one (the library's resolver and \
                      calibrator: the simulated backend has no threads), as a share of one core",
+        },
+        "against_cubecl_server": {
+            "submit": {
+                "fence": {
+                    "driver_calls": json!({ "ours": c("cubecl-ours-fence-submit"), "cubecl_server": c("cubecl-server-fence-submit") }),
+                    "instructions": json!({ "ours": i("cubecl-ours-fence-submit"), "cubecl_server": i("cubecl-server-fence-submit"), "ratio": ratio(i("cubecl-ours-fence-submit"), i("cubecl-server-fence-submit")) }),
+                },
+                "window": {
+                    "driver_calls": json!({ "ours": c("cubecl-ours-window-submit"), "cubecl_server": c("cubecl-server-window-submit") }),
+                    "instructions": json!({ "ours": i("cubecl-ours-window-submit"), "cubecl_server": i("cubecl-server-window-submit"), "ratio": ratio(i("cubecl-ours-window-submit"), i("cubecl-server-window-submit")) }),
+                },
+            },
+            "runs": cubecl_side,
+            "note": "cubecl-server 0.12.0-pre.1's EventProfiler and EventFence over an EventApi of \
+                     the software driver's CUDA ABI (the bench's, as cubecl-cuda writes its own), \
+                     beside device-events-cubecl's CubeProfiler and CubeFence: the submitting \
+                     thread's driver calls and instructions; the first poll of a window with 20 ms \
+                     of work left (a blocking read takes that long); placement error of both \
+                     ends of 200 windows each against the driver's truth, clock offset and \
+                     drifting 100 ppm",
         },
         "server_way": server_way,
         "beside_a_hung_device": {
@@ -709,6 +738,58 @@ fn print_table(r: &Value) {
             "<= 20",
             delay <= 20.0,
         );
+    }
+    let cs = &r["against_cubecl_server"];
+    for what in ["fence", "window"] {
+        let figures = &cs["submit"][what];
+        println!(
+            "{:<54} {:>14} {:>12} {:>10}",
+            format!("vs cubecl-server: {what} submit, calls (ours / theirs)"),
+            format!(
+                "{:.1} / {:.1}",
+                f(&figures["driver_calls"]["ours"]),
+                f(&figures["driver_calls"]["cubecl_server"])
+            ),
+            "",
+            ""
+        );
+        let ratio = f(&figures["instructions"]["ratio"]);
+        row(
+            &format!("vs cubecl-server: {what} submit, instr ratio"),
+            ratio,
+            "<= 1.00",
+            ratio <= 1.0,
+        );
+    }
+    if let Some(runs) = cs["runs"].as_array() {
+        for (side, name) in [
+            ("cubecl_server", "cubecl-server"),
+            ("device_events_cubecl", "ours"),
+        ] {
+            let worst = |key: &str| {
+                runs.iter()
+                    .map(|run| f(&run[side][key]))
+                    .fold(f64::NAN, f64::max)
+            };
+            println!(
+                "{:<54} {:>14.1} {:>12} {:>10}",
+                format!("{name}: first poll of a 20 ms window, µs, worst"),
+                worst("first_poll_of_a_20ms_window_us"),
+                "",
+                ""
+            );
+            println!(
+                "{:<54} {:>14} {:>12} {:>10}",
+                format!("{name}: placement median / p99, µs, worst run"),
+                format!(
+                    "{:.2} / {:.2}",
+                    worst("placement_median_us"),
+                    worst("placement_p99_us")
+                ),
+                "",
+                ""
+            );
+        }
     }
     let sw = &r["server_way"];
     let start = f(&sw["start_behind_a_1s_kernel"]["p99_9_us"]);

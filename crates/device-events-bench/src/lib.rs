@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 pub mod answer;
+pub mod cubecl;
 pub mod placement;
 pub mod pocl;
 pub mod server;
@@ -124,6 +125,10 @@ pub struct CudaPair {
     pub pool: FencePool<Cuda>,
     /// A profiler for `Cuda`.
     pub profiler: EventProfiler<Cuda>,
+    /// CubeCL's own profiler (`cubecl-server`), on the raw stream.
+    pub upstream: cubecl_server::device_events::EventProfiler<crate::cubecl::Upstream>,
+    /// Ours, as a CubeCL server uses it (`device-events-cubecl`).
+    pub cube: device_events_cubecl::CubeProfiler<Cuda>,
     /// Device memory for work of a known length inside a window.
     scratch: sys::CUdeviceptr,
 }
@@ -162,6 +167,8 @@ impl CudaPair {
             ours,
             pool: FencePool::new(),
             profiler: EventProfiler::with_config(steady()),
+            upstream: cubecl_server::device_events::EventProfiler::default(),
+            cube: device_events_cubecl::CubeProfiler::with_config(steady()),
             // SAFETY: a plain device allocation, `ctx` current.
             scratch: unsafe { cudarc::driver::result::malloc_sync(SCRATCH) }.unwrap(),
         }
@@ -236,6 +243,34 @@ impl CudaPair {
     /// cudarc's event made, recorded and dropped.
     pub fn cudarc_fence_submit(&self) {
         drop(self.cudarc_recorded());
+    }
+
+    /// CubeCL's own fence (`cubecl-server`) on the raw stream, made and
+    /// dropped.
+    pub fn upstream_fence_submit(&self) {
+        drop(cubecl_server::device_events::EventFence::<
+            crate::cubecl::Upstream,
+        >::new(self.stream.cu_stream()));
+    }
+
+    /// Ours as a CubeCL server uses it, made and dropped.
+    pub fn cube_fence_submit(&self) {
+        drop(device_events_cubecl::CubeFence::<Cuda>::new(self.ours));
+    }
+
+    /// A window of CubeCL's own profiler, opened and closed.
+    pub fn upstream_window_submit(&mut self, pending: &mut Pending) {
+        let raw = self.stream.cu_stream();
+        let token = self.upstream.start(raw).unwrap();
+        pending.ours.push(self.upstream.stop(raw, token).unwrap());
+    }
+
+    /// A window of ours as a CubeCL server uses it, opened and closed.
+    pub fn cube_window_submit(&mut self, pending: &mut Pending) {
+        let token = self.cube.start_profile(self.ours).unwrap();
+        pending
+            .ours
+            .push(self.cube.end_profile(self.ours, token).unwrap());
     }
 
     /// A window opened and closed.

@@ -91,6 +91,10 @@ enum What {
     /// Device 1's windows read right after `stop` while device 0 hangs
     /// behind a 2 s kernel with a calibration pending.
     HungDevice { windows: usize },
+    /// CubeCL's own profiler and fence (`cubecl-server`) beside ours on
+    /// the software driver: reading a window that is not done, and each
+    /// side's placement error over `windows` windows.
+    CubeclSide { windows: usize },
     /// What the anchor's closed gate costs a user's kernels on the
     /// hardware queue its stream shares, over `calibrations`.
     Gate { calibrations: usize },
@@ -146,6 +150,10 @@ fn op(case: &str) -> Op {
             |s| cuda(s, |_, pending| CudaPair::cudarc_window_complete(pending))
         }
         "cuda-chain-submit" => |s| cuda(s, CudaPair::our_chain_submit),
+        "cubecl-server-fence-submit" => |s| cuda(s, |pair, _| pair.upstream_fence_submit()),
+        "cubecl-ours-fence-submit" => |s| cuda(s, |pair, _| pair.cube_fence_submit()),
+        "cubecl-server-window-submit" => |s| cuda(s, CudaPair::upstream_window_submit),
+        "cubecl-ours-window-submit" => |s| cuda(s, CudaPair::cube_window_submit),
         "cudarc-chain-submit" => |s| cuda(s, |pair, pending| pair.cudarc_chain_submit(pending)),
         case => panic!("unknown case {case}"),
     }
@@ -445,6 +453,10 @@ fn main() {
                 "cudarc-window-submit",
                 "cuda-chain-submit",
                 "cudarc-chain-submit",
+                "cubecl-server-fence-submit",
+                "cubecl-ours-fence-submit",
+                "cubecl-server-window-submit",
+                "cubecl-ours-window-submit",
             ] {
                 report.insert(case.into(), json!(per_op(case, 2000, mine)));
             }
@@ -527,6 +539,44 @@ fn main() {
                 "read_p99_us": quantile_us(&took, 0.99),
                 "read_worst_us": quantile_us(&took, 1.0),
                 "hung_devices_calibration_completed": calibrated,
+            })
+        }
+        What::CubeclSide { windows } => {
+            use device_events_bench::cubecl;
+            let soft = SoftDriver::get().unwrap_or_else(|e| panic!("{e}"));
+            // Offset, and drifting 100 ppm, from before either side's
+            // first anchor.
+            soft.set_clock(3_700_000_000_123, 100.0);
+            let pair = CudaPair::new();
+            let mut sides = cubecl::Sides::new(pair.stream.cu_stream(), pair.ours);
+            soft.set_bandwidth(1e9);
+            let reads = cubecl::blocking_reads(&mut sides, 20_000_000);
+            soft.set_bandwidth(10e9);
+            let [upstream, ours] = cubecl::placement(
+                soft,
+                &mut sides,
+                windows,
+                std::time::Duration::from_millis(2),
+            );
+            let us = |ns: &[u64], q: f64| {
+                ns.get(((ns.len().max(1) - 1) as f64 * q).round() as usize)
+                    .map_or(f64::NAN, |ns| *ns as f64 / 1e3)
+            };
+            let side = |read: (std::time::Duration, bool), errors: &[u64]| {
+                json!({
+                    "first_poll_of_a_20ms_window_us": read.0.as_secs_f64() * 1e6,
+                    "first_poll_ready": read.1,
+                    "placement_median_us": us(errors, 0.5),
+                    "placement_p99_us": us(errors, 0.99),
+                    "placement_worst_us": us(errors, 1.0),
+                    "ends": errors.len(),
+                })
+            };
+            drop(sides);
+            soft.set_clock(1_000_000_000_000, 0.0);
+            json!({
+                "cubecl_server": side(reads[0], &upstream),
+                "device_events_cubecl": side(reads[1], &ours),
             })
         }
         What::Gate { calibrations } => {
