@@ -184,7 +184,7 @@ pub fn a_fence_follows_its_streams_context<A: AnchorApi>(soft: &SoftDriver, abi:
 
 /// The anchor's gate is closed on the device only until the host sees
 /// the anchor's stream reach it (a mark recorded ahead of it), not for a
-/// fixed settle time: here, with the gate's bound set to a second, the
+/// fixed settle time: here, with the gate's bound set to 5 s, the
 /// user's records on the one hardware queue the anchor's stream shares wait
 /// behind it for well under that, in every calibration sample.
 pub fn a_closed_gate_holds_work_on_its_hardware_queue_only_until_the_stream_reaches_it<
@@ -198,11 +198,20 @@ pub fn a_closed_gate_holds_work_on_its_hardware_queue_only_until_the_stream_reac
     soft.set_hw_queues(1);
     let s = A::stream_create_non_blocking().unwrap();
     let mut profiler = EventProfiler::<A>::with_config(ProfilerConfig {
-        gate_settle: Some(Duration::from_secs(1)),
+        gate_settle: Some(Duration::from_secs(5)),
         ..ProfilerConfig::default()
     });
+    /// Stops the user's records however the scope ends, a failed
+    /// assertion included, so the test fails instead of hanging.
+    struct Stop<'a>(&'a std::sync::atomic::AtomicBool);
+    impl Drop for Stop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::Release);
+        }
+    }
     let done = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|scope| {
+        let stop = Stop(&done);
         scope.spawn(|| {
             (abi.bind)(0);
             let mut e = A::event_create().unwrap();
@@ -222,7 +231,7 @@ pub fn a_closed_gate_holds_work_on_its_hardware_queue_only_until_the_stream_reac
         ));
         // The user's records went on past the calibration.
         std::thread::sleep(Duration::from_millis(5));
-        done.store(true, std::sync::atomic::Ordering::Release);
+        drop(stop);
         assert!(begun.elapsed() < Duration::from_secs(30));
     });
     let held = soft.value_waits_held();
@@ -231,13 +240,15 @@ pub fn a_closed_gate_holds_work_on_its_hardware_queue_only_until_the_stream_reac
     A::stream_destroy(s).unwrap();
     soft.set_hw_queues(0);
     assert!(held.waits >= 5, "the gate held {} samples", held.waits);
+    // Against a bound of 5 s: a busy machine's scheduling delays are far
+    // below it; a gate kept closed for its bound is at it.
     assert!(
-        held.delayed_max_ns < 200_000_000,
+        held.delayed_max_ns < 1_000_000_000,
         "a user's record waited {} ms behind the closed gate",
         held.delayed_max_ns / 1_000_000
     );
     assert!(
-        held.held_max_ns < 200_000_000,
+        held.held_max_ns < 1_000_000_000,
         "the gate held its stream {} ms",
         held.held_max_ns / 1_000_000
     );

@@ -191,8 +191,12 @@ impl<A: AnchorApi> Bracket<A> {
             }
         };
         A::event_record(event.raw(), stream)?;
-        if let Some(mark) = mark {
-            arrive(&mark, settle)?;
+        if let Some(mark) = mark
+            && let Err(err) = arrive(&mark, settle)
+        {
+            // Never pooled again: an event the driver failed on.
+            mark.discard();
+            return Err(err);
         }
         let before = clock();
         closed.open()?;
@@ -212,7 +216,9 @@ const POLL_FOR: Duration = Duration::from_millis(1);
 const SLEEP_UP_TO: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// Return once the device has reached `mark`, or `bound` has passed:
-/// polling, yielding, where the backend can ask; else after `bound`.
+/// polling where the backend can ask, yielding for [`POLL_FOR`] and then
+/// from sleeps of [`ARRIVE_SLEEP`] (a stream that far behind other work
+/// holds nobody at its gate yet); else after `bound`.
 fn arrive<A: AnchorApi>(mark: &PooledEvent<A>, bound: Duration) -> Result<(), DriverError> {
     let started = std::time::Instant::now();
     while started.elapsed() < bound {
@@ -221,13 +227,21 @@ fn arrive<A: AnchorApi>(mark: &PooledEvent<A>, bound: Duration) -> Result<(), Dr
                 if reached? {
                     return Ok(());
                 }
-                std::thread::yield_now();
+                if started.elapsed() < POLL_FOR {
+                    std::thread::yield_now();
+                } else {
+                    std::thread::sleep(ARRIVE_SLEEP.min(bound.saturating_sub(started.elapsed())));
+                }
             }
             None => std::thread::sleep(bound.saturating_sub(started.elapsed())),
         }
     }
     Ok(())
 }
+
+/// How long [`arrive`] sleeps between asks once it has polled for
+/// [`POLL_FOR`]: how long, at most, a gate reached then stays closed.
+const ARRIVE_SLEEP: std::time::Duration = std::time::Duration::from_micros(50);
 
 /// Return once the device has reached `event`: polling where the backend
 /// can, tightly for [`POLL_FOR`] and then from a sleep, else waiting.

@@ -13,11 +13,13 @@ use crate::errors::server_error;
 /// As CubeCL's own fence, it falls back where the driver refuses: a record
 /// refused synchronizes the stream there and then, and a stream wait
 /// refused waits on the host, each keeping every guarantee a fence gives.
-/// Only for an error that leaves the device and any capture as they were
-/// (out of resources, or one this crate does not class): a fault that
-/// poisons the device is returned as it is, a stale handle would be
-/// refused again, and during a graph capture a synchronize or host wait
-/// would invalidate the capture.
+/// Only for an error that leaves the device and any capture as they were:
+/// a record refused out of resources or for a reason this crate does not
+/// class (the synchronize is refused before the driver on a capturing
+/// stream), a stream wait refused out of resources (a host wait would
+/// leave a capture's graph without the ordering). A fault that poisons
+/// the device is returned as it is, and a stale handle would be refused
+/// again.
 ///
 /// With the `cubecl-server` feature it is a `drop_queue::Fence`, so a
 /// backend writes `type Fence = CubeFence<Cuda>`.
@@ -76,7 +78,10 @@ impl<A: AnchorApi> CubeFence<A> {
         match self.point {
             Point::Recorded(fence) => match fence.wait_async(stream) {
                 Ok(()) => Ok(()),
-                Err(err) if falls_back(&err) => {
+                // Out of resources only: a refusal for any other reason
+                // may come of a capture on `stream`, whose graph a host
+                // wait would leave without the ordering.
+                Err(err) if err.kind() == ErrorKind::OutOfResources => {
                     log::warn!(
                         "{}: a stream could not be made to wait on a fence, waiting on the host: {err}",
                         A::BACKEND

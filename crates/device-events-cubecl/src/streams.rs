@@ -20,9 +20,11 @@ pub trait RawStreams: AnchorApi {
     ///
     /// # Safety
     ///
-    /// `raw` is a live stream of `owner`, of the driver library this
-    /// backend loaded, and stays live until the returned stream is
-    /// destroyed (which forgets it, leaving `raw` to its owner).
+    /// As the backend's own admission asks (`Cuda::stream_from_raw`,
+    /// `Hip::stream_from_raw`): `owner` is live (CUDA: a primary context;
+    /// HIP: a device), `raw` a live stream of it, of the driver library
+    /// this backend loaded, and `raw` stays live until the returned stream
+    /// is destroyed (which forgets it, leaving `raw` to its owner).
     ///
     /// # Errors
     ///
@@ -58,11 +60,11 @@ impl<A: RawStreams> CubeStreams<A> {
     ///
     /// # Safety
     ///
-    /// Every raw stream later passed to [`get`](Self::get) is a live stream
-    /// of `owner` (of the driver library the backend loaded), and stays
-    /// live until it is passed to [`forget`](Self::forget) or this value is
-    /// dropped: a handle the driver reuses for a new stream would
-    /// otherwise find the old one's entry.
+    /// As [`RawStreams::admit`] asks, for `owner` and every raw stream later
+    /// passed to [`get`](Self::get), each staying live until it is passed
+    /// to [`forget`](Self::forget) or this value is dropped: a handle the
+    /// driver reuses for a new stream would otherwise find the old one's
+    /// entry.
     pub unsafe fn new(owner: A::Owner) -> Self {
         Self {
             owner,
@@ -101,6 +103,21 @@ fn forget<A: RawStreams>(stream: A::Stream) {
             "{}: a server's stream could not be forgotten: {err}",
             A::BACKEND
         );
+    }
+}
+
+// SAFETY: the raw handles are map keys and the owner an argument to the
+// backend's admission, both usable from any thread (the CUDA driver API
+// and HIP runtime are thread-safe); the checked streams are `Send`. A
+// CubeCL server, which must be `Send`, can hold it.
+unsafe impl<A: RawStreams> Send for CubeStreams<A> {}
+
+impl<A: RawStreams> std::fmt::Debug for CubeStreams<A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CubeStreams")
+            .field("backend", &A::BACKEND)
+            .field("admitted", &self.admitted.len())
+            .finish()
     }
 }
 

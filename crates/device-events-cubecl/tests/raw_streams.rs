@@ -101,3 +101,14 @@ fn a_hip_servers_streams_are_admitted_once_and_forgotten() {
         |raw| assert_eq!(unsafe { destroy(raw) }, 0),
     );
 }
+
+/// What a CubeCL server holds must be `Send + Debug`, as
+/// `cubecl_runtime::server::Server` requires of the server.
+#[test]
+fn a_servers_parts_are_send_and_debug() {
+    fn server_part<T: Send + std::fmt::Debug>() {}
+    server_part::<CubeStreams<Cuda>>();
+    server_part::<CubeStreams<Hip>>();
+    server_part::<CubeProfiler<Cuda>>();
+    server_part::<CubeFence<Cuda>>();
+}

@@ -1418,7 +1418,7 @@ fn behind_waits(op: &Op, behind: &[u64]) -> u64 {
     let mut state = engine.wait_while(state, |s| {
         behind.iter().any(|id| s.value_waits.contains_key(id))
     });
-    let now = clock::host_now_ns();
+    let now = clock::host_now_ns().saturating_add(clock::wait_value_latency());
     let start = match op {
         Op::Busy { until, length } => Some(until - length),
         Op::Record { at, .. } | Op::WaitValue { at, .. } => Some(*at),
@@ -1450,7 +1450,13 @@ fn stamp(ev: &mut Event, generation: u64, at: u64) {
 fn run(stream: u64, op: Op, released: &mut u64) {
     let engine = &*ENGINE;
     match op {
-        Op::Busy { until, length } => busy_until(until.max(released.saturating_add(length))),
+        Op::Busy { until, length } => {
+            // Work held past its start runs its full length after; what
+            // follows on the stream starts no earlier than its end.
+            let end = until.max(released.saturating_add(length));
+            busy_until(end);
+            *released = (*released).max(end);
+        }
         Op::Record {
             event,
             generation,

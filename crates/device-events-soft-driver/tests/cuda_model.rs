@@ -461,7 +461,9 @@ fn a_wait_on_a_value_holds_other_streams_work_on_its_hardware_queue() {
     soft.set_hw_queues(0);
     assert!(!done_shared, "the other stream's record ran past the wait");
     assert_eq!(delayed_shared, 1);
-    assert!(max_ns >= 20_000_000, "held {max_ns} ns");
+    // Held from its start, which falls up to a launch latency (45 µs at
+    // most) into the 20 ms the host waited before writing.
+    assert!(max_ns >= 19_000_000, "held {max_ns} ns");
     assert!(done_apart, "a stream of its own queue waited");
     assert_eq!(delayed_apart, 0);
 }
