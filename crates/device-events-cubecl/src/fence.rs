@@ -66,6 +66,22 @@ impl<A: AnchorApi> CubeFence<A> {
         Self { point }
     }
 
+    /// Record a point on the raw stream `raw`, admitted before
+    /// ([`CubeStreams::admit`](crate::CubeStreams::admit)), as
+    /// [`new`](Self::new) does; one never admitted, or forgotten, is an
+    /// error its waits return.
+    pub fn from_raw(raw: A::Raw) -> Self
+    where
+        A: crate::RawStreams,
+    {
+        match crate::CubeStreams::<A>::get(raw) {
+            Ok(stream) => Self::new(stream),
+            Err(err) => Self {
+                point: Point::Failed(err),
+            },
+        }
+    }
+
     /// Make `stream` wait for the point on the device; the host runs on,
     /// unless the driver refuses the dependency, where the host waits for
     /// the point itself, which orders the work just the same.

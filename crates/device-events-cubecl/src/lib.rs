@@ -14,7 +14,8 @@
 //!   [`ServerError`](cubecl_runtime::server::ServerError)s, never a panic,
 //!   and CubeCL's fallbacks where they are sound.
 //! - [`CubeStreams`]: a server's raw streams (`CUstream`, `hipStream_t`)
-//!   as it keeps them, each admitted once (features `cuda`, `hip`).
+//!   as it keeps them, each admitted once as it makes it, found by handle
+//!   after (features `cuda`, `hip`).
 //! - [`server_error`]: a poisoning fault is `ServerError::DevicePoisoned`,
 //!   as CubeCL's own backends report it.
 //!
@@ -52,4 +53,4 @@ mod streams;
 pub use errors::server_error;
 pub use fence::CubeFence;
 pub use profiler::CubeProfiler;
-pub use streams::{CubeStreams, RawStreams};
+pub use streams::{Admitted, CubeStreams, RawStreams};

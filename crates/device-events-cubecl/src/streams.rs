@@ -1,18 +1,18 @@
 //! A CubeCL server's raw streams, admitted once each.
 
 use std::collections::HashMap;
-use std::hash::Hash;
+use std::sync::{Mutex, OnceLock, PoisonError};
 
 use cubecl_runtime::server::ServerError;
-use device_events_core::{AnchorApi, DriverError, EventApi};
+use device_events_core::{AnchorApi, DriverError, ErrorKind, EventApi};
 
 use crate::errors::server_error;
 
 /// A backend whose raw streams a CubeCL server keeps as they are
 /// (`CUstream`, `hipStream_t`), with what admits one.
-pub trait RawStreams: AnchorApi {
+pub trait RawStreams: AnchorApi + Sized {
     /// The driver's stream handle.
-    type Raw: Copy + Eq + Hash;
+    type Raw: Copy;
     /// What a stream belongs to (CUDA: its context; HIP: its device).
     type Owner: Copy;
 
@@ -30,103 +30,104 @@ pub trait RawStreams: AnchorApi {
     ///
     /// When the driver is missing or `owner` is not valid.
     unsafe fn admit(raw: Self::Raw, owner: Self::Owner) -> Result<Self::Stream, DriverError>;
+
+    /// The handle as a key: its address.
+    fn key(raw: Self::Raw) -> usize;
+
+    /// This backend's admitted raw streams, process-wide.
+    fn admitted() -> &'static Admitted<Self>;
 }
 
-/// A server's raw streams of one context (device), each admitted the first
-/// time it is seen and forgotten when the server says or when this goes: a
-/// backend keeps its `CUstream`s and passes them as they are, with no
-/// second handle beside each.
+/// A backend's admitted raw streams, by handle (see [`CubeStreams`]).
+pub struct Admitted<A: AnchorApi>(Mutex<HashMap<usize, A::Stream>>);
+
+impl<A: AnchorApi> Default for Admitted<A> {
+    fn default() -> Self {
+        Self(Mutex::new(HashMap::new()))
+    }
+}
+
+/// A CubeCL server's raw streams, admitted once each when the server makes
+/// them and found by handle wherever it passes one, process-wide: a
+/// backend keeps its `CUstream`s (`hipStream_t`s) and passes them as they
+/// are, with no second handle beside each, even where it holds nothing
+/// but the raw stream (a static `flush`).
 ///
 /// ```
 /// use cubecl_runtime::server::ServerError;
 /// use device_events_cubecl::{CubeFence, CubeStreams, RawStreams};
 ///
 /// // A server's `flush`, on its raw streams (`CUstream` with `Cuda`).
-/// fn flush<A: RawStreams>(
-///     streams: &mut CubeStreams<A>,
-///     from: A::Raw,
-///     to: A::Raw,
-/// ) -> Result<(), ServerError> {
-///     CubeFence::<A>::new(streams.get(from)?).wait_async(streams.get(to)?)
+/// fn flush<A: RawStreams>(from: A::Raw, to: A::Raw) -> Result<(), ServerError> {
+///     CubeFence::<A>::from_raw(from).wait_async(CubeStreams::<A>::get(to)?)
 /// }
 /// ```
-pub struct CubeStreams<A: RawStreams> {
-    owner: A::Owner,
-    admitted: HashMap<A::Raw, A::Stream>,
-}
+pub struct CubeStreams<A: RawStreams>(std::marker::PhantomData<A>);
 
 impl<A: RawStreams> CubeStreams<A> {
-    /// Streams of `owner`, none admitted yet.
+    /// Admit `raw`, once: a server does this as it makes each stream.
     ///
     /// # Safety
     ///
-    /// As [`RawStreams::admit`] asks, for `owner` and every raw stream later
-    /// passed to [`get`](Self::get), each staying live until it is passed
-    /// to [`forget`](Self::forget) or this value is dropped: a handle the
-    /// driver reuses for a new stream would otherwise find the old one's
-    /// entry.
-    pub unsafe fn new(owner: A::Owner) -> Self {
-        Self {
-            owner,
-            admitted: HashMap::new(),
-        }
-    }
-
-    /// The checked stream of `raw`, admitted now the first time.
+    /// As [`RawStreams::admit`] asks, with `raw` staying live until it is
+    /// passed to [`forget`](Self::forget): a handle the driver reuses for
+    /// a new stream would otherwise find the old one's entry.
     ///
     /// # Errors
     ///
-    /// The backend's refusal to admit it, as a [`ServerError`].
-    pub fn get(&mut self, raw: A::Raw) -> Result<A::Stream, ServerError> {
-        if let Some(stream) = self.admitted.get(&raw) {
-            return Ok(*stream);
+    /// The backend's refusal, as a [`ServerError`].
+    pub unsafe fn admit(raw: A::Raw, owner: A::Owner) -> Result<(), ServerError> {
+        let mut admitted = lock::<A>();
+        if admitted.contains_key(&A::key(raw)) {
+            return Ok(());
         }
-        // SAFETY: `raw` is live and of `owner` until it is forgotten, as
-        // `new`'s caller promised.
-        let stream = unsafe { A::admit(raw, self.owner) }.map_err(|err| server_error(&err))?;
-        self.admitted.insert(raw, stream);
-        Ok(stream)
+        // SAFETY: as the caller promises.
+        let stream = unsafe { A::admit(raw, owner) }.map_err(|err| server_error(&err))?;
+        admitted.insert(A::key(raw), stream);
+        Ok(())
+    }
+
+    /// The checked stream of `raw`.
+    ///
+    /// # Errors
+    ///
+    /// A [`ServerError`] when `raw` was never admitted, or was forgotten.
+    pub fn get(raw: A::Raw) -> Result<A::Stream, ServerError> {
+        lock::<A>()
+            .get(&A::key(raw))
+            .copied()
+            .ok_or_else(|| server_error(&not_admitted::<A>()))
     }
 
     /// Forget `raw` before its owner destroys it: its checked copies are
     /// refused from now on, and the stream itself is left alone.
-    pub fn forget(&mut self, raw: A::Raw) {
-        if let Some(stream) = self.admitted.remove(&raw) {
-            forget::<A>(stream);
+    pub fn forget(raw: A::Raw) {
+        let forgotten = lock::<A>().remove(&A::key(raw));
+        if let Some(stream) = forgotten
+            && let Err(err) = <A as EventApi>::stream_destroy(stream)
+        {
+            log::warn!(
+                "{}: a server's stream could not be forgotten: {err}",
+                A::BACKEND
+            );
         }
     }
 }
 
-fn forget<A: RawStreams>(stream: A::Stream) {
-    if let Err(err) = <A as EventApi>::stream_destroy(stream) {
-        log::warn!(
-            "{}: a server's stream could not be forgotten: {err}",
-            A::BACKEND
-        );
-    }
+fn lock<A: RawStreams>() -> std::sync::MutexGuard<'static, HashMap<usize, A::Stream>> {
+    A::admitted()
+        .0
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
 }
 
-// SAFETY: the raw handles are map keys and the owner an argument to the
-// backend's admission, both usable from any thread (the CUDA driver API
-// and HIP runtime are thread-safe); the checked streams are `Send`. A
-// CubeCL server, which must be `Send`, can hold it.
-unsafe impl<A: RawStreams> Send for CubeStreams<A> {}
-
-impl<A: RawStreams> std::fmt::Debug for CubeStreams<A> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CubeStreams")
-            .field("backend", &A::BACKEND)
-            .field("admitted", &self.admitted.len())
-            .finish()
-    }
-}
-
-impl<A: RawStreams> Drop for CubeStreams<A> {
-    fn drop(&mut self) {
-        for (_, stream) in self.admitted.drain() {
-            forget::<A>(stream);
-        }
-    }
+fn not_admitted<A: RawStreams>() -> DriverError {
+    DriverError::refused(
+        A::BACKEND,
+        "stream",
+        ErrorKind::InvalidHandle,
+        "a raw stream not admitted (CubeStreams::admit), or forgotten",
+    )
 }
 
 #[cfg(feature = "cuda")]
@@ -138,6 +139,15 @@ impl RawStreams for device_events_cuda::Cuda {
         // SAFETY: as the caller promises.
         unsafe { Self::stream_from_raw(raw, owner) }
     }
+
+    fn key(raw: Self::Raw) -> usize {
+        raw as usize
+    }
+
+    fn admitted() -> &'static Admitted<Self> {
+        static ADMITTED: OnceLock<Admitted<device_events_cuda::Cuda>> = OnceLock::new();
+        ADMITTED.get_or_init(Admitted::default)
+    }
 }
 
 #[cfg(feature = "hip")]
@@ -148,5 +158,14 @@ impl RawStreams for device_events_hip::Hip {
     unsafe fn admit(raw: Self::Raw, owner: Self::Owner) -> Result<Self::Stream, DriverError> {
         // SAFETY: as the caller promises.
         unsafe { Self::stream_from_raw(raw, owner) }
+    }
+
+    fn key(raw: Self::Raw) -> usize {
+        raw as usize
+    }
+
+    fn admitted() -> &'static Admitted<Self> {
+        static ADMITTED: OnceLock<Admitted<device_events_hip::Hip>> = OnceLock::new();
+        ADMITTED.get_or_init(Admitted::default)
     }
 }
