@@ -7,7 +7,7 @@ use cubecl_runtime::server::ProfileError;
 use device_events_core::{
     AnchorApi, ErrorKind, EventFence, EventProfiler, EventQuery, ProfilerConfig,
 };
-use device_events_cubecl::{CubeFence, CubeProfiler};
+use device_events_cubecl::{CubeFence, CubeProfiler, StreamOf};
 
 use crate::soft::SoftDriver;
 
@@ -258,7 +258,10 @@ pub fn a_closed_gate_holds_work_on_its_hardware_queue_only_until_the_stream_reac
 /// it, and the server's error says the device is poisoned, as CubeCL's own
 /// backends say (its drop queue then frees, where it would keep memory
 /// for any other failure).
-pub fn cubecl_a_sticky_fault_reads_as_a_poisoned_device<A: AnchorApi>(soft: &SoftDriver, abi: Abi) {
+pub fn cubecl_a_sticky_fault_reads_as_a_poisoned_device<A: AnchorApi>(soft: &SoftDriver, abi: Abi)
+where
+    A::Stream: StreamOf<A>,
+{
     (abi.bind)(0);
     let s = A::stream_create_non_blocking().unwrap();
     let fence = CubeFence::<A>::new(s);
@@ -273,7 +276,7 @@ pub fn cubecl_a_sticky_fault_reads_as_a_poisoned_device<A: AnchorApi>(soft: &Sof
 /// next start measures.
 pub fn cubecl_a_refused_start_fails_start_profile<A: AnchorApi>(soft: &SoftDriver, abi: Abi)
 where
-    A::Stream: PartialEq,
+    A::Stream: PartialEq + StreamOf<A>,
 {
     (abi.bind)(0);
     let s = A::stream_create_non_blocking().unwrap();
@@ -301,7 +304,7 @@ where
 /// `ProfileError::Server`, and a poisoning fault there stays poisoned.
 pub fn cubecl_a_refused_end_reads_as_the_servers_error<A: AnchorApi>(soft: &SoftDriver, abi: Abi)
 where
-    A::Stream: PartialEq,
+    A::Stream: PartialEq + StreamOf<A>,
 {
     (abi.bind)(0);
     let s = A::stream_create_non_blocking().unwrap();
@@ -331,7 +334,9 @@ where
 pub fn cubecl_a_fence_whose_record_is_refused_synchronizes_its_stream<A: AnchorApi + EventQuery>(
     soft: &SoftDriver,
     abi: Abi,
-) {
+) where
+    A::Stream: StreamOf<A>,
+{
     (abi.bind)(0);
     let (a, b) = (
         A::stream_create_non_blocking().unwrap(),
@@ -352,7 +357,10 @@ pub fn cubecl_a_fence_whose_record_is_refused_synchronizes_its_stream<A: AnchorA
 /// A stream wait the driver refuses (out of memory) becomes a host wait
 /// for the fence, as CubeCL's own fence does: the work is ordered just the
 /// same.
-pub fn cubecl_a_refused_stream_wait_waits_on_the_host<A: AnchorApi>(soft: &SoftDriver, abi: Abi) {
+pub fn cubecl_a_refused_stream_wait_waits_on_the_host<A: AnchorApi>(soft: &SoftDriver, abi: Abi)
+where
+    A::Stream: StreamOf<A>,
+{
     (abi.bind)(0);
     let (a, b) = (
         A::stream_create_non_blocking().unwrap(),
@@ -373,7 +381,9 @@ pub fn cubecl_a_refused_stream_wait_waits_on_the_host<A: AnchorApi>(soft: &SoftD
 pub fn cubecl_a_fence_on_a_poisoned_device_falls_back_to_nothing<A: AnchorApi>(
     soft: &SoftDriver,
     abi: Abi,
-) {
+) where
+    A::Stream: StreamOf<A>,
+{
     (abi.bind)(0);
     let s = A::stream_create_non_blocking().unwrap();
     let synced = soft.call_count(abi.stream_synchronize);

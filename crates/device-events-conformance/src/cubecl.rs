@@ -10,7 +10,7 @@ use cubecl_environment::backtrace::BackTrace;
 use cubecl_runtime::server::{ProfileError, ProfilingToken, ServerError};
 use device_events_core::profile::ProfileDuration;
 use device_events_core::{AnchorApi, OwnedStream};
-use device_events_cubecl::{CubeFence, CubeProfiler};
+use device_events_cubecl::{CubeFence, CubeProfiler, StreamOf};
 
 use crate::Harness;
 
@@ -18,7 +18,7 @@ use crate::Harness;
 /// profiler.
 struct MiniServer<'h, A: AnchorApi>
 where
-    A::Stream: PartialEq,
+    A::Stream: PartialEq + StreamOf<A>,
 {
     harness: &'h Harness<A>,
     streams: [OwnedStream<A>; 2],
@@ -27,7 +27,7 @@ where
 
 impl<'h, A: AnchorApi> MiniServer<'h, A>
 where
-    A::Stream: PartialEq,
+    A::Stream: PartialEq + StreamOf<A>,
 {
     fn new(harness: &'h Harness<A>) -> Self {
         Self {
@@ -81,7 +81,7 @@ fn read(duration: ProfileDuration) -> Duration {
 /// can be descheduled between two stamps; that is its truth, not noise).
 pub fn cubecl_an_empty_window_measures_under_a_millisecond<A: AnchorApi>(h: &Harness<A>)
 where
-    A::Stream: PartialEq,
+    A::Stream: PartialEq + StreamOf<A>,
 {
     let mut server = MiniServer::new(h);
     let mut quickest = Duration::MAX;
@@ -104,7 +104,7 @@ where
 /// ones, and under twice it.
 pub fn cubecl_an_outer_window_holds_its_inner_windows<A: AnchorApi>(h: &Harness<A>)
 where
-    A::Stream: PartialEq,
+    A::Stream: PartialEq + StreamOf<A>,
 {
     let mut server = MiniServer::new(h);
     for _round in 0..3 {
@@ -130,7 +130,7 @@ where
 /// windows opened afterwards measure again.
 pub fn cubecl_a_failed_launch_reads_as_the_servers_error<A: AnchorApi>(h: &Harness<A>)
 where
-    A::Stream: PartialEq,
+    A::Stream: PartialEq + StreamOf<A>,
 {
     let mut server = MiniServer::new(h);
     let token = server.start(0);
@@ -162,7 +162,7 @@ where
 /// while a window opened where the stream was holds the preparation too.
 pub fn cubecl_a_window_at_launch_leaves_out_the_host_before_it<A: AnchorApi>(h: &Harness<A>)
 where
-    A::Stream: PartialEq,
+    A::Stream: PartialEq + StreamOf<A>,
 {
     const PREPARING: Duration = Duration::from_millis(50);
     let work = Duration::from_millis(2);
@@ -194,7 +194,7 @@ where
 /// both done.
 pub fn cubecl_a_fence_hands_one_stream_over_to_the_other<A: AnchorApi>(h: &Harness<A>)
 where
-    A::Stream: PartialEq,
+    A::Stream: PartialEq + StreamOf<A>,
 {
     let mut server = MiniServer::new(h);
     let waiting = server.start(1);

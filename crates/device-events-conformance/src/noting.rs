@@ -75,3 +75,17 @@ impl<A: AnchorApi, N: Note<A>> AnchorApi for Noting<A, N> {
         A::context_key(stream)
     }
 }
+
+/// A noting backend takes its inner backend's checked streams where a
+/// CubeCL server passes one.
+impl<R, N> device_events_cubecl::StreamOf<Noting<R, N>>
+    for device_events_core::raw::CheckedStream<R>
+where
+    R: device_events_core::raw::RawApi,
+    N: Note<R>,
+    Noting<R, N>: device_events_core::AnchorApi<Stream = Self>,
+{
+    fn stream(self) -> Result<Self, cubecl_runtime::server::ServerError> {
+        Ok(self)
+    }
+}

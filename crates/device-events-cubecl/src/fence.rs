@@ -3,6 +3,7 @@
 use cubecl_runtime::server::ServerError;
 use device_events_core::{AnchorApi, DriverError, ErrorKind, EventFence, EventQuery};
 
+use crate::StreamOf;
 use crate::errors::server_error;
 
 /// A point recorded on a stream, waited for by another stream or the host,
@@ -47,7 +48,17 @@ enum Point<A: AnchorApi> {
 impl<A: AnchorApi> CubeFence<A> {
     /// Record a point on `stream`, after everything queued there so far; if
     /// the driver refuses, synchronize `stream` instead where that is sound.
-    pub fn new(stream: A::Stream) -> Self {
+    /// A raw stream never admitted, or forgotten, is an error its waits
+    /// return.
+    pub fn new(stream: impl StreamOf<A>) -> Self {
+        let stream = match stream.stream() {
+            Ok(stream) => stream,
+            Err(err) => {
+                return Self {
+                    point: Point::Failed(err),
+                };
+            }
+        };
         let fence = EventFence::new(stream);
         let point = match fence.error() {
             None => Point::Recorded(fence),
@@ -66,22 +77,6 @@ impl<A: AnchorApi> CubeFence<A> {
         Self { point }
     }
 
-    /// Record a point on the raw stream `raw`, admitted before
-    /// ([`CubeStreams::admit`](crate::CubeStreams::admit)), as
-    /// [`new`](Self::new) does; one never admitted, or forgotten, is an
-    /// error its waits return.
-    pub fn from_raw(raw: A::Raw) -> Self
-    where
-        A: crate::RawStreams,
-    {
-        match crate::CubeStreams::<A>::get(raw) {
-            Ok(stream) => Self::new(stream),
-            Err(err) => Self {
-                point: Point::Failed(err),
-            },
-        }
-    }
-
     /// Make `stream` wait for the point on the device; the host runs on,
     /// unless the driver refuses the dependency, where the host waits for
     /// the point itself, which orders the work just the same.
@@ -90,7 +85,8 @@ impl<A: AnchorApi> CubeFence<A> {
     ///
     /// The driver's error, as a [`ServerError`]: a poisoning fault is
     /// [`ServerError::DevicePoisoned`].
-    pub fn wait_async(self, stream: A::Stream) -> Result<(), ServerError> {
+    pub fn wait_async(self, stream: impl StreamOf<A>) -> Result<(), ServerError> {
+        let stream = stream.stream()?;
         match self.point {
             Point::Recorded(fence) => match fence.wait_async(stream) {
                 Ok(()) => Ok(()),

@@ -53,4 +53,4 @@ mod streams;
 pub use errors::server_error;
 pub use fence::CubeFence;
 pub use profiler::CubeProfiler;
-pub use streams::{Admitted, CubeStreams, RawStreams};
+pub use streams::{Admitted, CubeStreams, RawStreams, StreamOf};

@@ -6,6 +6,7 @@ use cubecl_runtime::server::{ProfileError, ProfilingToken, ServerError};
 use device_events_core::profile::ProfileDuration;
 use device_events_core::{AnchorApi, EventProfiler, ProfileToken, ProfilerConfig};
 
+use crate::StreamOf;
 use crate::errors::{not_registered, profile_error, server_error};
 
 /// A window, by CubeCL token.
@@ -93,7 +94,11 @@ where
     /// anchor it needs), as a [`ServerError`], before the server queues
     /// the work to profile; a poisoning fault is
     /// [`ServerError::DevicePoisoned`].
-    pub fn start_profile(&mut self, stream: A::Stream) -> Result<ProfilingToken, ServerError> {
+    pub fn start_profile(
+        &mut self,
+        stream: impl StreamOf<A>,
+    ) -> Result<ProfilingToken, ServerError> {
+        let stream = stream.stream()?;
         let token = self
             .profiler
             .try_start(stream)
@@ -113,8 +118,9 @@ where
     /// keeps the `Result`.
     pub fn start_profile_at_launch(
         &mut self,
-        stream: A::Stream,
+        stream: impl StreamOf<A>,
     ) -> Result<ProfilingToken, ServerError> {
+        let stream = stream.stream()?;
         let token = self.insert(Window::AtLaunch(stream));
         self.at_launch.push(token.id);
         Ok(token)
@@ -122,10 +128,14 @@ where
 
     /// The server is about to enqueue a kernel on `stream`: windows waiting
     /// for its next launch open here.
-    pub fn launching(&mut self, stream: A::Stream) {
+    pub fn launching(&mut self, stream: impl StreamOf<A>) {
         if self.at_launch.is_empty() {
             return;
         }
+        // Not admitted: no window waits for it.
+        let Ok(stream) = stream.stream() else {
+            return;
+        };
         let (profiler, windows) = (&mut self.profiler, &mut self.windows);
         self.at_launch.retain(|id| {
             let Some(window) = windows.get_mut(id) else {
@@ -157,10 +167,20 @@ where
     /// simply has no device timing resolves to `None`, never a zero.
     pub fn end_profile(
         &mut self,
-        stream: A::Stream,
+        stream: impl StreamOf<A>,
         token: ProfilingToken,
     ) -> Result<ProfileDuration, ProfileError> {
         let window = self.windows.remove(&token.id).ok_or_else(not_registered)?;
+        let stream = match stream.stream() {
+            Ok(stream) => stream,
+            Err(err) => {
+                if let Window::Open(open) = window {
+                    let _ = self.profiler.abandon(open);
+                }
+                self.at_launch.retain(|id| *id != token.id);
+                return Err(ProfileError::from(&err));
+            }
+        };
         let open = match window {
             Window::Open(open) => open,
             Window::AtLaunch(_) => {

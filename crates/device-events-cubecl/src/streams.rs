@@ -1,9 +1,10 @@
 //! A CubeCL server's raw streams, admitted once each.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::{Mutex, PoisonError};
 
 use cubecl_runtime::server::ServerError;
+use device_events_core::raw::{CheckedStream, RawApi};
 use device_events_core::{AnchorApi, DriverError, ErrorKind, EventApi};
 
 use crate::errors::server_error;
@@ -55,11 +56,14 @@ impl<A: AnchorApi> Default for Admitted<A> {
 ///
 /// ```
 /// use cubecl_runtime::server::ServerError;
-/// use device_events_cubecl::{CubeFence, CubeStreams, RawStreams};
+/// use device_events_cubecl::{CubeFence, RawStreams, StreamOf};
 ///
-/// // A server's `flush`, on its raw streams (`CUstream` with `Cuda`).
-/// fn flush<A: RawStreams>(from: A::Raw, to: A::Raw) -> Result<(), ServerError> {
-///     CubeFence::<A>::from_raw(from).wait_async(CubeStreams::<A>::get(to)?)
+/// // A server's static `flush`, on its raw streams (`CUstream` with `Cuda`).
+/// fn flush<A: RawStreams>(from: A::Raw, to: A::Raw) -> Result<(), ServerError>
+/// where
+///     A::Raw: StreamOf<A>,
+/// {
+///     CubeFence::<A>::new(from).wait_async(to)
 /// }
 /// ```
 pub struct CubeStreams<A: RawStreams>(std::marker::PhantomData<A>);
@@ -145,7 +149,8 @@ impl RawStreams for device_events_cuda::Cuda {
     }
 
     fn admitted() -> &'static Admitted<Self> {
-        static ADMITTED: OnceLock<Admitted<device_events_cuda::Cuda>> = OnceLock::new();
+        static ADMITTED: std::sync::OnceLock<Admitted<device_events_cuda::Cuda>> =
+            std::sync::OnceLock::new();
         ADMITTED.get_or_init(Admitted::default)
     }
 }
@@ -165,7 +170,48 @@ impl RawStreams for device_events_hip::Hip {
     }
 
     fn admitted() -> &'static Admitted<Self> {
-        static ADMITTED: OnceLock<Admitted<device_events_hip::Hip>> = OnceLock::new();
+        static ADMITTED: std::sync::OnceLock<Admitted<device_events_hip::Hip>> =
+            std::sync::OnceLock::new();
         ADMITTED.get_or_init(Admitted::default)
+    }
+}
+
+/// A stream as a CubeCL server passes it: the backend's checked stream, or
+/// (features `cuda`, `hip`) its raw handle, admitted before
+/// ([`CubeStreams::admit`]) and found by handle. A backend of your own
+/// implements it for its stream type.
+pub trait StreamOf<A: AnchorApi> {
+    /// The checked stream.
+    ///
+    /// # Errors
+    ///
+    /// A raw handle never admitted, or forgotten.
+    fn stream(self) -> Result<A::Stream, ServerError>;
+}
+
+impl<R: RawApi> StreamOf<R> for CheckedStream<R> {
+    fn stream(self) -> Result<Self, ServerError> {
+        Ok(self)
+    }
+}
+
+#[cfg(feature = "sim")]
+impl StreamOf<device_events_core::sim::Sim> for device_events_core::sim::SimStream {
+    fn stream(self) -> Result<Self, ServerError> {
+        Ok(self)
+    }
+}
+
+#[cfg(feature = "cuda")]
+impl StreamOf<device_events_cuda::Cuda> for cudarc::driver::sys::CUstream {
+    fn stream(self) -> Result<device_events_cuda::CudaStream, ServerError> {
+        CubeStreams::<device_events_cuda::Cuda>::get(self)
+    }
+}
+
+#[cfg(feature = "hip")]
+impl StreamOf<device_events_hip::Hip> for device_events_hip::runtime::RawStream {
+    fn stream(self) -> Result<device_events_hip::HipStream, ServerError> {
+        CubeStreams::<device_events_hip::Hip>::get(self)
     }
 }

@@ -8,13 +8,13 @@ use std::ffi::{c_int, c_void};
 use cudarc::driver::{result, sys};
 use device_events_conformance::soft::SoftDriver;
 use device_events_core::ErrorKind;
-use device_events_cubecl::{CubeFence, CubeProfiler, CubeStreams, RawStreams};
+use device_events_cubecl::{CubeFence, CubeProfiler, CubeStreams, RawStreams, StreamOf};
 use device_events_cuda::Cuda;
 use device_events_hip::Hip;
 
 /// One raw stream through its life in a server: admitted as it is made
-/// (twice is once), found by handle after, windows and fences on it (a
-/// fence from the raw handle alone, as a static `flush` makes one), then
+/// (twice is once), then passed as it is to windows and fences (a fence
+/// from the raw handle alone, as a static `flush` makes one), then
 /// forgotten before the owner destroys it; the checked copies and the
 /// handle are refused from then on, and the driver saw no misuse.
 fn a_raw_stream_through_a_servers_life<A: RawStreams>(
@@ -23,7 +23,8 @@ fn a_raw_stream_through_a_servers_life<A: RawStreams>(
     make: impl Fn() -> A::Raw,
     destroy: impl Fn(A::Raw),
 ) where
-    A::Stream: PartialEq + std::fmt::Debug,
+    A::Stream: PartialEq + std::fmt::Debug + StreamOf<A>,
+    A::Raw: StreamOf<A>,
 {
     let (raw, other) = (make(), make());
     // SAFETY: both raw streams are of `owner`, and live until forgotten
@@ -36,13 +37,13 @@ fn a_raw_stream_through_a_servers_life<A: RawStreams>(
     let s = CubeStreams::<A>::get(raw).unwrap();
     assert_eq!(CubeStreams::<A>::get(raw).unwrap(), s, "admitted once");
     let mut profiler = CubeProfiler::<A>::new();
-    let token = profiler.start_profile(s).unwrap();
-    CubeFence::<A>::from_raw(raw)
-        .wait_async(CubeStreams::<A>::get(other).unwrap())
-        .unwrap();
-    let duration = profiler.end_profile(s, token).unwrap();
+    // The server passes its raw handles as they are.
+    let token = profiler.start_profile(raw).unwrap();
+    CubeFence::<A>::new(raw).wait_async(other).unwrap();
+    let duration = profiler.end_profile(raw, token).unwrap();
     assert!(pollster::block_on(duration.resolve()).is_some());
     drop(profiler);
+    let profiler_refuses = |raw: A::Raw| CubeProfiler::<A>::new().start_profile(raw).is_err();
     let kept = CubeStreams::<A>::get(other).unwrap();
     CubeStreams::<A>::forget(raw);
     assert_eq!(
@@ -50,7 +51,8 @@ fn a_raw_stream_through_a_servers_life<A: RawStreams>(
         ErrorKind::InvalidHandle
     );
     assert!(CubeStreams::<A>::get(raw).is_err());
-    assert!(CubeFence::<A>::from_raw(raw).wait_sync().is_err());
+    assert!(CubeFence::<A>::new(raw).wait_sync().is_err());
+    assert!(profiler_refuses(raw));
     destroy(raw);
     CubeStreams::<A>::forget(other);
     assert_eq!(
