@@ -8,6 +8,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 
 mod bench;
 mod ci;
+mod cubecl;
 
 #[derive(Parser)]
 #[command(about = "device-events project tasks")]
@@ -48,6 +49,10 @@ enum Task {
     /// safe API on the software driver, scaling and placement; a table and
     /// `target/bench.json`.
     Bench,
+    /// CubeCL's published CUDA and HIP backends, patched to take
+    /// device-events in place of their `device_events` module
+    /// (`ci/cubecl/`), checked as CubeCL builds them.
+    Cubecl,
 }
 
 /// A backend: its crate, and how to find its real driver.
@@ -92,6 +97,7 @@ fn main() {
         Task::BundleHip => bundle(HIP).map(drop),
         Task::Demo => demo(),
         Task::Bench => bench::bench(),
+        Task::Cubecl => cubecl::cubecl(),
     };
     if let Err(err) = outcome {
         eprintln!("xtask: {err:#}");

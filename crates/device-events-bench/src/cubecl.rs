@@ -144,8 +144,8 @@ impl Sides {
 
     /// Ours opened and closed.
     pub fn our_window(&mut self) -> ProfileDuration {
-        let token = self.ours.start_profile(self.stream).unwrap();
-        self.ours.end_profile(self.stream, token).unwrap()
+        let token = self.ours.start(self.stream).unwrap();
+        self.ours.stop(self.stream, token).unwrap()
     }
 
     /// CubeCL's fence made and dropped.
@@ -181,12 +181,12 @@ pub fn blocking_reads(sides: &mut Sides, work: usize) -> [(Duration, bool); 2] {
     let ptr = unsafe { result::malloc_sync(work).unwrap() };
     let mut read = |upstream: bool| {
         let token_up = upstream.then(|| sides.upstream.start(sides.raw).unwrap());
-        let token_ours = (!upstream).then(|| sides.ours.start_profile(sides.stream).unwrap());
+        let token_ours = (!upstream).then(|| sides.ours.start(sides.stream).unwrap());
         // SAFETY: `ptr` holds `work` bytes; the stream is live.
         unsafe { result::memset_d8_async(ptr, 0, work, sides.raw).unwrap() };
         let duration = match (token_up, token_ours) {
             (Some(t), _) => sides.upstream.stop(sides.raw, t).unwrap(),
-            (_, Some(t)) => sides.ours.end_profile(sides.stream, t).unwrap(),
+            (_, Some(t)) => sides.ours.stop(sides.stream, t).unwrap(),
             _ => unreachable!(),
         };
         let polled = first_poll(duration);
@@ -229,9 +229,9 @@ pub fn placement(
                 let duration = sides.upstream.stop(sides.raw, token).unwrap();
                 (duration, start, soft.last_recorded_event())
             } else {
-                let token = sides.ours.start_profile(sides.stream).unwrap();
+                let token = sides.ours.start(sides.stream).unwrap();
                 let start = soft.last_recorded_event();
-                let duration = sides.ours.end_profile(sides.stream, token).unwrap();
+                let duration = sides.ours.stop(sides.stream, token).unwrap();
                 (duration, start, soft.last_recorded_event())
             };
             let ticks = pollster::block_on(duration.resolve()).expect("a window read");

@@ -267,10 +267,8 @@ impl CudaPair {
 
     /// A window of ours as a CubeCL server uses it, opened and closed.
     pub fn cube_window_submit(&mut self, pending: &mut Pending) {
-        let token = self.cube.start_profile(self.ours).unwrap();
-        pending
-            .ours
-            .push(self.cube.end_profile(self.ours, token).unwrap());
+        let token = self.cube.start(self.ours).unwrap();
+        pending.ours.push(self.cube.stop(self.ours, token).unwrap());
     }
 
     /// A window opened and closed.

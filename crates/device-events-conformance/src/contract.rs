@@ -283,18 +283,18 @@ where
     let mut profiler = CubeProfiler::<A>::new();
     // The first window's anchor is taken on the library's thread; the
     // injection is for this thread's record.
-    let token = profiler.start_profile(s).unwrap();
-    profiler.abandon_profile(token);
+    let token = profiler.start(s).unwrap();
+    profiler.abandon(token);
     assert!(device_events_core::wait_for_calibrations(
         std::time::Duration::from_secs(10)
     ));
     assert!(soft.fail_call(abi.record, 1, 2));
-    let err = profiler.start_profile(s).unwrap_err();
+    let err = profiler.start(s).unwrap_err();
     assert!(err.to_string().contains(abi.record), "{err}");
     assert!(!err.is_device_poisoned());
     assert_eq!(profiler.open_windows(), 0);
-    let token = profiler.start_profile(s).unwrap();
-    let duration = profiler.end_profile(s, token).unwrap();
+    let token = profiler.start(s).unwrap();
+    let duration = profiler.stop(s, token).unwrap();
     assert!(pollster::block_on(duration.resolve()).is_some());
     drop(profiler);
     A::stream_destroy(s).unwrap();
@@ -309,15 +309,15 @@ where
     (abi.bind)(0);
     let s = A::stream_create_non_blocking().unwrap();
     let mut profiler = CubeProfiler::<A>::new();
-    let token = profiler.start_profile(s).unwrap();
-    profiler.abandon_profile(token);
+    let token = profiler.start(s).unwrap();
+    profiler.abandon(token);
     assert!(device_events_core::wait_for_calibrations(
         std::time::Duration::from_secs(10)
     ));
     for (status, poisoned) in [(2, false), (abi.poisoning.0, true)] {
-        let token = profiler.start_profile(s).unwrap();
+        let token = profiler.start(s).unwrap();
         assert!(soft.fail_call(abi.record, 1, status));
-        match profiler.end_profile(s, token) {
+        match profiler.stop(s, token) {
             Err(ProfileError::Server(err)) => {
                 assert_eq!(err.is_device_poisoned(), poisoned, "{err}");
             }

@@ -61,11 +61,11 @@ where
     }
 
     fn start(&mut self, id: usize) -> ProfilingToken {
-        self.profiler.start_profile(self.stream(id)).unwrap()
+        self.profiler.start(self.stream(id)).unwrap()
     }
 
     fn end(&mut self, id: usize, token: ProfilingToken) -> ProfileDuration {
-        self.profiler.end_profile(self.stream(id), token).unwrap()
+        self.profiler.stop(self.stream(id), token).unwrap()
     }
 }
 
@@ -134,14 +134,11 @@ where
 {
     let mut server = MiniServer::new(h);
     let token = server.start(0);
-    let at_launch = server
-        .profiler
-        .start_profile_at_launch(server.stream(1))
-        .unwrap();
+    let at_launch = server.profiler.start_at_launch(server.stream(1)).unwrap();
     server.launch(0, Duration::from_millis(1));
     let refused = server.launch_refused(0);
     for (id, token) in [(0, token), (1, at_launch)] {
-        let read = server.profiler.end_profile(server.stream(id), token);
+        let read = server.profiler.stop(server.stream(id), token);
         match read {
             Err(ProfileError::Server(err)) => assert_eq!(err.to_string(), refused.to_string()),
             other => panic!("{:?}", other.map(|_| "a duration")),
@@ -168,10 +165,7 @@ where
     let work = Duration::from_millis(2);
     let mut server = MiniServer::new(h);
     let plain = server.start(0);
-    let at_launch = server
-        .profiler
-        .start_profile_at_launch(server.stream(0))
-        .unwrap();
+    let at_launch = server.profiler.start_at_launch(server.stream(0)).unwrap();
     std::thread::sleep(PREPARING);
     server.profiler.launching(server.stream(0));
     let start = h.last_event();

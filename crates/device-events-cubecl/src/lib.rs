@@ -2,10 +2,10 @@
 //! it in its `server::Server` trait, over any device-events backend (`Cuda`,
 //! `Hip`, `OpenCl`): a server forwards its calls and returns what it gets.
 //!
-//! - [`CubeProfiler`]: `start_profile`, `start_profile_at_launch`,
-//!   `end_profile`, `abandon_profile` with CubeCL's signatures, and the
-//!   server's failure path: a refused start is an `Err` at
-//!   `start_profile`, a window the server failed inside (or whose events
+//! - [`CubeProfiler`]: the methods of CubeCL's own `EventProfiler`
+//!   (`start`, `start_at_launch`, `launching`, `stop`, `abandon`,
+//!   `failure`) with its signatures, and the server's failure path: a
+//!   refused start is an `Err` at `start`, a window the server failed inside (or whose events
 //!   the driver refused) is
 //!   [`ProfileError::Server`](cubecl_runtime::server::ProfileError::Server),
 //!   and one with no device timing a `ProfileDuration` whose future yields
@@ -30,12 +30,12 @@
 //! let (a, b) = (OwnedStream::<Sim>::new()?, OwnedStream::<Sim>::new()?);
 //! let mut profiler = CubeProfiler::<Sim>::new();
 //!
-//! // `start_profile_at_launch`: the window opens at the next launch.
-//! let token = profiler.start_profile_at_launch(a.get())?;
+//! // The server's `start_profile_at_launch`: the window opens at the next launch.
+//! let token = profiler.start_at_launch(a.get())?;
 //! // ... the server prepares the launch on the host ...
 //! profiler.launching(a.get()); // right before it enqueues the kernel
 //! Sim::enqueue_work(a.get(), Duration::from_micros(100));
-//! let duration = profiler.end_profile(a.get(), token)?;
+//! let duration = profiler.stop(a.get(), token)?;
 //!
 //! // `flush` / `sync`: the consumer stream waits on the device.
 //! CubeFence::<Sim>::new(a.get()).wait_async(b.get())?;

@@ -16,7 +16,7 @@ enum Window<S> {
     /// Opens at its stream's next launch.
     AtLaunch(S),
     /// The server failed while it was open (or the driver refused its
-    /// opening at a launch): `end_profile` reports that.
+    /// opening at a launch): [`stop`](CubeProfiler::stop) reports that.
     Failed(ServerError),
 }
 
@@ -24,9 +24,12 @@ enum Window<S> {
 /// [`ProfilingToken`]s, errors CubeCL's, and durations the
 /// `ProfileDuration` a CubeCL 0.12 server returns as it is.
 ///
-/// The server forwards `start_profile`, `start_profile_at_launch`,
-/// `end_profile` and `abandon_profile` with the stream it resolves the
-/// `StreamId` to, calls [`launching`](Self::launching) right before it
+/// The methods are CubeCL's own profiler's, so a server keeps its call
+/// sites: its `start_profile`, `start_profile_at_launch`, `end_profile` and
+/// `abandon_profile` call [`start`](Self::start),
+/// [`start_at_launch`](Self::start_at_launch), [`stop`](Self::stop) and
+/// [`abandon`](Self::abandon) with the stream it resolves the `StreamId`
+/// to, and it calls [`launching`](Self::launching) right before it
 /// enqueues a kernel, and [`failure`](Self::failure) when a launch fails.
 ///
 /// ```
@@ -36,11 +39,11 @@ enum Window<S> {
 ///
 /// let s = OwnedStream::<Sim>::new()?;
 /// let mut profiler = CubeProfiler::<Sim>::new();
-/// let token = profiler.start_profile(s.get())?;
+/// let token = profiler.start(s.get())?;
 /// // A launch failed inside the window: it reads as that failure.
 /// let err = cubecl_runtime::server::ServerError::Skipped;
 /// profiler.failure(&err);
-/// let read = profiler.end_profile(s.get(), token);
+/// let read = profiler.stop(s.get(), token);
 /// assert!(matches!(read, Err(ProfileError::Server(_))));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -94,10 +97,7 @@ where
     /// anchor it needs), as a [`ServerError`], before the server queues
     /// the work to profile; a poisoning fault is
     /// [`ServerError::DevicePoisoned`].
-    pub fn start_profile(
-        &mut self,
-        stream: impl StreamOf<A>,
-    ) -> Result<ProfilingToken, ServerError> {
+    pub fn start(&mut self, stream: impl StreamOf<A>) -> Result<ProfilingToken, ServerError> {
         let stream = stream.stream()?;
         let token = self
             .profiler
@@ -114,9 +114,9 @@ where
     /// # Errors
     ///
     /// None: the window opens at the launch, and a refusal then is
-    /// reported by [`end_profile`](Self::end_profile). CubeCL's signature
+    /// reported by [`stop`](Self::stop). CubeCL's signature
     /// keeps the `Result`.
-    pub fn start_profile_at_launch(
+    pub fn start_at_launch(
         &mut self,
         stream: impl StreamOf<A>,
     ) -> Result<ProfilingToken, ServerError> {
@@ -165,7 +165,7 @@ where
     /// ([`failure`](Self::failure)) or whose own events the driver refused,
     /// with that error (a poisoned device stays poisoned). A window that
     /// simply has no device timing resolves to `None`, never a zero.
-    pub fn end_profile(
+    pub fn stop(
         &mut self,
         stream: impl StreamOf<A>,
         token: ProfilingToken,
@@ -200,7 +200,7 @@ where
 
     /// Drop the window `token` opened, unmeasured: no driver wait, and its
     /// events go back to the pool.
-    pub fn abandon_profile(&mut self, token: ProfilingToken) {
+    pub fn abandon(&mut self, token: ProfilingToken) {
         if let Some(Window::Open(open)) = self.windows.remove(&token.id) {
             // A token this profiler made and still holds: nothing to report.
             let _ = self.profiler.abandon(open);
@@ -209,7 +209,7 @@ where
     }
 
     /// The server failed (a launch, a write): every open window reads as
-    /// `error` at `end_profile` ([`ProfileError::Server`]), as CubeCL's
+    /// `error` at [`stop`](Self::stop) ([`ProfileError::Server`]), as CubeCL's
     /// servers report it. Logged once.
     pub fn failure(&mut self, error: &ServerError) {
         let mut failed = 0;

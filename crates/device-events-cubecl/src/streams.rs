@@ -209,9 +209,11 @@ impl StreamOf<device_events_cuda::Cuda> for cudarc::driver::sys::CUstream {
     }
 }
 
+/// Any pointer type, as HIP's bindings each name `hipStream_t` their own
+/// way (`cubecl-hip-sys`: `*mut ihipStream_t`).
 #[cfg(feature = "hip")]
-impl StreamOf<device_events_hip::Hip> for device_events_hip::runtime::RawStream {
+impl<T> StreamOf<device_events_hip::Hip> for *mut T {
     fn stream(self) -> Result<device_events_hip::HipStream, ServerError> {
-        CubeStreams::<device_events_hip::Hip>::get(self)
+        CubeStreams::<device_events_hip::Hip>::get(self.cast())
     }
 }

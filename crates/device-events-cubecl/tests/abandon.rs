@@ -22,20 +22,20 @@ fn abandoning_a_window_waits_for_nothing() {
     let _sim = Sim::exclusive();
     let s = OwnedStream::<Sim>::new().unwrap();
     let mut profiler = CubeProfiler::<Sim>::new();
-    let token = profiler.start_profile(s.get()).unwrap();
+    let token = profiler.start(s.get()).unwrap();
     let work = Duration::from_secs(2);
     Sim::enqueue_work(s.get(), work);
     assert!(wait_for_calibrations(Duration::from_secs(5)));
     let before = waits();
     let started = Instant::now();
-    profiler.abandon_profile(ProfilingToken { id: token.id });
+    profiler.abandon(ProfilingToken { id: token.id });
     assert!(
         started.elapsed() < work / 2,
         "returned before the work is done"
     );
     assert_eq!(waits(), before, "no driver wait");
     assert_eq!(profiler.open_windows(), 0);
-    let again = profiler.end_profile(s.get(), token);
+    let again = profiler.stop(s.get(), token);
     assert!(matches!(again, Err(ProfileError::NotRegistered { .. })));
 }
 
@@ -44,8 +44,8 @@ fn a_window_abandoned_before_its_launch_never_opens() {
     let _sim = Sim::exclusive();
     let s = OwnedStream::<Sim>::new().unwrap();
     let mut profiler = CubeProfiler::<Sim>::new();
-    let token = profiler.start_profile_at_launch(s.get()).unwrap();
-    profiler.abandon_profile(token);
+    let token = profiler.start_at_launch(s.get()).unwrap();
+    profiler.abandon(token);
     let records = Sim::calls_of("simEventRecord");
     profiler.launching(s.get());
     assert_eq!(Sim::calls_of("simEventRecord"), records, "nothing recorded");

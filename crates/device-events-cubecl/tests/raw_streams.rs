@@ -38,12 +38,12 @@ fn a_raw_stream_through_a_servers_life<A: RawStreams>(
     assert_eq!(CubeStreams::<A>::get(raw).unwrap(), s, "admitted once");
     let mut profiler = CubeProfiler::<A>::new();
     // The server passes its raw handles as they are.
-    let token = profiler.start_profile(raw).unwrap();
+    let token = profiler.start(raw).unwrap();
     CubeFence::<A>::new(raw).wait_async(other).unwrap();
-    let duration = profiler.end_profile(raw, token).unwrap();
+    let duration = profiler.stop(raw, token).unwrap();
     assert!(pollster::block_on(duration.resolve()).is_some());
     drop(profiler);
-    let profiler_refuses = |raw: A::Raw| CubeProfiler::<A>::new().start_profile(raw).is_err();
+    let profiler_refuses = |raw: A::Raw| CubeProfiler::<A>::new().start(raw).is_err();
     let kept = CubeStreams::<A>::get(other).unwrap();
     CubeStreams::<A>::forget(raw);
     assert_eq!(
