@@ -9,6 +9,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 mod bench;
 mod ci;
 mod cubecl;
+mod layers;
 
 #[derive(Parser)]
 #[command(about = "device-events project tasks")]
@@ -53,6 +54,14 @@ enum Task {
     /// device-events in place of their `device_events` module
     /// (`ci/cubecl/`), checked as CubeCL builds them.
     Cubecl,
+    /// The workspace's imports: no circle in any crate, and no file of the
+    /// core importing from a folder above its own; `--verbose` prints each
+    /// crate's floors.
+    Layers {
+        /// Print each crate's files floor by floor.
+        #[arg(long)]
+        verbose: bool,
+    },
 }
 
 /// A backend: its crate, and how to find its real driver.
@@ -98,6 +107,7 @@ fn main() {
         Task::Demo => demo(),
         Task::Bench => bench::bench(),
         Task::Cubecl => cubecl::cubecl(),
+        Task::Layers { verbose } => layers::layers(verbose),
     };
     if let Err(err) = outcome {
         eprintln!("xtask: {err:#}");

@@ -12,8 +12,8 @@ use cudarc::driver::{result, sys};
 use crate::work;
 use device_events_conformance::soft::{Held, SoftDriver};
 use device_events_core::{
-    AnchorApi, DriverError, EventApi, EventProfiler, EventQuery, FencePool, OwnedStream,
-    ProfilerConfig,
+    AnchorApi, DriverError, EventApi, EventProfiler, EventQuery, FenceApi, FencePool, OwnedStream,
+    ProfilerConfig, ThreadApi,
 };
 use device_events_cuda::Cuda;
 use device_events_hip::{Hip, HipStream};
@@ -62,7 +62,7 @@ pub fn start_behind_a_kernel(soft: &SoftDriver) -> (Vec<Duration>, Vec<Duration>
 }
 
 /// How a backend captures, for [`captures_beside_the_library`].
-pub struct Capturing<A: AnchorApi> {
+pub struct Capturing<A: AnchorApi + FenceApi> {
     /// Begin a capture in GLOBAL mode.
     pub begin: fn(&SoftDriver, A::Stream),
     /// End it; whether it ended as it began.
@@ -91,7 +91,7 @@ pub struct Captures {
 /// # Panics
 ///
 /// When the software driver cannot run it.
-pub fn captures_beside_the_library<A: AnchorApi + EventQuery>(
+pub fn captures_beside_the_library<A: AnchorApi + FenceApi + EventQuery>(
     soft: &SoftDriver,
     how: &Capturing<A>,
     captures: usize,

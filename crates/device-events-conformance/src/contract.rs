@@ -5,7 +5,7 @@
 
 use cubecl_runtime::server::ProfileError;
 use device_events_core::{
-    AnchorApi, ErrorKind, EventFence, EventProfiler, EventQuery, ProfilerConfig,
+    AnchorApi, ErrorKind, EventFence, EventProfiler, EventQuery, FenceApi, ProfilerConfig,
 };
 use device_events_cubecl::{CubeFence, CubeProfiler, StreamOf};
 
@@ -37,7 +37,7 @@ pub struct Abi {
 /// A status becomes a `DriverError` naming the backend, the call, the
 /// status's name and number, and its class: a poisoning fault is
 /// `DevicePoisoned`, out of memory (2 in both ABIs) `OutOfResources`.
-pub fn a_status_becomes_a_driver_error_with_call_code_name_and_class<A: AnchorApi>(
+pub fn a_status_becomes_a_driver_error_with_call_code_name_and_class<A: AnchorApi + FenceApi>(
     soft: &SoftDriver,
     abi: Abi,
 ) {
@@ -68,7 +68,7 @@ pub fn a_status_becomes_a_driver_error_with_call_code_name_and_class<A: AnchorAp
 
 /// Calls on an event bind its own context (device), whatever the calling
 /// thread's is, and give the caller's back.
-pub fn an_event_is_bound_to_its_context_and_the_callers_restored<A: AnchorApi>(
+pub fn an_event_is_bound_to_its_context_and_the_callers_restored<A: AnchorApi + FenceApi>(
     _: &SoftDriver,
     abi: Abi,
 ) {
@@ -94,7 +94,9 @@ pub fn an_event_is_bound_to_its_context_and_the_callers_restored<A: AnchorApi>(
 
 /// A record of an event on a stream of another context (device) is refused
 /// before the driver sees it.
-pub fn recording_on_another_contexts_stream_is_refused_before_the_driver<A: AnchorApi>(
+pub fn recording_on_another_contexts_stream_is_refused_before_the_driver<
+    A: AnchorApi + FenceApi,
+>(
     soft: &SoftDriver,
     abi: Abi,
 ) {
@@ -112,7 +114,10 @@ pub fn recording_on_another_contexts_stream_is_refused_before_the_driver<A: Anch
 
 /// Every copy of a destroyed stream is refused before the driver: no
 /// synchronize, no second destroy, no record reaches it.
-pub fn a_destroyed_stream_is_refused_before_the_driver<A: AnchorApi>(soft: &SoftDriver, abi: Abi) {
+pub fn a_destroyed_stream_is_refused_before_the_driver<A: AnchorApi + FenceApi>(
+    soft: &SoftDriver,
+    abi: Abi,
+) {
     (abi.bind)(0);
     let s = A::stream_create_non_blocking().unwrap();
     A::stream_destroy(s).unwrap();
@@ -145,7 +150,10 @@ pub fn a_destroyed_stream_is_refused_before_the_driver<A: AnchorApi>(soft: &Soft
 /// A dropped fence's event is kept, and the next fence on a stream of its
 /// context records it again: one event created for a fence made again and
 /// again. Kept ones are few, and all are released on demand.
-pub fn a_dropped_fences_event_serves_the_next_fence<A: AnchorApi>(soft: &SoftDriver, abi: Abi) {
+pub fn a_dropped_fences_event_serves_the_next_fence<A: AnchorApi + FenceApi>(
+    soft: &SoftDriver,
+    abi: Abi,
+) {
     (abi.bind)(0);
     let s = A::stream_create_non_blocking().unwrap();
     let base = soft.counts().events;
@@ -168,7 +176,7 @@ pub fn a_dropped_fences_event_serves_the_next_fence<A: AnchorApi>(soft: &SoftDri
 /// A fence's event is of its stream's context, whichever context the
 /// thread has current: a fence on a device-1 stream made with device 0
 /// current works, and device 0 is current again afterwards.
-pub fn a_fence_follows_its_streams_context<A: AnchorApi>(soft: &SoftDriver, abi: Abi) {
+pub fn a_fence_follows_its_streams_context<A: AnchorApi + FenceApi>(soft: &SoftDriver, abi: Abi) {
     (abi.bind)(1);
     let s = A::stream_create_non_blocking().unwrap();
     (abi.bind)(0);
@@ -188,7 +196,7 @@ pub fn a_fence_follows_its_streams_context<A: AnchorApi>(soft: &SoftDriver, abi:
 /// user's records on the one hardware queue the anchor's stream shares wait
 /// behind it for well under that, in every calibration sample.
 pub fn a_closed_gate_holds_work_on_its_hardware_queue_only_until_the_stream_reaches_it<
-    A: AnchorApi,
+    A: AnchorApi + FenceApi,
 >(
     soft: &SoftDriver,
     abi: Abi,
@@ -258,8 +266,10 @@ pub fn a_closed_gate_holds_work_on_its_hardware_queue_only_until_the_stream_reac
 /// it, and the server's error says the device is poisoned, as CubeCL's own
 /// backends say (its drop queue then frees, where it would keep memory
 /// for any other failure).
-pub fn cubecl_a_sticky_fault_reads_as_a_poisoned_device<A: AnchorApi>(soft: &SoftDriver, abi: Abi)
-where
+pub fn cubecl_a_sticky_fault_reads_as_a_poisoned_device<A: AnchorApi + FenceApi>(
+    soft: &SoftDriver,
+    abi: Abi,
+) where
     A::Stream: StreamOf<A>,
 {
     (abi.bind)(0);
@@ -274,8 +284,10 @@ where
 /// A start the driver refuses is an `Err` at `start_profile`, before the
 /// server queues the work to profile, and no window is left open; the
 /// next start measures.
-pub fn cubecl_a_refused_start_fails_start_profile<A: AnchorApi>(soft: &SoftDriver, abi: Abi)
-where
+pub fn cubecl_a_refused_start_fails_start_profile<A: AnchorApi + FenceApi>(
+    soft: &SoftDriver,
+    abi: Abi,
+) where
     A::Stream: PartialEq + StreamOf<A>,
 {
     (abi.bind)(0);
@@ -302,8 +314,10 @@ where
 
 /// A window whose closing record the driver refuses reads as that error,
 /// `ProfileError::Server`, and a poisoning fault there stays poisoned.
-pub fn cubecl_a_refused_end_reads_as_the_servers_error<A: AnchorApi>(soft: &SoftDriver, abi: Abi)
-where
+pub fn cubecl_a_refused_end_reads_as_the_servers_error<A: AnchorApi + FenceApi>(
+    soft: &SoftDriver,
+    abi: Abi,
+) where
     A::Stream: PartialEq + StreamOf<A>,
 {
     (abi.bind)(0);
@@ -331,7 +345,9 @@ where
 /// A fence whose record the driver refuses (out of memory) synchronizes
 /// its stream there and then, as CubeCL's own fence does: its waits then
 /// succeed without the driver.
-pub fn cubecl_a_fence_whose_record_is_refused_synchronizes_its_stream<A: AnchorApi + EventQuery>(
+pub fn cubecl_a_fence_whose_record_is_refused_synchronizes_its_stream<
+    A: AnchorApi + FenceApi + EventQuery,
+>(
     soft: &SoftDriver,
     abi: Abi,
 ) where
@@ -357,8 +373,10 @@ pub fn cubecl_a_fence_whose_record_is_refused_synchronizes_its_stream<A: AnchorA
 /// A stream wait the driver refuses (out of memory) becomes a host wait
 /// for the fence, as CubeCL's own fence does: the work is ordered just the
 /// same.
-pub fn cubecl_a_refused_stream_wait_waits_on_the_host<A: AnchorApi>(soft: &SoftDriver, abi: Abi)
-where
+pub fn cubecl_a_refused_stream_wait_waits_on_the_host<A: AnchorApi + FenceApi>(
+    soft: &SoftDriver,
+    abi: Abi,
+) where
     A::Stream: StreamOf<A>,
 {
     (abi.bind)(0);
@@ -378,7 +396,7 @@ where
 /// No fallback where it would not be sound: a record refused with a
 /// poisoning fault is returned as it is, poisoned, and the stream is not
 /// synchronized.
-pub fn cubecl_a_fence_on_a_poisoned_device_falls_back_to_nothing<A: AnchorApi>(
+pub fn cubecl_a_fence_on_a_poisoned_device_falls_back_to_nothing<A: AnchorApi + FenceApi>(
     soft: &SoftDriver,
     abi: Abi,
 ) where

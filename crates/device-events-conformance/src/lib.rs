@@ -50,12 +50,12 @@ use std::time::{Duration, Instant};
 use device_events_core::profile::{ProfileDuration, ProfileTicks};
 use device_events_core::{
     AnchorApi, CaptureStatus, DriverError, ErrorKind, EventFence, EventProfiler, EventQuery,
-    OwnedStream, ProfilerConfig,
+    FenceApi, OwnedStream, ProfilerConfig,
 };
 
 /// Device work a backend's tests can queue: a memset of a sized buffer works
 /// on CUDA, HIP and the software driver.
-pub trait Workload<A: AnchorApi> {
+pub trait Workload<A: AnchorApi + FenceApi> {
     /// Queue an operation touching `bytes` bytes on `stream`.
     ///
     /// # Errors
@@ -67,7 +67,7 @@ pub trait Workload<A: AnchorApi> {
 }
 
 /// The backend calls the suite needs beyond [`EventApi`](device_events_core::EventApi).
-pub struct Capture<A: AnchorApi> {
+pub struct Capture<A: AnchorApi + FenceApi> {
     /// Begin capturing a graph on the stream.
     pub begin: fn(A::Stream) -> Result<(), DriverError>,
     /// End the capture and release the graph.
@@ -79,7 +79,7 @@ pub struct Capture<A: AnchorApi> {
 }
 
 /// What a backend's suite runs against.
-pub struct Harness<A: AnchorApi> {
+pub struct Harness<A: AnchorApi + FenceApi> {
     workload: Box<dyn Workload<A>>,
     bytes_per_second: f64,
     /// The driver's elapsed-time resolution.
@@ -105,9 +105,9 @@ pub struct Harness<A: AnchorApi> {
 }
 
 /// Streams a check owns, released when it ends.
-pub(crate) struct Streams<A: AnchorApi>(Vec<OwnedStream<A>>);
+pub(crate) struct Streams<A: AnchorApi + FenceApi>(Vec<OwnedStream<A>>);
 
-impl<A: AnchorApi> Streams<A> {
+impl<A: AnchorApi + FenceApi> Streams<A> {
     pub(crate) fn new(n: usize) -> Self {
         Self(
             (0..n)
@@ -121,7 +121,7 @@ impl<A: AnchorApi> Streams<A> {
     }
 }
 
-impl<A: AnchorApi> Harness<A> {
+impl<A: AnchorApi + FenceApi> Harness<A> {
     /// A harness whose workload's speed is measured here, with events.
     ///
     /// # Panics
@@ -311,12 +311,12 @@ const SOFT_BANDWIDTH: f64 = 10e9;
 
 /// A [`Harness`] on the driver under test, holding the software driver (when
 /// it is the one) for the test alone.
-pub struct Suite<A: AnchorApi> {
+pub struct Suite<A: AnchorApi + FenceApi> {
     harness: Harness<A>,
     _soft: Option<soft::Exclusive<'static>>,
 }
 
-impl<A: AnchorApi> Suite<A> {
+impl<A: AnchorApi + FenceApi> Suite<A> {
     /// Take the software driver unless the real one is under test
     /// ([`soft::SoftDriver::unless_real`]), run `prepare` (bind a context,
     /// say), then build the harness with `make`, which is told whether the
@@ -335,7 +335,7 @@ impl<A: AnchorApi> Suite<A> {
     }
 }
 
-impl<A: AnchorApi> std::ops::Deref for Suite<A> {
+impl<A: AnchorApi + FenceApi> std::ops::Deref for Suite<A> {
     type Target = Harness<A>;
     fn deref(&self) -> &Harness<A> {
         &self.harness
@@ -356,7 +356,7 @@ pub(crate) fn at(epoch: Instant, ticks: &ProfileTicks) -> (Duration, Duration) {
 
 /// A fence orders two streams: the waiting stream's work starts after the
 /// fenced work ends, as measured by events.
-pub fn fence_orders_two_streams<A: AnchorApi>(h: &Harness<A>) {
+pub fn fence_orders_two_streams<A: AnchorApi + FenceApi>(h: &Harness<A>) {
     let streams = Streams::<A>::new(2);
     let (a, b) = (streams.get(0), streams.get(1));
     let mut profiler = EventProfiler::<A>::new();
@@ -380,7 +380,7 @@ pub fn fence_orders_two_streams<A: AnchorApi>(h: &Harness<A>) {
 }
 
 /// `wait_sync` returns only once the fenced work is done.
-pub fn wait_sync_returns_after_the_fenced_work<A: AnchorApi>(h: &Harness<A>) {
+pub fn wait_sync_returns_after_the_fenced_work<A: AnchorApi + FenceApi>(h: &Harness<A>) {
     let streams = Streams::<A>::new(1);
     let s = streams.get(0);
     let mut profiler = EventProfiler::<A>::new();
@@ -403,7 +403,7 @@ pub fn wait_sync_returns_after_the_fenced_work<A: AnchorApi>(h: &Harness<A>) {
 
 /// Dropping a fence that was never waited on, while its work is in flight,
 /// is safe: the stream finishes and nothing fails.
-pub fn dropping_an_unwaited_fence_in_flight_is_safe<A: AnchorApi>(h: &Harness<A>) {
+pub fn dropping_an_unwaited_fence_in_flight_is_safe<A: AnchorApi + FenceApi>(h: &Harness<A>) {
     let streams = Streams::<A>::new(1);
     let s = streams.get(0);
     let before = h.live_events.map(|live| {
@@ -420,7 +420,7 @@ pub fn dropping_an_unwaited_fence_in_flight_is_safe<A: AnchorApi>(h: &Harness<A>
 }
 
 /// A window around work of duration D measures D within the stated tolerance.
-pub fn window_measures_the_work_inside_it<A: AnchorApi>(h: &Harness<A>) {
+pub fn window_measures_the_work_inside_it<A: AnchorApi + FenceApi>(h: &Harness<A>) {
     let streams = Streams::<A>::new(1);
     let s = streams.get(0);
     let mut profiler = EventProfiler::<A>::new();
@@ -445,7 +445,7 @@ pub fn window_measures_the_work_inside_it<A: AnchorApi>(h: &Harness<A>) {
 }
 
 /// Nested windows: each inner window lies inside its outer one.
-pub fn nested_windows_lie_inside_their_outer_window<A: AnchorApi>(h: &Harness<A>) {
+pub fn nested_windows_lie_inside_their_outer_window<A: AnchorApi + FenceApi>(h: &Harness<A>) {
     let streams = Streams::<A>::new(1);
     let s = streams.get(0);
     let mut profiler = EventProfiler::<A>::new();
@@ -482,7 +482,7 @@ pub fn nested_windows_lie_inside_their_outer_window<A: AnchorApi>(h: &Harness<A>
 }
 
 /// Overlapping windows on one stream are each measured, in order.
-pub fn overlapping_windows_are_consistent<A: AnchorApi>(h: &Harness<A>) {
+pub fn overlapping_windows_are_consistent<A: AnchorApi + FenceApi>(h: &Harness<A>) {
     let streams = Streams::<A>::new(1);
     let s = streams.get(0);
     let mut profiler = EventProfiler::<A>::new();
@@ -521,7 +521,7 @@ pub fn overlapping_windows_are_consistent<A: AnchorApi>(h: &Harness<A>) {
 /// Each window's host-clock placement lies inside the host interval in which
 /// its work could have run, widened by the anchor's stated uncertainty: the
 /// test of anchoring.
-pub fn placement_lies_inside_the_host_interval<A: AnchorApi>(h: &Harness<A>) {
+pub fn placement_lies_inside_the_host_interval<A: AnchorApi + FenceApi>(h: &Harness<A>) {
     let streams = Streams::<A>::new(2);
     let mut profiler = EventProfiler::<A>::new();
     for round in 0..6 {
@@ -546,7 +546,7 @@ pub fn placement_lies_inside_the_host_interval<A: AnchorApi>(h: &Harness<A>) {
 
 /// Thousands of fences and windows in flight, resolved from several threads:
 /// nothing lost, nothing leaked, no deadlock.
-pub fn thousands_in_flight_resolve_from_several_threads<A: AnchorApi>(h: &Harness<A>) {
+pub fn thousands_in_flight_resolve_from_several_threads<A: AnchorApi + FenceApi>(h: &Harness<A>) {
     const EACH: usize = 2000;
     const THREADS: usize = 4;
     let streams = Streams::<A>::new(2);
@@ -612,7 +612,7 @@ pub fn thousands_in_flight_resolve_from_several_threads<A: AnchorApi>(h: &Harnes
 }
 
 /// Elapsed time on an event never recorded is refused, as invalid.
-pub fn elapsed_on_an_unrecorded_event_is_refused<A: AnchorApi>(_: &Harness<A>) {
+pub fn elapsed_on_an_unrecorded_event_is_refused<A: AnchorApi + FenceApi>(_: &Harness<A>) {
     let streams = Streams::<A>::new(1);
     let s = streams.get(0);
     let recorded = A::event_create().unwrap();
@@ -628,7 +628,7 @@ pub fn elapsed_on_an_unrecorded_event_is_refused<A: AnchorApi>(_: &Harness<A>) {
 }
 
 /// Elapsed time on an event not yet reached is "not ready".
-pub fn elapsed_on_an_unreached_event_is_not_ready<A: AnchorApi>(h: &Harness<A>) {
+pub fn elapsed_on_an_unreached_event_is_not_ready<A: AnchorApi + FenceApi>(h: &Harness<A>) {
     let streams = Streams::<A>::new(1);
     let s = streams.get(0);
     let mut start = A::event_create().unwrap();
@@ -649,7 +649,7 @@ pub fn elapsed_on_an_unreached_event_is_not_ready<A: AnchorApi>(h: &Harness<A>) 
 /// synchronized; each error is of the capture class. The synchronize is
 /// refused before the driver; the wait reaches it (CUDA), which refuses it
 /// and invalidates the capture, as it would the caller's own wait.
-pub fn a_capturing_stream_gives_capture_errors<A: AnchorApi>(h: &Harness<A>) {
+pub fn a_capturing_stream_gives_capture_errors<A: AnchorApi + FenceApi>(h: &Harness<A>) {
     let capture = h.capture.as_ref().expect("the backend has graph capture");
     let streams = Streams::<A>::new(1);
     let s = streams.get(0);
@@ -680,7 +680,9 @@ pub fn a_capturing_stream_gives_capture_errors<A: AnchorApi>(h: &Harness<A>) {
 /// fork/join), so ending the capture without joining back fails with a
 /// capture error; a window opened and closed inside it resolves to `None`,
 /// never to a duration read from a graph node; nothing panics.
-pub fn a_fence_out_of_a_capture_forks_and_its_windows_read_none<A: AnchorApi>(h: &Harness<A>) {
+pub fn a_fence_out_of_a_capture_forks_and_its_windows_read_none<A: AnchorApi + FenceApi>(
+    h: &Harness<A>,
+) {
     let capture = h.capture.as_ref().expect("the backend has graph capture");
     let streams = Streams::<A>::new(2);
     let (a, b) = (streams.get(0), streams.get(1));
@@ -711,7 +713,7 @@ pub fn a_fence_out_of_a_capture_forks_and_its_windows_read_none<A: AnchorApi>(h:
 /// A fence says it is complete only once the device passed it, and asking
 /// never waits: [`EventFence::is_complete`] where the backend can query.
 pub fn a_fence_is_complete_only_once_the_device_passes_it<
-    A: device_events_core::EventQuery + AnchorApi,
+    A: device_events_core::EventQuery + AnchorApi + FenceApi,
 >(
     h: &Harness<A>,
 ) {
@@ -730,7 +732,7 @@ pub fn a_fence_is_complete_only_once_the_device_passes_it<
 }
 
 /// A window is read on a thread other than the one that opened it.
-pub fn windows_resolve_on_other_threads<A: AnchorApi>(h: &Harness<A>) {
+pub fn windows_resolve_on_other_threads<A: AnchorApi + FenceApi>(h: &Harness<A>) {
     let streams = Streams::<A>::new(1);
     let s = streams.get(0);
     let mut profiler = EventProfiler::<A>::new();
@@ -752,7 +754,7 @@ pub fn windows_resolve_on_other_threads<A: AnchorApi>(h: &Harness<A>) {
 /// On the software driver: a fence, pooled fences, a profiler with a window
 /// abandoned and one read leave no event or stream behind and release
 /// nothing twice.
-pub fn fences_and_profilers_leak_nothing<A: AnchorApi>(driver: &soft::SoftDriver) {
+pub fn fences_and_profilers_leak_nothing<A: AnchorApi + FenceApi>(driver: &soft::SoftDriver) {
     let before = driver.counts();
     {
         let streams = Streams::<A>::new(1);
@@ -776,7 +778,7 @@ pub fn fences_and_profilers_leak_nothing<A: AnchorApi>(driver: &soft::SoftDriver
 
 /// On the software driver: a fence, a window and a capture query reach only
 /// the driver functions the backend documents.
-pub fn only_documented_functions_are_called<A: AnchorApi>(
+pub fn only_documented_functions_are_called<A: AnchorApi + FenceApi>(
     driver: &soft::SoftDriver,
     documented: &[&str],
     capture_status: fn(A::Stream) -> Result<CaptureStatus, DriverError>,
@@ -831,7 +833,9 @@ pub fn run_without_driver(child: &str, hide: &[&str], set: &[(&str, &str)]) {
 /// as it began. A real driver refuses a query from another GLOBAL-mode
 /// thread during such a capture and invalidates it; the library's own
 /// threads are relaxed, and its queries on a caller's thread run relaxed.
-pub fn a_global_capture_ends_while_the_library_works_elsewhere<A: AnchorApi + EventQuery>(
+pub fn a_global_capture_ends_while_the_library_works_elsewhere<
+    A: AnchorApi + FenceApi + EventQuery,
+>(
     h: &Harness<A>,
 ) {
     const WORKERS: usize = 4;
@@ -887,7 +891,9 @@ pub fn a_global_capture_ends_while_the_library_works_elsewhere<A: AnchorApi + Ev
 /// RELAXED mode, so the capture ends as it began. (A real driver refuses a
 /// GLOBAL-mode thread's memory release during such a capture, and
 /// invalidates it.)
-pub fn a_profiler_dropped_during_a_global_capture_elsewhere_leaves_it_valid<A: AnchorApi>(
+pub fn a_profiler_dropped_during_a_global_capture_elsewhere_leaves_it_valid<
+    A: AnchorApi + FenceApi,
+>(
     h: &Harness<A>,
 ) {
     let capture = h.capture.as_ref().expect("the backend has graph capture");
@@ -928,7 +934,7 @@ pub fn a_profiler_dropped_during_a_global_capture_elsewhere_leaves_it_valid<A: A
 /// runtime before 7.2 invalidates the capture of the stream an event was
 /// last recorded on when the event is asked, in any mode.)
 pub fn asking_a_fence_recorded_before_its_stream_captures_leaves_the_capture_valid<
-    A: AnchorApi + EventQuery,
+    A: AnchorApi + FenceApi + EventQuery,
 >(
     h: &Harness<A>,
 ) {

@@ -4,7 +4,7 @@
 use std::marker::PhantomData;
 use std::time::Duration;
 
-use device_events_core::{AnchorApi, DriverError, EventApi, Gate, HostStamp};
+use device_events_core::{AnchorApi, DriverError, EventApi, FenceApi, Gate, HostStamp, ThreadApi};
 
 /// Told of each event right after the backend recorded it.
 pub trait Note<A: EventApi>: Send + Sync + 'static {
@@ -62,6 +62,12 @@ impl<A: AnchorApi, N: Note<A>> AnchorApi for Noting<A, N> {
     fn poll(event: &A::Event) -> Option<Result<bool, DriverError>> {
         A::poll(event)
     }
+}
+
+/// Fences make a new event each, as the default does.
+impl<A: EventApi, N: Note<A>> FenceApi for Noting<A, N> {}
+
+impl<A: ThreadApi, N: Note<A>> ThreadApi for Noting<A, N> {
     fn in_context_of<T>(stream: A::Stream, call: impl FnOnce() -> T) -> Result<T, DriverError> {
         A::in_context_of(stream, call)
     }
@@ -83,7 +89,7 @@ impl<R, N> device_events_cubecl::StreamOf<Noting<R, N>>
 where
     R: device_events_core::raw::RawApi,
     N: Note<R>,
-    Noting<R, N>: device_events_core::AnchorApi<Stream = Self>,
+    Noting<R, N>: device_events_core::AnchorApi<Stream = Self> + device_events_core::FenceApi,
 {
     fn stream(self) -> Result<Self, cubecl_runtime::server::ServerError> {
         Ok(self)

@@ -13,7 +13,9 @@ use std::sync::mpsc;
 use std::sync::{Mutex, Once, PoisonError};
 use std::time::{Duration, Instant};
 
-use device_events_core::{AnchorApi, EventFence, EventProfiler, OwnedStream, ProfilerConfig};
+use device_events_core::{
+    AnchorApi, EventFence, EventProfiler, FenceApi, OwnedStream, ProfilerConfig,
+};
 
 use crate::Streams;
 use crate::soft::{Counts, SoftDriver};
@@ -57,7 +59,7 @@ fn note<T, E: std::fmt::Display>(seen: &mut Seen, result: Result<T, E>) -> Optio
     result.map_err(|e| seen.push(e.to_string())).ok()
 }
 
-fn streams<A: AnchorApi>(n: usize, seen: &mut Seen) -> Option<Streams<A>> {
+fn streams<A: AnchorApi + FenceApi>(n: usize, seen: &mut Seen) -> Option<Streams<A>> {
     let mut made = Streams::<A>(Vec::new());
     for _ in 0..n {
         made.0.push(note(seen, OwnedStream::new())?);
@@ -73,7 +75,7 @@ fn resolve_all(pending: Vec<device_events_core::profile::ProfileDuration>) {
 }
 
 /// A fence made, waited on by the host, dropped.
-pub fn fence_lifecycle<A: AnchorApi>() -> Seen {
+pub fn fence_lifecycle<A: AnchorApi + FenceApi>() -> Seen {
     let mut seen = Seen::new();
     if let Some(s) = streams::<A>(1, &mut seen) {
         let fence = EventFence::<A>::new(s.get(0));
@@ -83,7 +85,7 @@ pub fn fence_lifecycle<A: AnchorApi>() -> Seen {
 }
 
 /// One stream made to wait for another's point, then the host for it.
-pub fn cross_stream_fence<A: AnchorApi>() -> Seen {
+pub fn cross_stream_fence<A: AnchorApi + FenceApi>() -> Seen {
     let mut seen = Seen::new();
     if let Some(s) = streams::<A>(2, &mut seen) {
         let fence = EventFence::<A>::new(s.get(0));
@@ -94,7 +96,7 @@ pub fn cross_stream_fence<A: AnchorApi>() -> Seen {
 }
 
 /// A profiler with a window nested in another, both read.
-pub fn nested_windows<A: AnchorApi>() -> Seen {
+pub fn nested_windows<A: AnchorApi + FenceApi>() -> Seen {
     let mut seen = Seen::new();
     if let Some(s) = streams::<A>(1, &mut seen) {
         let s = s.get(0);
@@ -111,7 +113,7 @@ pub fn nested_windows<A: AnchorApi>() -> Seen {
 }
 
 /// Two windows with a fresh anchor each, chained by the drift fit.
-pub fn anchor_refresh<A: AnchorApi>() -> Seen {
+pub fn anchor_refresh<A: AnchorApi + FenceApi>() -> Seen {
     let mut seen = Seen::new();
     if let Some(s) = streams::<A>(1, &mut seen) {
         let s = s.get(0);
@@ -132,7 +134,7 @@ pub fn anchor_refresh<A: AnchorApi>() -> Seen {
 }
 
 /// A profiler dropped with windows open and a reading never awaited.
-pub fn teardown_with_windows_open<A: AnchorApi>() -> Seen {
+pub fn teardown_with_windows_open<A: AnchorApi + FenceApi>() -> Seen {
     let mut seen = Seen::new();
     if let Some(s) = streams::<A>(1, &mut seen) {
         let s = s.get(0);
@@ -148,7 +150,7 @@ pub fn teardown_with_windows_open<A: AnchorApi>() -> Seen {
 }
 
 /// The scenarios of the sweep, by name.
-pub fn scenarios<A: AnchorApi>() -> [(&'static str, Scenario); 5] {
+pub fn scenarios<A: AnchorApi + FenceApi>() -> [(&'static str, Scenario); 5] {
     [
         ("fence lifecycle", fence_lifecycle::<A>),
         ("cross-stream fence", cross_stream_fence::<A>),
@@ -363,7 +365,7 @@ fn settle() {
 /// # Errors
 ///
 /// A sentence naming what was lost, leaked or stuck.
-pub fn stress<A: AnchorApi>(
+pub fn stress<A: AnchorApi + FenceApi>(
     threads: usize,
     each: usize,
     prepare_thread: fn(),
@@ -451,7 +453,7 @@ pub fn stress<A: AnchorApi>(
 /// # Panics
 ///
 /// When the software driver cannot be loaded.
-pub fn main<A: AnchorApi>(statuses: fn(&str) -> &'static [i32], prepare_thread: fn()) {
+pub fn main<A: AnchorApi + FenceApi>(statuses: fn(&str) -> &'static [i32], prepare_thread: fn()) {
     let driver = SoftDriver::exclusive();
     prepare_thread();
     let mut total = Tally::default();

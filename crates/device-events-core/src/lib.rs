@@ -36,57 +36,64 @@
 //! ```
 #![forbid(unsafe_code)]
 
-mod anchor;
-mod anchoring;
 mod api;
 mod arena;
-mod calibrator;
-mod capture;
-mod checked;
+mod backend;
 mod config;
-mod drift;
 pub mod driver;
 mod errors;
-mod event;
 mod fence;
-mod gate;
-mod handles;
-mod point;
-mod pool;
+mod owned_stream;
+mod placement;
 mod profiler;
-pub mod raw;
-mod reading;
-mod resolver;
-mod resolving;
 #[cfg(feature = "sim")]
-pub mod sim;
-mod stream;
-mod symbols;
-#[cfg(feature = "sim")]
-pub mod tally;
+mod testing;
 mod threads;
-mod token;
+mod waiting;
 
 pub use api::{EventApi, EventQuery};
-pub use calibrator::wait_for_calibrations;
-pub use checked::release_idle_events;
+pub use backend::checked::release_idle_events;
 pub use config::ProfilerConfig;
 pub use driver::{CaptureStatus, DriverError, ErrorKind};
 pub use errors::ProfileError;
-pub use fence::{EventFence, FencePool};
-pub use gate::{AnchorApi, Gate, HostStamp};
+pub use fence::FenceApi;
+pub use fence::event_fence::{EventFence, FencePool};
+pub use owned_stream::OwnedStream;
+pub use placement::calibrator::wait_for_calibrations;
+pub use placement::{AnchorApi, Gate, HostStamp};
 pub use profiler::EventProfiler;
-pub use reading::Placement;
-pub use resolver::resolver_running;
-pub use resolving::PlacedWindow;
-pub use stream::OwnedStream;
+pub use profiler::token::ProfileToken;
+#[cfg(feature = "sim")]
+pub use testing::{sim, tally};
 #[cfg(feature = "sim")]
 pub use threads::refuse_thread_starts;
-pub use threads::{library_threads_running, stop_driver_calls};
-pub use token::ProfileToken;
+pub use threads::{ThreadApi, stop_driver_calls};
+pub use waiting::placed_window::PlacedWindow;
+pub use waiting::reading::Placement;
+pub use waiting::resolver::resolver_running;
+
+/// The seam a backend implements: its driver calls, each turning a status
+/// into a [`DriverError`], and nothing else. Liveness, binding, refusals and
+/// capture modes are the checked layer's, written once.
+pub mod raw {
+    pub use crate::backend::checked::{CheckedEvent, CheckedStream, IDLE_EVENTS, Live, State};
+    pub use crate::backend::raw::{CallNames, HostWord, Permit, RawApi};
+}
 
 /// The `cubecl-common` profiling types windows resolve to, re-exported so a
 /// user need not match its version.
 pub mod profile {
     pub use cubecl_common::profile::{Duration, Instant, ProfileDuration, ProfileTicks};
+}
+
+/// Whether any of the library's threads is up in this process: a few
+/// seconds after the last profiler is dropped and its work is done, none
+/// is.
+///
+/// ```
+/// // No profiler yet, so no thread.
+/// assert!(!device_events_core::library_threads_running());
+/// ```
+pub fn library_threads_running() -> bool {
+    placement::calibrator::running() || waiting::resolver::resolver_running()
 }

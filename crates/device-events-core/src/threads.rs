@@ -3,6 +3,66 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
+use crate::EventApi;
+use crate::driver::DriverError;
+
+/// What the library's threads need of a backend: its contexts and capture
+/// modes, and who a stream and its device are. Every method has a default
+/// for a backend without contexts, so such a backend is `impl ThreadApi for
+/// MyBackend {}`.
+///
+/// ```
+/// use device_events_core::{EventApi, ThreadApi, sim::Sim};
+///
+/// let stream = Sim::stream_create_non_blocking()?;
+/// // A simulated stream has an identity, and its calls need no context.
+/// assert!(Sim::stream_key(stream).is_some());
+/// assert_eq!(Sim::in_context_of(stream, || 7)?, 7);
+/// # Sim::stream_destroy(stream)?;
+/// # Ok::<(), device_events_core::DriverError>(())
+/// ```
+pub trait ThreadApi: EventApi<Stream: Send + Sync> {
+    /// Run `call` on this thread with `stream`'s context current, then
+    /// give the thread back its own: how a calibration, taken on the
+    /// library's thread, makes its events in the profiler's context.
+    /// The default runs `call` as it is, for a backend whose calls need no
+    /// current context.
+    ///
+    /// # Errors
+    ///
+    /// [`DriverError`] when the stream is not live or the context could not
+    /// be bound; `call` did not run.
+    fn in_context_of<T>(stream: Self::Stream, call: impl FnOnce() -> T) -> Result<T, DriverError> {
+        let _ = stream;
+        Ok(call())
+    }
+
+    /// Called on the library's own threads (the resolver, the
+    /// calibrator) before their driver calls: such a thread takes part in
+    /// no graph capture, so a backend with capture modes makes it relaxed
+    /// for good, and its queries and waits never invalidate a user's
+    /// capture elsewhere in the process. Cheap after the first call.
+    fn own_thread() {}
+
+    /// A stream's identity while it lives: the windows one profiler ends
+    /// on one stream end in that order, so the resolver thread asks only
+    /// the first of those pending. `None` (the default) has each window
+    /// asked on its own.
+    fn stream_key(stream: Self::Stream) -> Option<u64> {
+        let _ = stream;
+        None
+    }
+
+    /// The identity of a stream's context (its device): each device's
+    /// anchors are taken on a thread of its own, so that one stuck behind
+    /// a long kernel, or a hung device, delays no other device's. `None`
+    /// (the default) shares one thread with every such backend's.
+    fn context_key(stream: Self::Stream) -> Option<u64> {
+        let _ = stream;
+        None
+    }
+}
+
 static REFUSING: AtomicBool = AtomicBool::new(false);
 static REFUSED: AtomicUsize = AtomicUsize::new(0);
 /// Set for good by [`stop_driver_calls`].
@@ -99,16 +159,4 @@ pub(crate) fn start(name: &str, body: impl FnOnce() + Send + 'static) -> std::io
 pub fn refuse_thread_starts(refuse: bool) -> usize {
     REFUSING.store(refuse, Ordering::Relaxed);
     REFUSED.swap(0, Ordering::Relaxed)
-}
-
-/// Whether any of the library's threads is up in this process: a few
-/// seconds after the last profiler is dropped and its work is done, none
-/// is.
-///
-/// ```
-/// // No profiler yet, so no thread.
-/// assert!(!device_events_core::library_threads_running());
-/// ```
-pub fn library_threads_running() -> bool {
-    crate::calibrator::running() || crate::resolver::resolver_running()
 }

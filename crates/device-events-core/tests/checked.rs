@@ -123,7 +123,7 @@ fn recording_on_another_contexts_stream_is_refused_before_the_driver() {
 
 #[test]
 fn a_panic_in_a_closure_run_in_a_streams_context_restores_the_callers() {
-    use device_events_core::AnchorApi;
+    use device_events_core::ThreadApi;
     let _one = exclusive();
     Tally::set_current(Some(1));
     let s = Tally::stream_create_non_blocking().unwrap();

@@ -16,7 +16,8 @@ use support::{OnWait, WaitHook};
 
 /// Start a window behind `work` and read it, within two seconds.
 fn read_late_window<
-    A: device_events_core::AnchorApi<Stream = device_events_core::sim::SimStream>,
+    A: device_events_core::AnchorApi<Stream = device_events_core::sim::SimStream>
+        + device_events_core::FenceApi,
 >(
     profiler: &mut EventProfiler<A>,
     work: Duration,

@@ -21,7 +21,8 @@ fn on_sim_clock() -> EventProfiler<Sim> {
 }
 
 /// The same, over a wrapper of the simulated backend.
-fn on_sim_clock_of<A: device_events_core::AnchorApi>() -> EventProfiler<A> {
+fn on_sim_clock_of<A: device_events_core::AnchorApi + device_events_core::FenceApi>()
+-> EventProfiler<A> {
     EventProfiler::with_config(ProfilerConfig {
         host_clock: Sim::host_now,
         ..ProfilerConfig::default()

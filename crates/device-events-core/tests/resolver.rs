@@ -222,6 +222,8 @@ impl EventApi for Panicky {
 }
 
 impl device_events_core::AnchorApi for Panicky {}
+impl device_events_core::ThreadApi for Panicky {}
+impl device_events_core::FenceApi for Panicky {}
 
 /// A window whose resolution panics on the resolver thread reads as `None`
 /// (logged), and promptly: its future is answered, not left pending.

@@ -5,13 +5,13 @@ use std::sync::{Mutex, PoisonError};
 
 use cubecl_runtime::server::ServerError;
 use device_events_core::raw::{CheckedStream, RawApi};
-use device_events_core::{AnchorApi, DriverError, ErrorKind, EventApi};
+use device_events_core::{AnchorApi, DriverError, ErrorKind, EventApi, FenceApi};
 
 use crate::errors::server_error;
 
 /// A backend whose raw streams a CubeCL server keeps as they are
 /// (`CUstream`, `hipStream_t`), with what admits one.
-pub trait RawStreams: AnchorApi + Sized {
+pub trait RawStreams: AnchorApi + FenceApi + Sized {
     /// The driver's stream handle.
     type Raw: Copy;
     /// What a stream belongs to (CUDA: its context; HIP: its device).
@@ -40,9 +40,9 @@ pub trait RawStreams: AnchorApi + Sized {
 }
 
 /// A backend's admitted raw streams, by handle (see [`CubeStreams`]).
-pub struct Admitted<A: AnchorApi>(Mutex<HashMap<usize, A::Stream>>);
+pub struct Admitted<A: AnchorApi + FenceApi>(Mutex<HashMap<usize, A::Stream>>);
 
-impl<A: AnchorApi> Default for Admitted<A> {
+impl<A: AnchorApi + FenceApi> Default for Admitted<A> {
     fn default() -> Self {
         Self(Mutex::new(HashMap::new()))
     }
@@ -180,7 +180,7 @@ impl RawStreams for device_events_hip::Hip {
 /// (features `cuda`, `hip`) its raw handle, admitted before
 /// ([`CubeStreams::admit`]) and found by handle. A backend of your own
 /// implements it for its stream type.
-pub trait StreamOf<A: AnchorApi> {
+pub trait StreamOf<A: AnchorApi + FenceApi> {
     /// The checked stream.
     ///
     /// # Errors

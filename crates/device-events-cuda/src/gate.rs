@@ -18,9 +18,9 @@ use std::sync::atomic::AtomicU32;
 use cudarc::driver::sys::{CUdevice, CUdeviceptr, CUstream};
 use device_events_core::DriverError;
 use device_events_core::profile::Duration;
-use device_events_core::raw::{HostWord, Permit};
+use device_events_core::raw::{HostWord, Permit, RawApi};
 
-use crate::{Cuda, RawStream, api, check};
+use crate::{Cuda, api, check};
 
 /// `CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS` (`_V1` in CUDA 12's header).
 const CAN_USE_STREAM_MEM_OPS: c_int = 92;
@@ -167,7 +167,7 @@ impl HostWord<Cuda> for CudaWord {
     fn wait_at_least(
         &self,
         _: Permit<Cuda>,
-        stream: &RawStream,
+        stream: &<Cuda as RawApi>::Stream,
         value: u32,
     ) -> Result<(), DriverError> {
         // SAFETY: the stream is live and its context bound (the permit);

@@ -437,6 +437,8 @@ fn a_driver_laid_out_as_libcuda_so_1_only_is_found() {
 struct SkipsReleases;
 
 impl device_events_core::AnchorApi for SkipsReleases {}
+impl device_events_core::ThreadApi for SkipsReleases {}
+impl device_events_core::FenceApi for SkipsReleases {}
 
 impl EventApi for SkipsReleases {
     /// Never dropped: an event released itself on drop.

@@ -12,10 +12,10 @@ use std::sync::atomic::AtomicU32;
 
 use device_events_core::DriverError;
 use device_events_core::profile::Duration;
-use device_events_core::raw::{HostWord, Permit};
+use device_events_core::raw::{HostWord, Permit, RawApi};
 
 use crate::runtime::MemOps;
-use crate::{Hip, HipRawStream, check, runtime_initialised};
+use crate::{Hip, check, runtime_initialised};
 
 /// `hipDeviceAttributeCanUseStreamWaitValue`.
 const CAN_USE_STREAM_WAIT_VALUE: c_int = 10013;
@@ -71,7 +71,7 @@ impl HostWord<Hip> for HipWord {
     fn wait_at_least(
         &self,
         _: Permit<Hip>,
-        stream: &HipRawStream,
+        stream: &<Hip as RawApi>::Stream,
         value: u32,
     ) -> Result<(), DriverError> {
         // SAFETY: the stream is live and its device bound (the permit);

@@ -9,9 +9,10 @@ use device_events_core::raw::RawApi;
 use device_events_core::{DriverError, Gate, HostStamp};
 
 use crate::context::ClContext;
-use crate::raw::{ClMarker, end_time};
 use crate::status::{check, error};
 use crate::{ClStream, OpenCl};
+
+const CL_PROFILING_COMMAND_END: u32 = 0x1283;
 
 /// `CL_COMPLETE`.
 const COMPLETE: i32 = 0;
@@ -130,7 +131,7 @@ pub(crate) fn gate(queue: ClStream) -> Result<Option<Box<dyn Gate>>, DriverError
 /// Where the device finished `event`'s marker, on the host clock, where the
 /// context's device stamps with `CLOCK_MONOTONIC_RAW` (PoCL's CPU device).
 pub(crate) fn host_stamp(
-    event: &ClMarker,
+    event: &<OpenCl as RawApi>::Event,
     context: &ClContext,
 ) -> Result<Option<HostStamp>, DriverError> {
     if !context.raw_clock {
@@ -148,4 +149,11 @@ pub(crate) fn host_stamp(
         // The pairing's half-width, and the 1 ns of the stamp itself.
         uncertainty: uncertainty + Duration::from_nanos(1),
     }))
+}
+
+/// Where the device finished `marker`, in its profiling clock's ns.
+pub(crate) fn end_time(marker: cl_event) -> Result<u64, DriverError> {
+    cl3::event::get_event_profiling_info(marker, CL_PROFILING_COMMAND_END)
+        .map(Into::into)
+        .map_err(|code| error("clGetEventProfilingInfo", code))
 }

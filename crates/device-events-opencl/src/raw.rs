@@ -9,12 +9,12 @@ use device_events_core::profile::Duration;
 use device_events_core::raw::{CallNames, CheckedStream, Permit, RawApi, State};
 use device_events_core::{DriverError, ErrorKind, Gate, HostStamp};
 
+use crate::anchor::{self, end_time};
 use crate::context::{self, ClContext};
 use crate::status::{check, error};
-use crate::{LIVE_EVENTS, OpenCl, anchor};
+use crate::{LIVE_EVENTS, OpenCl};
 
 const CL_QUEUE_PROFILING_ENABLE: u64 = 1 << 1;
-const CL_PROFILING_COMMAND_END: u32 = 0x1283;
 const CL_EVENT_COMMAND_EXECUTION_STATUS: u32 = 0x11D3;
 
 /// An event: a slot for the marker of its last record.
@@ -52,13 +52,6 @@ impl ClMarker {
     pub fn with_marker<R>(&self, f: impl FnOnce(cl_event) -> R) -> R {
         f(*self.lock())
     }
-}
-
-/// Where the device finished `marker`, in its profiling clock's ns.
-pub(crate) fn end_time(marker: cl_event) -> Result<u64, DriverError> {
-    cl3::event::get_event_profiling_info(marker, CL_PROFILING_COMMAND_END)
-        .map(Into::into)
-        .map_err(|code| error("clGetEventProfilingInfo", code))
 }
 
 static STATE: State<OpenCl> = State::new();

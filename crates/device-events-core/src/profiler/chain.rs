@@ -7,10 +7,10 @@ use cubecl_common::profile::ProfileDuration;
 
 use super::{EventProfiler, Opened};
 use crate::errors::ProfileError;
-use crate::gate::AnchorApi;
-use crate::point::Point;
-use crate::resolving::{PlacedWindow, Resolving, Ticks};
-use crate::token::ProfileToken;
+use crate::fence::point::Point;
+use crate::placement::AnchorApi;
+use crate::profiler::token::ProfileToken;
+use crate::waiting::placed_window::{PlacedWindow, Resolving, Ticks};
 
 impl<A: AnchorApi> EventProfiler<A> {
     /// Close the window on `stream` and open the next there, at one

@@ -95,3 +95,5 @@ impl<H: WaitHook> EventApi for OnWait<H> {
 }
 
 impl<H: WaitHook> device_events_core::AnchorApi for OnWait<H> {}
+impl<H: WaitHook> device_events_core::ThreadApi for OnWait<H> {}
+impl<H: WaitHook> device_events_core::FenceApi for OnWait<H> {}

@@ -47,7 +47,9 @@ impl Fill {
     }
 }
 
-impl<A: device_events_core::AnchorApi<Stream = ClStream>> Workload<A> for Fill {
+impl<A: device_events_core::AnchorApi<Stream = ClStream> + device_events_core::FenceApi> Workload<A>
+    for Fill
+{
     fn enqueue_bytes(&self, stream: ClStream, bytes: usize) -> Result<(), DriverError> {
         let pattern = 0u32;
         let size = bytes.min(self.bytes) / 4 * 4;
@@ -142,7 +144,9 @@ pub fn harness() -> Harness<Observed> {
 
 /// The harness on the OpenCL backend itself (or `Observed`, which is it),
 /// for checks of what only it offers (its `EventQuery`).
-pub fn plain_harness<A: device_events_core::AnchorApi<Stream = ClStream>>() -> Harness<A> {
+pub fn plain_harness<
+    A: device_events_core::AnchorApi<Stream = ClStream> + device_events_core::FenceApi,
+>() -> Harness<A> {
     OpenCl::probe().expect("an OpenCL platform with a device: cargo xtask test installs PoCL");
     Harness::new(
         Box::new(Fill::new(64 << 20)),

@@ -1,8 +1,9 @@
 //! Owned events: each is released exactly once, from `Drop`, with a failure
 //! logged rather than raised.
 
+use super::FenceApi;
+use crate::EventApi;
 use crate::driver::DriverError;
-use crate::{AnchorApi, EventApi};
 
 /// An event this crate created and will destroy.
 pub(crate) struct OwnedEvent<A: EventApi> {
@@ -36,7 +37,7 @@ impl<A: EventApi> Drop for OwnedEvent<A> {
 }
 
 /// A fence's event: when dropped it goes back to its backend's idle
-/// events ([`AnchorApi::keep_event`]) or, where the backend keeps none, is
+/// events ([`FenceApi::keep_event`]) or, where the backend keeps none, is
 /// destroyed.
 pub(crate) struct KeptEvent<A: EventApi> {
     /// Taken only by `Drop`.
@@ -47,7 +48,7 @@ pub(crate) struct KeptEvent<A: EventApi> {
 impl<A: EventApi> KeptEvent<A> {
     pub(crate) fn for_stream(stream: A::Stream) -> Result<Self, DriverError>
     where
-        A: AnchorApi,
+        A: FenceApi,
     {
         A::fence_event(stream).map(|raw| Self {
             raw: Some(raw),

@@ -5,12 +5,13 @@ use std::sync::Arc;
 
 use cubecl_common::profile::{Duration, ProfileTicks};
 
-use crate::anchoring::WindowAnchor;
 use crate::driver::DriverError;
-use crate::gate::AnchorApi;
-use crate::point::Point;
-use crate::pool::EventPool;
-use crate::resolver::Lane;
+use crate::fence::event_pool::EventPool;
+use crate::fence::point::Point;
+use crate::placement::AnchorApi;
+use crate::placement::anchor::{nanos, reading_error};
+use crate::placement::refresh::WindowAnchor;
+use crate::waiting::resolver::Lane;
 
 /// What a window's reading is checked against.
 #[derive(Clone, Copy)]
@@ -193,26 +194,4 @@ pub(crate) fn placement_or_none<A: AnchorApi>(
         );
     })
     .ok()
-}
-
-/// How far an elapsed reading of `reading_ns` nanoseconds can be off,
-/// besides the driver's resolution: half the `f32` millisecond step there,
-/// and the nanosecond rounding of the conversion.
-///
-/// An `f32`'s step at `x` is at most `x · 2⁻²³`, so half of it is at most
-/// `x · 2⁻²⁴`: in whole nanoseconds, `ns >> 24`, plus 1 for that shift's
-/// truncation, 1 for the conversion's rounding and 1 for the reading's own:
-/// a bound never rounds down, and it costs no floating point.
-#[inline]
-pub(crate) fn reading_error(reading_ns: u64) -> u64 {
-    (reading_ns >> 24) + 3
-}
-
-/// A duration in whole nanoseconds, `u64::MAX` past 584 years.
-#[inline]
-pub(crate) fn nanos(duration: Duration) -> u64 {
-    duration
-        .as_secs()
-        .saturating_mul(1_000_000_000)
-        .saturating_add(u64::from(duration.subsec_nanos()))
 }

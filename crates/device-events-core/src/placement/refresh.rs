@@ -10,15 +10,14 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use cubecl_common::profile::{Duration, Instant};
 
-use crate::anchor::{Anchor, Bracket, Calibration};
-use crate::calibrator;
 use crate::config::ProfilerConfig;
-use crate::drift::{DriftFit, MAX_GAP, Placement};
 use crate::driver::{DriverError, ErrorKind};
-use crate::gate::{AnchorApi, Gate};
-use crate::pool::EventPool;
-use crate::reading::{nanos, reading_error};
-use crate::stream::OwnedStream;
+use crate::fence::event_pool::EventPool;
+use crate::owned_stream::OwnedStream;
+use crate::placement::anchor::{Anchor, Bracket, Calibration, nanos, reading_error};
+use crate::placement::calibrator;
+use crate::placement::drift::{DriftFit, MAX_GAP, Placement};
+use crate::placement::{AnchorApi, Gate};
 
 /// The anchor a calibration in flight will give: filled once, with the new
 /// anchor, the previous one when the refresh failed, or the failure.

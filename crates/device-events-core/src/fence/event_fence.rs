@@ -2,10 +2,11 @@
 
 use std::sync::Arc;
 
+use super::FenceApi;
+use crate::EventApi;
 use crate::driver::DriverError;
-use crate::event::KeptEvent;
-use crate::pool::{EventPool, PooledEvent};
-use crate::{AnchorApi, EventApi};
+use crate::fence::event_pool::{EventPool, PooledEvent};
+use crate::fence::owned_event::KeptEvent;
 
 /// The event behind a fence: its own (kept for reuse by the backend when
 /// dropped), or one on loan from a [`FencePool`].
@@ -54,7 +55,7 @@ pub struct EventFence<A: EventApi> {
     point: Result<Point<A>, DriverError>,
 }
 
-impl<A: AnchorApi> EventFence<A> {
+impl<A: FenceApi> EventFence<A> {
     /// Record a point on `stream`, after everything queued there so far.
     ///
     /// Its event is of the stream's context, whatever the thread's current

@@ -11,9 +11,9 @@ use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
 
 use cubecl_common::profile::Duration;
 
-use crate::checked::State;
+use crate::backend::checked::State;
+use crate::backend::raw::{CallNames, Permit, RawApi};
 use crate::driver::{DriverError, ErrorKind};
-use crate::raw::{CallNames, Permit, RawApi};
 
 /// The counting backend.
 #[derive(Debug)]

@@ -1,26 +1,27 @@
 //! Device-timed windows on streams, placed on the host clock.
 
+mod chain;
+pub(crate) mod token;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use cubecl_common::profile::{Duration, ProfileDuration};
 
-use crate::anchoring::{Anchoring, WindowAnchor};
 use crate::arena::Arena;
 use crate::config::ProfilerConfig;
 use crate::driver::{DriverError, ErrorKind};
 use crate::errors::ProfileError;
-use crate::event::OwnedEvent;
-use crate::gate::AnchorApi;
-use crate::point::Point;
-use crate::pool::EventPool;
-use crate::reading::{Inputs, Limits};
-use crate::resolver;
-use crate::resolver::{Lane, LaneId};
-use crate::resolving::{PlacedWindow, Resolving, Ticks};
-use crate::token::ProfileToken;
-
-mod chain;
+use crate::fence::event_pool::EventPool;
+use crate::fence::owned_event::OwnedEvent;
+use crate::fence::point::Point;
+use crate::placement::AnchorApi;
+use crate::placement::refresh::{Anchoring, WindowAnchor};
+use crate::profiler::token::ProfileToken;
+use crate::waiting::placed_window::{PlacedWindow, Resolving, Ticks};
+use crate::waiting::reading::{Inputs, Limits};
+use crate::waiting::resolver;
+use crate::waiting::resolver::{Lane, LaneId};
 
 /// Timing windows on streams, with device-measured durations placed on the
 /// host clock.

@@ -2,12 +2,18 @@
 //! around a record and a wait: a gate the anchor's stream waits behind, and
 //! the host clock its device already stamps on.
 
+pub(crate) mod anchor;
+pub(crate) mod calibrator;
+pub(crate) mod drift;
+pub(crate) mod refresh;
+
 use cubecl_common::profile::{Duration, Instant};
 
 use crate::EventApi;
 use crate::driver::DriverError;
+use crate::threads::ThreadApi;
 
-/// The optional anchoring calls of a backend. Every method has a default
+/// The optional anchoring calls of a backend, for the profiler. Every method has a default
 /// that says "not here", so a backend without them is `impl AnchorApi for
 /// MyBackend {}`, and the profiler falls back to the bracket every driver
 /// allows.
@@ -23,7 +29,7 @@ use crate::driver::DriverError;
 /// # Sim::stream_destroy(stream)?;
 /// # Ok::<(), device_events_core::DriverError>(())
 /// ```
-pub trait AnchorApi: EventApi<Stream: Send + Sync> {
+pub trait AnchorApi: ThreadApi {
     /// A gate on `stream`: a host-written value the stream can be made to
     /// wait on (`cuStreamWaitValue32`, `hipStreamWaitValue32`, an OpenCL
     /// user event). `Ok(None)` where the driver or device has none.
@@ -66,64 +72,6 @@ pub trait AnchorApi: EventApi<Stream: Send + Sync> {
     fn host_stamp(event: &Self::Event) -> Result<Option<HostStamp>, DriverError> {
         let _ = event;
         Ok(None)
-    }
-
-    /// Run `call` on this thread with `stream`'s context current, then
-    /// give the thread back its own: how a calibration, taken on the
-    /// library's thread, makes its events in the profiler's context.
-    /// The default runs `call` as it is, for a backend whose calls need no
-    /// current context.
-    ///
-    /// # Errors
-    ///
-    /// [`DriverError`] when the stream is not live or the context could not
-    /// be bound; `call` did not run.
-    fn in_context_of<T>(stream: Self::Stream, call: impl FnOnce() -> T) -> Result<T, DriverError> {
-        let _ = stream;
-        Ok(call())
-    }
-
-    /// Called on the library's own threads (the resolver, the
-    /// calibrator) before their driver calls: such a thread takes part in
-    /// no graph capture, so a backend with capture modes makes it relaxed
-    /// for good, and its queries and waits never invalidate a user's
-    /// capture elsewhere in the process. Cheap after the first call.
-    fn own_thread() {}
-
-    /// A stream's identity while it lives: the windows one profiler ends
-    /// on one stream end in that order, so the resolver thread asks only
-    /// the first of those pending. `None` (the default) has each window
-    /// asked on its own.
-    fn stream_key(stream: Self::Stream) -> Option<u64> {
-        let _ = stream;
-        None
-    }
-
-    /// The identity of a stream's context (its device): each device's
-    /// anchors are taken on a thread of its own, so that one stuck behind
-    /// a long kernel, or a hung device, delays no other device's. `None`
-    /// (the default) shares one thread with every such backend's.
-    fn context_key(stream: Self::Stream) -> Option<u64> {
-        let _ = stream;
-        None
-    }
-
-    /// An event for a fence on `stream`: an idle one of the stream's
-    /// context, kept from a fence that was dropped, or a new one. The
-    /// default makes a new one, in the thread's current context.
-    ///
-    /// # Errors
-    ///
-    /// The driver's refusal of a new event.
-    fn fence_event(stream: Self::Stream) -> Result<Self::Event, DriverError> {
-        let _ = stream;
-        Self::event_create()
-    }
-
-    /// Keep a dropped fence's event for [`fence_event`](Self::fence_event);
-    /// `Some` gives it back, to be destroyed. The default keeps none.
-    fn keep_event(event: Self::Event) -> Option<Self::Event> {
-        Some(event)
     }
 
     /// Whether `event` and `stream` are of one context; `None` where the

@@ -10,11 +10,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use cubecl_common::profile::Duration;
 
+use crate::backend::capture;
+use crate::backend::handles::Handle;
+use crate::backend::raw::{Permit, RawApi};
 use crate::driver::{CaptureStatus, DriverError, ErrorKind, with_bound};
-use crate::gate::{Gate, HostStamp};
-use crate::handles::Handle;
-use crate::raw::{Permit, RawApi};
-use crate::{AnchorApi, EventApi, EventQuery, capture};
+use crate::fence::FenceApi;
+use crate::placement::{Gate, HostStamp};
+use crate::threads::ThreadApi;
+use crate::{AnchorApi, EventApi, EventQuery};
 
 mod idle;
 mod stream;
@@ -335,6 +338,12 @@ impl<R: RawApi> AnchorApi for R {
         R::stamp_on_host(Permit::new(), raw, &event.held)
     }
 
+    fn same_context(event: &CheckedEvent<R>, stream: CheckedStream<R>) -> Option<bool> {
+        stream.context().map(|context| context == event.context())
+    }
+}
+
+impl<R: RawApi> ThreadApi for R {
     fn in_context_of<T>(
         stream: CheckedStream<R>,
         call: impl FnOnce() -> T,
@@ -360,16 +369,14 @@ impl<R: RawApi> AnchorApi for R {
         context.hash(&mut hasher);
         Some(hasher.finish())
     }
+}
 
+impl<R: RawApi> FenceApi for R {
     fn fence_event(stream: CheckedStream<R>) -> Result<CheckedEvent<R>, DriverError> {
         idle::fence_event(stream)
     }
 
     fn keep_event(event: CheckedEvent<R>) -> Option<CheckedEvent<R>> {
         idle::keep_event(event)
-    }
-
-    fn same_context(event: &CheckedEvent<R>, stream: CheckedStream<R>) -> Option<bool> {
-        stream.context().map(|context| context == event.context())
     }
 }

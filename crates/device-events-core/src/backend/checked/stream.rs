@@ -8,9 +8,9 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::{CheckedEvent, dead, on_stream};
+use crate::backend::handles::{Handle, HandleTable};
+use crate::backend::raw::{Permit, RawApi};
 use crate::driver::{CaptureStatus, DriverError, ErrorKind};
-use crate::handles::{Handle, HandleTable};
-use crate::raw::{Permit, RawApi};
 
 /// A backend's live streams and settings, kept in a `static` of its own
 /// ([`RawApi::state`]).

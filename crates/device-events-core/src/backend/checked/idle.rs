@@ -10,9 +10,9 @@ use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use super::{CheckedEvent, CheckedStream, State, bound};
+use crate::backend::raw::RawApi;
 use crate::driver::DriverError;
-use crate::event::OwnedEvent;
-use crate::raw::RawApi;
+use crate::fence::owned_event::OwnedEvent;
 
 /// Idle fence events a backend keeps, at most.
 pub const IDLE_EVENTS: usize = 64;

@@ -240,7 +240,12 @@ impl Sim {
 }
 
 /// No gate and no host-clock stamps: the profiler brackets.
-impl crate::AnchorApi for Sim {
+impl crate::AnchorApi for Sim {}
+
+/// New events for each fence, none kept.
+impl crate::FenceApi for Sim {}
+
+impl crate::ThreadApi for Sim {
     fn stream_key(stream: SimStream) -> Option<u64> {
         Some(stream.0)
     }

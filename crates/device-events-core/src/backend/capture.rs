@@ -11,8 +11,8 @@
 use std::any::TypeId;
 use std::cell::RefCell;
 
+use crate::backend::raw::{Permit, RawApi};
 use crate::driver::{DriverError, Undo};
-use crate::raw::{Permit, RawApi};
 
 /// `CU_STREAM_CAPTURE_MODE_RELAXED`, `hipStreamCaptureModeRelaxed`.
 const RELAXED: i32 = 2;

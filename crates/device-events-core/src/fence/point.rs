@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use crate::EventApi;
-use crate::event::OwnedEvent;
-use crate::pool::PooledEvent;
+use crate::fence::event_pool::PooledEvent;
+use crate::fence::owned_event::OwnedEvent;
 
 pub(crate) enum Point<A: EventApi> {
     /// An event of the profiler's pool that the window holds alone; the

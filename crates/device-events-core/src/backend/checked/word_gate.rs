@@ -4,10 +4,10 @@ use cubecl_common::profile::Duration;
 
 use super::{CheckedStream, bound};
 use crate::EventApi;
-use crate::capture;
+use crate::backend::capture;
+use crate::backend::raw::{HostWord, Permit, RawApi};
 use crate::driver::DriverError;
-use crate::gate::Gate;
-use crate::raw::{HostWord, Permit, RawApi};
+use crate::placement::Gate;
 
 /// A gate over the backend's [`HostWord`]: each close waits for the next
 /// count, each open writes the count, and dropping it opens it, drains the

@@ -8,8 +8,9 @@ use std::sync::atomic::AtomicU32;
 
 use cubecl_common::profile::Duration;
 
+use crate::backend::checked::{CheckedStream, State};
 use crate::driver::{CaptureStatus, DriverError};
-use crate::gate::{Gate, HostStamp};
+use crate::placement::{Gate, HostStamp};
 
 /// Proof that a call comes from the checked layer, which only this crate
 /// can make. A raw call's safety rests on what that layer guarantees: its
@@ -303,7 +304,7 @@ pub trait RawApi: Sized + Send + Sync + 'static {
         permit: Permit<Self>,
         stream: CheckedStream<Self>,
     ) -> Result<Option<Box<dyn Gate>>, DriverError> {
-        crate::checked::word_gate(permit, stream)
+        crate::backend::checked::word_gate(permit, stream)
     }
 
     /// Where the device stamped `event` on the host clock, if the driver
@@ -348,5 +349,3 @@ pub trait HostWord<R: RawApi>: Send {
     /// As [`Gate::settle`].
     fn settle(&self) -> Duration;
 }
-
-pub use crate::checked::{CheckedEvent, CheckedStream, IDLE_EVENTS, Live, State};

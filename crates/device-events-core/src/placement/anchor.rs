@@ -19,11 +19,10 @@ use std::sync::Arc;
 use cubecl_common::profile::{Duration, Instant};
 
 use crate::EventApi;
-use crate::drift::Placement;
 use crate::driver::DriverError;
-use crate::gate::{AnchorApi, Closed, Gate};
-use crate::pool::{EventPool, PooledEvent};
-use crate::reading::nanos;
+use crate::fence::event_pool::{EventPool, PooledEvent};
+use crate::placement::drift::Placement;
+use crate::placement::{AnchorApi, Closed, Gate};
 
 /// A device event together with where it sits on the host clock.
 pub(crate) struct Anchor<A: EventApi> {
@@ -360,4 +359,26 @@ fn float_ns(ns: u64) -> f64 {
 #[inline]
 fn ns_of_float(ns: f64) -> u64 {
     (ns as i64).max(0) as u64
+}
+
+/// How far an elapsed reading of `reading_ns` nanoseconds can be off,
+/// besides the driver's resolution: half the `f32` millisecond step there,
+/// and the nanosecond rounding of the conversion.
+///
+/// An `f32`'s step at `x` is at most `x · 2⁻²³`, so half of it is at most
+/// `x · 2⁻²⁴`: in whole nanoseconds, `ns >> 24`, plus 1 for that shift's
+/// truncation, 1 for the conversion's rounding and 1 for the reading's own:
+/// a bound never rounds down, and it costs no floating point.
+#[inline]
+pub(crate) fn reading_error(reading_ns: u64) -> u64 {
+    (reading_ns >> 24) + 3
+}
+
+/// A duration in whole nanoseconds, `u64::MAX` past 584 years.
+#[inline]
+pub(crate) fn nanos(duration: Duration) -> u64 {
+    duration
+        .as_secs()
+        .saturating_mul(1_000_000_000)
+        .saturating_add(u64::from(duration.subsec_nanos()))
 }

@@ -8,9 +8,9 @@ use std::task::{Context, Poll};
 
 use cubecl_common::profile::{ProfileDuration, ProfileTicks};
 
-use crate::gate::AnchorApi;
-use crate::reading::{Inputs, Placement, Unread, placement_or_none, read_window};
-use crate::resolver::{self, Answer, Attempt, Job, Lane};
+use crate::placement::AnchorApi;
+use crate::waiting::reading::{Inputs, Placement, Unread, placement_or_none, read_window};
+use crate::waiting::resolver::{self, Answer, Attempt, Job, Lane};
 
 /// A closed window, resolving to its placement and a bound on its error.
 ///

@@ -1,0 +1,46 @@
+//! Fences, and the events they and profiler windows are made of: owned
+//! events released once, pooled events, and the points a window records.
+
+pub(crate) mod event_fence;
+pub(crate) mod event_pool;
+pub(crate) mod owned_event;
+pub(crate) mod point;
+
+use crate::EventApi;
+use crate::driver::DriverError;
+
+/// How a backend reuses fences' events. The defaults make a new event for
+/// each fence and destroy it after, so a backend without reuse is `impl
+/// FenceApi for MyBackend {}`.
+///
+/// ```
+/// use device_events_core::{EventApi, EventFence, FenceApi, sim::Sim};
+///
+/// let stream = Sim::stream_create_non_blocking()?;
+/// let mut event = Sim::fence_event(stream)?;
+/// // The simulated backend keeps none: the event comes back, to destroy.
+/// let mut event = Sim::keep_event(event).expect("not kept");
+/// Sim::event_destroy(&mut event)?;
+/// EventFence::<Sim>::new(stream).wait_sync()?;
+/// # Sim::stream_destroy(stream)?;
+/// # Ok::<(), device_events_core::DriverError>(())
+/// ```
+pub trait FenceApi: EventApi {
+    /// An event for a fence on `stream`: an idle one of the stream's
+    /// context, kept from a fence that was dropped, or a new one. The
+    /// default makes a new one, in the thread's current context.
+    ///
+    /// # Errors
+    ///
+    /// The driver's refusal of a new event.
+    fn fence_event(stream: Self::Stream) -> Result<Self::Event, DriverError> {
+        let _ = stream;
+        Self::event_create()
+    }
+
+    /// Keep a dropped fence's event for [`fence_event`](Self::fence_event);
+    /// `Some` gives it back, to be destroyed. The default keeps none.
+    fn keep_event(event: Self::Event) -> Option<Self::Event> {
+        Some(event)
+    }
+}

@@ -1,0 +1,585 @@
+//! The workspace's imports, drawn: which file of a crate imports which, so
+//! that arrows run one way. A file is above everything it imports; a circle
+//! has no such order and fails. In the core, whose folders are its rooms, a
+//! file also imports nothing from a folder ranked above its own.
+//!
+//! The crate root (`lib.rs`, `main.rs`) is the crate's map, not a room: it
+//! declares the modules, re-exports and may define the type every file
+//! names (a backend's `Cuda`), so no arrow is drawn from or to it.
+//!
+//! Read with `syn`: every `use` and every `crate::`, `self::` or `super::`
+//! path in the code, each followed through re-exports to the file that
+//! defines what it names. Tests (`#[cfg(test)]`) and doc comments are left
+//! out: they are not the crate's structure.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use syn::visit::Visit;
+
+use crate::root;
+
+/// The core's folders, lowest first: a file may import from its own folder
+/// and from those below it. Files beside `lib.rs` are the floor everything
+/// stands on; `lib.rs` itself, the crate's map, may name any.
+const CORE_ROOMS: &[&str] = &[
+    "",
+    "fence",
+    "placement",
+    "waiting",
+    "profiler",
+    "backend",
+    "testing",
+];
+const CORE: &str = "device-events-core";
+
+/// Check every crate of the workspace; `verbose` prints each crate's floors.
+pub fn layers(verbose: bool) -> Result<()> {
+    let mut crates: Vec<PathBuf> = std::fs::read_dir(root().join("crates"))?
+        .map(|entry| entry.map(|e| e.path()))
+        .collect::<std::io::Result<_>>()?;
+    crates.push(root().join("xtask"));
+    crates.sort();
+    let mut faults = Vec::new();
+    for dir in crates {
+        let name = dir
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        let src = dir.join("src");
+        let roots: Vec<PathBuf> = ["lib.rs", "main.rs"]
+            .iter()
+            .map(|f| src.join(f))
+            .filter(|f| f.exists())
+            .collect();
+        for crate_root in roots {
+            let graph = Graph::read(&src, &crate_root)
+                .with_context(|| format!("reading {}", crate_root.display()))?;
+            let rooms = (name == CORE && crate_root.ends_with("lib.rs")).then_some(CORE_ROOMS);
+            let report = graph.report(rooms);
+            let label = format!(
+                "{name}/{}",
+                crate_root.file_name().unwrap_or_default().to_string_lossy()
+            );
+            eprintln!(
+                "xtask: layers {label}: {} files, {} floors, {} arrows, {} circles{}",
+                graph.files.len(),
+                report.floors.len(),
+                report.arrows,
+                report.circles.len(),
+                if rooms.is_some() {
+                    format!(", {} upward between rooms", report.upward.len())
+                } else {
+                    String::new()
+                }
+            );
+            if verbose {
+                for (n, floor) in report.floors.iter().enumerate() {
+                    eprintln!("  floor {n}: {}", floor.join(" "));
+                }
+            }
+            for circle in &report.circles {
+                let inside: Vec<String> = circle
+                    .iter()
+                    .flat_map(|from| {
+                        report.arrows_of[from]
+                            .iter()
+                            .filter(|to| circle.contains(to))
+                            .map(move |to| format!("{from} → {to}"))
+                    })
+                    .collect();
+                faults.push(format!("{label}: a circle: {}", inside.join(", ")));
+            }
+            for (from, to) in &report.upward {
+                faults.push(format!(
+                    "{label}: {from} imports {to}, a room above its own"
+                ));
+            }
+        }
+    }
+    if !faults.is_empty() {
+        for fault in &faults {
+            eprintln!("xtask: {fault}");
+        }
+        bail!("{} import(s) run the wrong way", faults.len());
+    }
+    Ok(())
+}
+
+/// A crate's files and who imports whom.
+struct Graph {
+    /// By file, relative to `src/`.
+    files: BTreeMap<String, FileInfo>,
+    /// Each module path (`a::b`, the root is empty) to its file.
+    modules: HashMap<String, String>,
+}
+
+#[derive(Default)]
+struct FileInfo {
+    /// Absolute paths (segments after `crate`) this file names.
+    names: BTreeSet<Vec<String>>,
+    /// What the file re-exports: module path, item name, target path.
+    reexports: Vec<(String, String, Vec<String>)>,
+}
+
+struct Report {
+    floors: Vec<Vec<String>>,
+    arrows: usize,
+    arrows_of: BTreeMap<String, BTreeSet<String>>,
+    circles: Vec<Vec<String>>,
+    upward: Vec<(String, String)>,
+}
+
+impl Graph {
+    fn read(src: &Path, crate_root: &Path) -> Result<Self> {
+        let mut graph = Graph {
+            files: BTreeMap::new(),
+            modules: HashMap::new(),
+        };
+        graph.read_file(src, crate_root, String::new())?;
+        Ok(graph)
+    }
+
+    fn read_file(&mut self, src: &Path, file: &Path, module: String) -> Result<()> {
+        let text = std::fs::read_to_string(file)?;
+        let ast = syn::parse_file(&text).with_context(|| format!("parsing {}", file.display()))?;
+        let rel = file
+            .strip_prefix(src)
+            .unwrap_or(file)
+            .to_string_lossy()
+            .into_owned();
+        // A file's children live beside it (lib.rs, main.rs, mod.rs) or in
+        // the folder named for it.
+        let stem = file.file_stem().unwrap_or_default();
+        let dir = file.parent().unwrap_or(src);
+        let child_dir = if module.is_empty() || stem == "mod" {
+            dir.to_path_buf()
+        } else {
+            dir.join(stem)
+        };
+        let mut reader = Reader {
+            stack: vec![module.clone()],
+            info: FileInfo::default(),
+            children: Vec::new(),
+            inline: Vec::new(),
+            public_uses: Vec::new(),
+            idents: BTreeSet::new(),
+        };
+        reader.visit_file(&ast);
+        let Reader {
+            mut info,
+            children,
+            inline,
+            public_uses,
+            idents,
+            ..
+        } = reader;
+        for (path, bound) in public_uses {
+            if idents.contains(&bound) {
+                info.names.insert(path);
+            }
+        }
+        self.modules.insert(module.clone(), rel.clone());
+        for path in inline {
+            self.modules.insert(path, rel.clone());
+        }
+        self.files.insert(rel, info);
+        for child in children {
+            let path = join(&module, &child);
+            let candidates = [
+                child_dir.join(format!("{child}.rs")),
+                child_dir.join(&child).join("mod.rs"),
+            ];
+            let Some(found) = candidates.iter().find(|c| c.exists()) else {
+                bail!("no file for module {path} under {}", child_dir.display());
+            };
+            self.read_file(src, found, path)?;
+        }
+        Ok(())
+    }
+
+    /// The file that defines what `path` names, through re-exports; `None`
+    /// outside the crate.
+    fn target(&self, path: &[String], depth: usize) -> Option<String> {
+        if depth > 16 {
+            return None;
+        }
+        let mut module = String::new();
+        let mut used = 0;
+        for (n, _) in path.iter().enumerate() {
+            let prefix = path[..=n].join("::");
+            if self.modules.contains_key(&prefix) {
+                module = prefix;
+                used = n + 1;
+            } else {
+                break;
+            }
+        }
+        if used == 0 && !path.is_empty() && !self.modules.contains_key("") {
+            return None;
+        }
+        let file = self.modules.get(&module)?;
+        if let Some(item) = path.get(used) {
+            let info = &self.files[file];
+            if let Some((_, _, to)) = info
+                .reexports
+                .iter()
+                .find(|(m, name, _)| *m == module && name == item)
+            {
+                let mut next = to.clone();
+                next.extend(path[used + 1..].iter().cloned());
+                return self.target(&next, depth + 1);
+            }
+        }
+        Some(file.clone())
+    }
+
+    fn arrows(&self) -> BTreeMap<String, BTreeSet<String>> {
+        let mut arrows: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        let root = &self.modules[""];
+        for (file, info) in &self.files {
+            if file == root {
+                continue;
+            }
+            let out = arrows.entry(file.clone()).or_default();
+            for name in &info.names {
+                if let Some(to) = self.target(name, 0)
+                    && to != *file
+                    && to != *root
+                {
+                    out.insert(to);
+                }
+            }
+        }
+        arrows
+    }
+
+    fn report(&self, rooms: Option<&[&str]>) -> Report {
+        let arrows = self.arrows();
+        let count = arrows.values().map(BTreeSet::len).sum();
+        let circles = circles(&arrows);
+        // Floors: each file one above the highest it imports; a circle's
+        // files are left out (they have no floor).
+        let in_circle: BTreeSet<&String> = circles.iter().flatten().collect();
+        let mut floor: BTreeMap<&String, usize> = BTreeMap::new();
+        let mut changed = true;
+        while changed {
+            changed = false;
+            for (file, out) in &arrows {
+                if in_circle.contains(file) || floor.contains_key(file) {
+                    continue;
+                }
+                if out.iter().any(|to| in_circle.contains(to)) {
+                    continue;
+                }
+                if out.iter().all(|to| floor.contains_key(to)) {
+                    let level = out.iter().map(|to| floor[to] + 1).max().unwrap_or(0);
+                    floor.insert(file, level);
+                    changed = true;
+                }
+            }
+        }
+        let mut floors: Vec<Vec<String>> = Vec::new();
+        for (file, level) in floor {
+            if floors.len() <= level {
+                floors.resize(level + 1, Vec::new());
+            }
+            floors[level].push(file.clone());
+        }
+        let mut upward = Vec::new();
+        if let Some(rooms) = rooms {
+            let rank = |file: &str| {
+                let room = file.split_once('/').map_or("", |(dir, _)| dir);
+                let room = room.trim_end_matches(".rs");
+                rooms.iter().position(|r| *r == room)
+            };
+            for (from, out) in &arrows {
+                for to in out {
+                    match (rank(from), rank(to)) {
+                        (Some(a), Some(b)) if b <= a => {}
+                        _ => upward.push((from.clone(), to.clone())),
+                    }
+                }
+            }
+        }
+        Report {
+            floors,
+            arrows: count,
+            arrows_of: arrows,
+            circles,
+            upward,
+        }
+    }
+}
+
+/// Strongly connected sets of two or more files (Tarjan's algorithm).
+fn circles(arrows: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
+    struct Walk<'a> {
+        arrows: &'a BTreeMap<String, BTreeSet<String>>,
+        index: HashMap<&'a str, usize>,
+        low: HashMap<&'a str, usize>,
+        stack: Vec<&'a str>,
+        on_stack: BTreeSet<&'a str>,
+        found: Vec<Vec<String>>,
+    }
+    impl<'a> Walk<'a> {
+        fn visit(&mut self, file: &'a str) {
+            let n = self.index.len();
+            self.index.insert(file, n);
+            self.low.insert(file, n);
+            self.stack.push(file);
+            self.on_stack.insert(file);
+            for to in self.arrows.get(file).into_iter().flatten() {
+                if !self.index.contains_key(to.as_str()) {
+                    self.visit(to);
+                    let low = self.low[to.as_str()].min(self.low[file]);
+                    self.low.insert(file, low);
+                } else if self.on_stack.contains(to.as_str()) {
+                    let low = self.index[to.as_str()].min(self.low[file]);
+                    self.low.insert(file, low);
+                }
+            }
+            if self.low[file] == self.index[file] {
+                let mut set = Vec::new();
+                while let Some(top) = self.stack.pop() {
+                    self.on_stack.remove(top);
+                    set.push(top.to_owned());
+                    if top == file {
+                        break;
+                    }
+                }
+                if set.len() > 1 {
+                    set.sort();
+                    self.found.push(set);
+                }
+            }
+        }
+    }
+    let mut walk = Walk {
+        arrows,
+        index: HashMap::new(),
+        low: HashMap::new(),
+        stack: Vec::new(),
+        on_stack: BTreeSet::new(),
+        found: Vec::new(),
+    };
+    for file in arrows.keys() {
+        if !walk.index.contains_key(file.as_str()) {
+            walk.visit(file);
+        }
+    }
+    walk.found
+}
+
+fn join(module: &str, child: &str) -> String {
+    if module.is_empty() {
+        child.to_owned()
+    } else {
+        format!("{module}::{child}")
+    }
+}
+
+fn is_test(attrs: &[syn::Attribute]) -> bool {
+    attrs.iter().any(|attr| {
+        attr.path().is_ident("cfg")
+            && attr
+                .meta
+                .require_list()
+                .is_ok_and(|list| list.tokens.to_string().contains("test"))
+    })
+}
+
+/// One file's reading: its `mod` declarations, re-exports and the paths it
+/// names, with `self` and `super` made absolute.
+struct Reader {
+    /// The module being read: the file's, then any inline one inside it.
+    stack: Vec<String>,
+    info: FileInfo,
+    /// Modules declared here whose body is another file.
+    children: Vec<String>,
+    /// Inline modules, by path.
+    inline: Vec<String>,
+    /// Public `use`s: a path, and the name it binds. One counts as an
+    /// import only where the file itself uses that name; otherwise it is
+    /// the module's map, a re-export and no arrow.
+    public_uses: Vec<(Vec<String>, String)>,
+    /// Every identifier outside `use` items.
+    idents: BTreeSet<String>,
+}
+
+impl Reader {
+    fn module(&self) -> &str {
+        self.stack.last().map_or("", String::as_str)
+    }
+
+    /// `segments` made absolute, or `None` outside the crate. A first
+    /// segment that is neither `crate`, `self` nor `super` is the crate's
+    /// only when `local` (a `use` naming a module declared here).
+    fn absolute(&self, segments: &[String], local: &BTreeSet<String>) -> Option<Vec<String>> {
+        let (first, rest) = segments.split_first()?;
+        let mut base: Vec<String> = self
+            .module()
+            .split("::")
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect();
+        let mut rest = rest;
+        match first.as_str() {
+            "crate" => base.clear(),
+            "self" => {}
+            "super" => {
+                base.pop();
+                while let Some((next, tail)) = rest.split_first() {
+                    if next != "super" {
+                        break;
+                    }
+                    base.pop();
+                    rest = tail;
+                }
+            }
+            name if local.contains(name) => base.push(name.to_owned()),
+            _ => return None,
+        }
+        base.extend(rest.iter().cloned());
+        Some(base)
+    }
+
+    /// Every path a use tree names, with the name it binds (`None` for a
+    /// glob).
+    fn flatten(
+        tree: &syn::UseTree,
+        prefix: &mut Vec<String>,
+        out: &mut Vec<(Vec<String>, Option<String>)>,
+    ) {
+        match tree {
+            syn::UseTree::Path(path) => {
+                prefix.push(path.ident.to_string());
+                Self::flatten(&path.tree, prefix, out);
+                prefix.pop();
+            }
+            syn::UseTree::Name(name) => {
+                let ident = name.ident.to_string();
+                let mut full = prefix.clone();
+                if ident != "self" {
+                    full.push(ident.clone());
+                }
+                let bound = if ident == "self" {
+                    prefix.last().cloned()
+                } else {
+                    Some(ident)
+                };
+                out.push((full, bound));
+            }
+            syn::UseTree::Rename(rename) => {
+                let mut full = prefix.clone();
+                full.push(rename.ident.to_string());
+                out.push((full, Some(rename.rename.to_string())));
+            }
+            syn::UseTree::Glob(_) => out.push((prefix.clone(), None)),
+            syn::UseTree::Group(group) => {
+                for tree in &group.items {
+                    Self::flatten(tree, prefix, out);
+                }
+            }
+        }
+    }
+
+    fn local_modules(items: &[syn::Item]) -> BTreeSet<String> {
+        items
+            .iter()
+            .filter_map(|item| match item {
+                syn::Item::Mod(m) => Some(m.ident.to_string()),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+impl<'ast> Visit<'ast> for Reader {
+    fn visit_file(&mut self, file: &'ast syn::File) {
+        let local = Self::local_modules(&file.items);
+        self.read_items(&file.items, &local);
+    }
+
+    // A `use` inside a function body names what a top-level one would.
+    fn visit_item_use(&mut self, item: &'ast syn::ItemUse) {
+        let mut named = Vec::new();
+        Self::flatten(&item.tree, &mut Vec::new(), &mut named);
+        for (path, _) in named {
+            if let Some(abs) = self.absolute(&path, &BTreeSet::new())
+                && !abs.is_empty()
+            {
+                self.info.names.insert(abs);
+            }
+        }
+    }
+
+    fn visit_ident(&mut self, ident: &'ast syn::Ident) {
+        self.idents.insert(ident.to_string());
+    }
+
+    fn visit_path(&mut self, path: &'ast syn::Path) {
+        let segments: Vec<String> = path.segments.iter().map(|s| s.ident.to_string()).collect();
+        if let Some(abs) = self.absolute(&segments, &BTreeSet::new())
+            && !abs.is_empty()
+        {
+            self.info.names.insert(abs);
+        }
+        syn::visit::visit_path(self, path);
+    }
+}
+
+impl Reader {
+    fn read_items(&mut self, items: &[syn::Item], local: &BTreeSet<String>) {
+        for item in items {
+            match item {
+                syn::Item::Mod(m) if is_test(&m.attrs) => {}
+                syn::Item::Mod(m) => {
+                    let path = join(self.module(), &m.ident.to_string());
+                    match &m.content {
+                        None => self.children.push(m.ident.to_string()),
+                        Some((_, inner)) => {
+                            self.inline.push(path.clone());
+                            self.stack.push(path);
+                            let local = Self::local_modules(inner);
+                            self.read_items(inner, &local);
+                            self.stack.pop();
+                        }
+                    }
+                }
+                syn::Item::Use(u) if is_test(&u.attrs) => {}
+                syn::Item::Use(u) => {
+                    let mut named = Vec::new();
+                    Self::flatten(&u.tree, &mut Vec::new(), &mut named);
+                    let public = !matches!(u.vis, syn::Visibility::Inherited);
+                    for (path, bound) in named {
+                        let Some(abs) = self.absolute(&path, local) else {
+                            continue;
+                        };
+                        if abs.is_empty() {
+                            continue;
+                        }
+                        match (public, bound) {
+                            (true, Some(bound)) => {
+                                self.info.reexports.push((
+                                    self.module().to_owned(),
+                                    bound.clone(),
+                                    abs.clone(),
+                                ));
+                                self.public_uses.push((abs, bound));
+                            }
+                            _ => {
+                                self.info.names.insert(abs);
+                            }
+                        }
+                    }
+                }
+                syn::Item::Impl(i) if is_test(&i.attrs) => {}
+                syn::Item::Fn(f) if is_test(&f.attrs) => {}
+                other => self.visit_item(other),
+            }
+        }
+    }
+}
