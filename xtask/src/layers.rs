@@ -166,6 +166,7 @@ impl Graph {
             inline: Vec::new(),
             public_uses: Vec::new(),
             idents: BTreeSet::new(),
+            local: Vec::new(),
         };
         reader.visit_file(&ast);
         let Reader {
@@ -407,6 +408,9 @@ struct Reader {
     public_uses: Vec<(Vec<String>, String)>,
     /// Every identifier outside `use` items.
     idents: BTreeSet<String>,
+    /// The modules declared in the module being read, which a path in its
+    /// code may start with.
+    local: Vec<BTreeSet<String>>,
 }
 
 impl Reader {
@@ -516,13 +520,17 @@ impl<'ast> Visit<'ast> for Reader {
         }
     }
 
+    // `pub(super)` names who may see an item, not what it uses.
+    fn visit_visibility(&mut self, _: &'ast syn::Visibility) {}
+
     fn visit_ident(&mut self, ident: &'ast syn::Ident) {
         self.idents.insert(ident.to_string());
     }
 
     fn visit_path(&mut self, path: &'ast syn::Path) {
         let segments: Vec<String> = path.segments.iter().map(|s| s.ident.to_string()).collect();
-        if let Some(abs) = self.absolute(&segments, &BTreeSet::new())
+        let local = self.local.last().cloned().unwrap_or_default();
+        if let Some(abs) = self.absolute(&segments, &local)
             && !abs.is_empty()
         {
             self.info.names.insert(abs);
@@ -533,6 +541,12 @@ impl<'ast> Visit<'ast> for Reader {
 
 impl Reader {
     fn read_items(&mut self, items: &[syn::Item], local: &BTreeSet<String>) {
+        self.local.push(local.clone());
+        self.read_each(items, local);
+        self.local.pop();
+    }
+
+    fn read_each(&mut self, items: &[syn::Item], local: &BTreeSet<String>) {
         for item in items {
             match item {
                 syn::Item::Mod(m) if is_test(&m.attrs) => {}
@@ -581,5 +595,67 @@ impl Reader {
                 other => self.visit_item(other),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A crate of `files` (path under `src/`, text), read.
+    fn graph(name: &str, files: &[(&str, &str)]) -> Graph {
+        let dir = std::env::temp_dir().join(format!("layers-{name}-{}", std::process::id()));
+        let src = dir.join("src");
+        for (path, text) in files {
+            let file = src.join(path);
+            std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+            std::fs::write(file, text).unwrap();
+        }
+        let graph = Graph::read(&src, &src.join("lib.rs")).unwrap();
+        std::fs::remove_dir_all(dir).unwrap();
+        graph
+    }
+
+    #[test]
+    fn two_files_that_import_each_other_are_a_circle() {
+        let graph = graph(
+            "circle",
+            &[
+                ("lib.rs", "mod a;\nmod b;\n"),
+                ("a.rs", "use crate::b::B;\npub struct A(B);\n"),
+                (
+                    "b.rs",
+                    "pub struct B;\npub fn f() -> super::a::A { todo!() }\n",
+                ),
+            ],
+        );
+        let report = graph.report(None);
+        assert_eq!(
+            report.circles,
+            vec![vec!["a.rs".to_owned(), "b.rs".to_owned()]]
+        );
+    }
+
+    #[test]
+    fn a_folders_re_export_is_no_arrow_and_a_room_above_is_refused() {
+        let graph = graph(
+            "rooms",
+            &[
+                ("lib.rs", "mod low;\nmod high;\npub use high::H;\n"),
+                ("low/mod.rs", "mod item;\nmod other;\npub use item::L;\n"),
+                ("low/item.rs", "pub struct L;\n"),
+                ("low/other.rs", "pub struct O(crate::high::H);\n"),
+                ("high/mod.rs", "pub struct H;\nfn f(_: crate::low::L) {}\n"),
+            ],
+        );
+        let report = graph.report(Some(&["", "low", "high"]));
+        assert!(report.circles.is_empty());
+        // Through low/mod.rs's re-export to the file that defines L.
+        assert!(report.arrows_of["high/mod.rs"].contains("low/item.rs"));
+        assert!(report.arrows_of["low/mod.rs"].is_empty());
+        assert_eq!(
+            report.upward,
+            vec![("low/other.rs".to_owned(), "high/mod.rs".to_owned())]
+        );
     }
 }

@@ -155,6 +155,7 @@ fn test() -> Result<()> {
             "warnings",
         ]),
     )?;
+    layers::layers(false)?;
     let subcommands: Vec<String> = Cli::command()
         .get_subcommands()
         .map(|sub| sub.get_name().to_owned())

@@ -13,6 +13,23 @@
 //!   durations are placed on the host clock through a calibrated anchor and
 //!   an estimate of the device clock's drift.
 //!
+//! The source, by folder; each imports only from those above it in this
+//! list, and from the files beside `lib.rs` (the user's API: `api`,
+//! `driver`, `errors`, `config`, `owned_stream`; `arena` and `threads`):
+//!
+//! - `fence/`: fences, fence pools, owned and pooled events, the points a
+//!   window records, and [`FenceApi`], a backend's event reuse.
+//! - `placement/`: the anchor, its refresh, the calibrator thread, the
+//!   drift fit, and [`AnchorApi`], a backend's gate and host stamps.
+//! - `waiting/`: reading a closed window, and the resolver thread that
+//!   answers a window's future.
+//! - `profiler/`: the profiler, its chains and tokens.
+//! - `backend/`: the raw seam a backend implements and the checked layer
+//!   over it: the only folder a backend author reads.
+//! - `testing/`: the simulated and counting backends (feature `sim`).
+//!
+//! `cargo xtask layers` checks that no import runs the other way.
+//!
 //! ```
 //! use device_events_core::{EventApi, EventFence, EventProfiler, sim::Sim};
 //! use std::time::Duration;
@@ -76,8 +93,10 @@ pub use waiting::resolver::resolver_running;
 /// into a [`DriverError`], and nothing else. Liveness, binding, refusals and
 /// capture modes are the checked layer's, written once.
 pub mod raw {
-    pub use crate::backend::checked::{CheckedEvent, CheckedStream, IDLE_EVENTS, Live, State};
-    pub use crate::backend::raw::{CallNames, HostWord, Permit, RawApi};
+    pub use crate::backend::checked::IDLE_EVENTS;
+    pub use crate::backend::raw::{
+        CallNames, CheckedEvent, CheckedStream, HostWord, Live, Permit, RawApi, State,
+    };
 }
 
 /// The `cubecl-common` profiling types windows resolve to, re-exported so a

@@ -4,7 +4,6 @@
 //! choice. A backend's driver calls see only live handles of the bound
 //! context.
 
-use std::cell::Cell;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -12,31 +11,20 @@ use cubecl_common::profile::Duration;
 
 use crate::backend::capture;
 use crate::backend::handles::Handle;
-use crate::backend::raw::{Permit, RawApi};
-use crate::driver::{CaptureStatus, DriverError, ErrorKind, with_bound};
+use crate::backend::raw::{CheckedEvent, CheckedStream, Permit, RawApi};
+use crate::driver::{CaptureStatus, DriverError, ErrorKind};
 use crate::fence::FenceApi;
 use crate::placement::{Gate, HostStamp};
 use crate::threads::ThreadApi;
 use crate::{AnchorApi, EventApi, EventQuery};
 
+mod binding;
 mod idle;
 mod stream;
 mod word_gate;
 
+use binding::{bound, dead, on_stream, same_context};
 pub use idle::{IDLE_EVENTS, release_idle_events};
-pub use stream::{CheckedStream, Live, State};
-pub(crate) use word_gate::word_gate;
-
-/// An event, and the context it was made in, held until it is dropped.
-pub struct CheckedEvent<R: RawApi> {
-    /// `None` once destroyed.
-    raw: Option<R::Event>,
-    held: R::Held,
-    /// The stream of the last record, where asking the event could break
-    /// that stream's capture ([`RawApi::asking_breaks_capture_of`]), as
-    /// [`Handle::to_bits`]; `u64::MAX` otherwise.
-    recorded_on: AtomicU64,
-}
 
 impl<R: RawApi> CheckedEvent<R> {
     /// The driver's event, for calls this crate does not wrap; `None` once
@@ -104,71 +92,6 @@ impl<R: RawApi> fmt::Debug for CheckedEvent<R> {
             .field("live", &self.raw.is_some())
             .finish()
     }
-}
-
-fn dead<R: RawApi>(call: &'static str, what: &str) -> DriverError {
-    DriverError::refused(
-        R::BACKEND,
-        call,
-        ErrorKind::InvalidHandle,
-        format!("the {what} was destroyed (or never admitted); refused before the driver"),
-    )
-}
-
-/// Run `call` with `held` bound, then give the thread its own context back.
-fn bound<R: RawApi, T>(
-    held: &R::Held,
-    call: impl FnOnce() -> Result<T, DriverError>,
-) -> Result<T, DriverError> {
-    let permit = Permit::new();
-    let restore = Cell::new(None);
-    with_bound(
-        R::BACKEND,
-        R::context_of(held),
-        || R::current(permit),
-        |_| {
-            restore.set(Some(R::bind(permit, held)?));
-            Ok(())
-        },
-        |previous| {
-            restore
-                .take()
-                .map_or(Ok(()), |token| R::unbind(permit, token, previous))
-        },
-        call,
-    )
-}
-
-fn on_stream<R: RawApi, T>(
-    stream: CheckedStream<R>,
-    call: &'static str,
-    f: impl FnOnce(&Live<R>) -> Result<T, DriverError>,
-) -> Result<T, DriverError> {
-    R::state()
-        .streams
-        .with(stream.handle, |live| bound::<R, _>(&live.held, || f(live)))
-        .ok_or_else(|| dead::<R>(call, "stream"))?
-}
-
-fn same_context<R: RawApi>(
-    call: &'static str,
-    event: &CheckedEvent<R>,
-    stream: &R::Held,
-) -> Result<(), DriverError> {
-    let (event, stream) = (event.context(), R::context_of(stream));
-    if event == stream {
-        return Ok(());
-    }
-    Err(DriverError::refused(
-        R::BACKEND,
-        call,
-        ErrorKind::InvalidHandle,
-        format!(
-            "the event and the stream belong to different contexts (event: {event:?}, stream: \
-             {stream:?}); a fence pool's events are of the context current when it made them, \
-             a profiler's of its first window's stream"
-        ),
-    ))
 }
 
 impl<R: RawApi> EventApi for R {
@@ -324,7 +247,10 @@ impl<R: RawApi> EventQuery for R {
 
 impl<R: RawApi> AnchorApi for R {
     fn gate(stream: CheckedStream<R>) -> Result<Option<Box<dyn Gate>>, DriverError> {
-        R::anchor_gate(Permit::new(), stream)
+        match R::anchor_gate(Permit::new(), stream)? {
+            Some(gate) => Ok(Some(gate)),
+            None => word_gate::word_gate(Permit::new(), stream),
+        }
     }
 
     fn poll(event: &CheckedEvent<R>) -> Option<Result<bool, DriverError>> {

@@ -10,12 +10,12 @@ use crate::fence::owned_event::KeptEvent;
 
 /// The event behind a fence: its own (kept for reuse by the backend when
 /// dropped), or one on loan from a [`FencePool`].
-enum Point<A: EventApi> {
+enum FenceEvent<A: EventApi> {
     Owned(KeptEvent<A>),
     Pooled(PooledEvent<A>),
 }
 
-impl<A: EventApi> Point<A> {
+impl<A: EventApi> FenceEvent<A> {
     fn raw(&self) -> &A::Event {
         match self {
             Self::Owned(event) => event.raw(),
@@ -52,7 +52,7 @@ impl<A: EventApi> Point<A> {
 /// # Ok::<(), device_events_core::DriverError>(())
 /// ```
 pub struct EventFence<A: EventApi> {
-    point: Result<Point<A>, DriverError>,
+    point: Result<FenceEvent<A>, DriverError>,
 }
 
 impl<A: FenceApi> EventFence<A> {
@@ -64,12 +64,12 @@ impl<A: FenceApi> EventFence<A> {
     /// [`IDLE_EVENTS`](crate::raw::IDLE_EVENTS) per backend; see
     /// [`release_idle_events`](crate::release_idle_events)), else a new one.
     pub fn new(stream: A::Stream) -> Self {
-        Self::record(KeptEvent::for_stream(stream).map(Point::Owned), stream)
+        Self::record(KeptEvent::for_stream(stream).map(FenceEvent::Owned), stream)
     }
 }
 
 impl<A: EventApi> EventFence<A> {
-    fn record(point: Result<Point<A>, DriverError>, stream: A::Stream) -> Self {
+    fn record(point: Result<FenceEvent<A>, DriverError>, stream: A::Stream) -> Self {
         let point = point.and_then(|point| A::event_record(point.raw(), stream).map(|()| point));
         Self { point }
     }
@@ -185,7 +185,7 @@ impl<A: EventApi> FencePool<A> {
     /// A fence on `stream`, as [`EventFence::new`], with a pooled event that
     /// goes back to the pool when the fence is dropped.
     pub fn fence(&self, stream: A::Stream) -> EventFence<A> {
-        EventFence::record(self.events.take().map(Point::Pooled), stream)
+        EventFence::record(self.events.take().map(FenceEvent::Pooled), stream)
     }
 
     /// Events idle in the pool.

@@ -21,7 +21,7 @@ use cubecl_common::profile::{Duration, Instant};
 use crate::EventApi;
 use crate::driver::DriverError;
 use crate::fence::event_pool::{EventPool, PooledEvent};
-use crate::placement::drift::Placement;
+use crate::placement::drift::AnchorPlacement;
 use crate::placement::{AnchorApi, Closed, Gate};
 
 /// A device event together with where it sits on the host clock.
@@ -270,7 +270,7 @@ impl<A: EventApi> Bracket<A> {
 }
 
 impl<A: EventApi> Anchor<A> {
-    pub(crate) fn new(bracket: Bracket<A>, placement: Placement, chain: (f64, f64)) -> Self {
+    pub(crate) fn new(bracket: Bracket<A>, placement: AnchorPlacement, chain: (f64, f64)) -> Self {
         let measured = bracket.midpoint();
         Self {
             measured,

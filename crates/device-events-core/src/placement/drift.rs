@@ -51,7 +51,7 @@ const WEIGHT_FLOOR_NS: f64 = 100.0;
 
 /// One anchor as a point of the line: host time against device time.
 #[derive(Clone, Copy)]
-struct Point {
+struct FitPoint {
     /// The bracket's midpoint, from the chain's base.
     host_ns: f64,
     device_ns: f64,
@@ -78,14 +78,14 @@ pub(crate) struct DriftFit {
     /// between two stamps can be off, on top of the readings' rounding.
     ends_ns: f64,
     base: Option<Instant>,
-    points: VecDeque<Point>,
+    points: VecDeque<FitPoint>,
     /// The last line whose rate was known better than the prior.
     trusted: Option<Rate>,
     held: Option<Held>,
 }
 
 /// Where a new anchor sits.
-pub(crate) struct Placement {
+pub(crate) struct AnchorPlacement {
     pub(crate) instant: Instant,
     /// How far `instant` can be from the truth.
     pub(crate) uncertainty: Duration,
@@ -96,7 +96,7 @@ pub(crate) struct Placement {
     pub(crate) max_age: Duration,
 }
 
-impl Placement {
+impl AnchorPlacement {
     /// An anchor standing alone: its bracket's midpoint, at rate 1.
     pub(crate) fn alone(measured: Instant, half_width: Duration, max_age: Duration) -> Self {
         Self {
@@ -144,14 +144,14 @@ impl DriftFit {
         device_ns: f64,
         device_error_ns: f64,
         max_age: Duration,
-    ) -> Placement {
+    ) -> AnchorPlacement {
         let base = *self.base.get_or_insert(measured);
         let host_ns = measured.saturating_duration_since(base).as_nanos() as f64;
         let half_width_ns = half_width.as_nanos() as f64;
         if self.points.len() == KEEP {
             self.points.pop_front();
         }
-        self.points.push_back(Point {
+        self.points.push_back(FitPoint {
             host_ns,
             device_ns,
             half_width_ns,
@@ -195,7 +195,7 @@ impl DriftFit {
         } else {
             measured - Duration::from_nanos((host_ns - middle) as u64)
         };
-        Placement {
+        AnchorPlacement {
             instant,
             // Rounded up: the bound must hold after the conversion.
             uncertainty: Duration::from_nanos(((high - low) / 2.0).ceil() as u64 + 1),
@@ -215,7 +215,7 @@ impl DriftFit {
         if self.points.len() < 3 {
             return None;
         }
-        let weight = |p: &Point| 1.0 / (p.half_width_ns + WEIGHT_FLOOR_NS).powi(2);
+        let weight = |p: &FitPoint| 1.0 / (p.half_width_ns + WEIGHT_FLOOR_NS).powi(2);
         let total: f64 = self.points.iter().map(weight).sum();
         let mean_d = self
             .points
@@ -277,7 +277,11 @@ mod tests {
     /// Brackets around a device clock running 50 ppm fast against the
     /// host, each `width` wide with the truth at `at` (0: early edge, 1:
     /// late edge) of it, every 10 ms.
-    fn feed(fit: &mut DriftFit, base: Instant, brackets: &[(u64, f64)]) -> Vec<(Placement, u64)> {
+    fn feed(
+        fit: &mut DriftFit,
+        base: Instant,
+        brackets: &[(u64, f64)],
+    ) -> Vec<(AnchorPlacement, u64)> {
         brackets
             .iter()
             .enumerate()
@@ -298,7 +302,7 @@ mod tests {
             .collect()
     }
 
-    fn error_ns(base: Instant, placed: &Placement, truth_ns: u64) -> u64 {
+    fn error_ns(base: Instant, placed: &AnchorPlacement, truth_ns: u64) -> u64 {
         let truth = base + Duration::from_nanos(truth_ns);
         let (a, b) = (placed.instant, truth);
         a.saturating_duration_since(b)

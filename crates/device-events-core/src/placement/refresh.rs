@@ -16,7 +16,7 @@ use crate::fence::event_pool::EventPool;
 use crate::owned_stream::OwnedStream;
 use crate::placement::anchor::{Anchor, Bracket, Calibration, nanos, reading_error};
 use crate::placement::calibrator;
-use crate::placement::drift::{DriftFit, MAX_GAP, Placement};
+use crate::placement::drift::{AnchorPlacement, DriftFit, MAX_GAP};
 use crate::placement::{AnchorApi, Gate};
 
 /// The anchor a calibration in flight will give: filled once, with the new
@@ -326,7 +326,7 @@ impl<A: AnchorApi> Shared<A> {
                 self.config.anchor_max_age,
             )
         } else {
-            Placement::alone(
+            AnchorPlacement::alone(
                 bracket.midpoint(),
                 bracket.width / 2,
                 self.config.anchor_max_age,

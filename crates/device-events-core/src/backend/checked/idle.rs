@@ -9,8 +9,8 @@
 use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use super::{CheckedEvent, CheckedStream, State, bound};
-use crate::backend::raw::RawApi;
+use super::binding::bound;
+use crate::backend::raw::{CheckedEvent, CheckedStream, RawApi, State};
 use crate::driver::DriverError;
 use crate::fence::owned_event::OwnedEvent;
 

@@ -2,26 +2,14 @@
 //! streams, so a copy kept after its stream was destroyed is refused
 //! before it reaches the driver.
 
-use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::{CheckedEvent, dead, on_stream};
-use crate::backend::handles::{Handle, HandleTable};
-use crate::backend::raw::{Permit, RawApi};
+use super::binding::{dead, on_stream};
+use crate::backend::handles::HandleTable;
+use crate::backend::raw::{CheckedStream, Live, Permit, RawApi, State};
 use crate::driver::{CaptureStatus, DriverError, ErrorKind};
-
-/// A backend's live streams and settings, kept in a `static` of its own
-/// ([`RawApi::state`]).
-pub struct State<R: RawApi> {
-    pub(super) streams: HandleTable<Live<R>>,
-    pub(super) blocking_sync: AtomicBool,
-    /// Fences' events kept for reuse, each of its own context.
-    pub(super) idle: Mutex<Vec<CheckedEvent<R>>>,
-    /// Whether [`crate::release_idle_events`] knows this backend.
-    pub(super) registered: AtomicBool,
-}
 
 impl<R: RawApi> State<R> {
     /// No streams yet; events spin while they wait.
@@ -48,55 +36,6 @@ impl<R: RawApi> State<R> {
     /// How many streams are live (made or admitted, not yet destroyed).
     pub fn live_streams(&self) -> usize {
         self.streams.len()
-    }
-}
-
-/// A live stream: the driver's, its context (held), and whether the
-/// backend made it and so destroys it.
-pub struct Live<R: RawApi> {
-    pub(super) raw: R::Stream,
-    pub(super) held: R::Held,
-    pub(super) owned: bool,
-}
-
-/// A stream: a checked handle into its backend's table of live streams.
-///
-/// `Copy`, as [`EventApi`](crate::EventApi) requires. Once `stream_destroy` has run on it,
-/// every copy is refused with [`ErrorKind::InvalidHandle`] before any
-/// driver call; its context is held while it lives.
-pub struct CheckedStream<R: RawApi> {
-    pub(super) handle: Handle,
-    backend: PhantomData<fn() -> R>,
-}
-
-impl<R: RawApi> Clone for CheckedStream<R> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<R: RawApi> Copy for CheckedStream<R> {}
-
-impl<R: RawApi> PartialEq for CheckedStream<R> {
-    fn eq(&self, other: &Self) -> bool {
-        self.handle == other.handle
-    }
-}
-
-impl<R: RawApi> Eq for CheckedStream<R> {}
-
-impl<R: RawApi> std::hash::Hash for CheckedStream<R> {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.handle.hash(state);
-    }
-}
-
-impl<R: RawApi> fmt::Debug for CheckedStream<R> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CheckedStream")
-            .field("backend", &R::BACKEND)
-            .field("handle", &self.handle)
-            .finish()
     }
 }
 

@@ -2,10 +2,10 @@
 
 use cubecl_common::profile::Duration;
 
-use super::{CheckedStream, bound};
+use super::binding::bound;
 use crate::EventApi;
 use crate::backend::capture;
-use crate::backend::raw::{HostWord, Permit, RawApi};
+use crate::backend::raw::{CheckedStream, HostWord, Permit, RawApi};
 use crate::driver::DriverError;
 use crate::placement::Gate;
 
