@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use cubecl_common::profile::Duration;
 
 use crate::backend::capture;
-use crate::backend::handles::Handle;
+use crate::backend::handle_table::Handle;
 use crate::backend::raw::{CheckedEvent, CheckedStream, Permit, RawApi};
 use crate::driver::{CaptureStatus, DriverError, ErrorKind};
 use crate::fence::FenceApi;

@@ -4,6 +4,6 @@
 
 pub(crate) mod capture;
 pub(crate) mod checked;
-pub(crate) mod handles;
+pub(crate) mod handle_table;
 pub(crate) mod raw;
 pub(crate) mod symbols;

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
 
 use cubecl_common::profile::Duration;
 
-use crate::backend::handles::{Handle, HandleTable};
+use crate::backend::handle_table::{Handle, HandleTable};
 use crate::driver::{CaptureStatus, DriverError};
 use crate::placement::{Gate, HostStamp};
 

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::binding::{dead, on_stream};
-use crate::backend::handles::HandleTable;
+use crate::backend::handle_table::HandleTable;
 use crate::backend::raw::{CheckedStream, Live, Permit, RawApi, State};
 use crate::driver::{CaptureStatus, DriverError, ErrorKind};
 
