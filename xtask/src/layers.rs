@@ -49,11 +49,20 @@ pub fn layers(verbose: bool) -> Result<()> {
             .to_string_lossy()
             .into_owned();
         let src = dir.join("src");
-        let roots: Vec<PathBuf> = ["lib.rs", "main.rs"]
+        let mut roots: Vec<PathBuf> = ["lib.rs", "main.rs"]
             .iter()
             .map(|f| src.join(f))
             .filter(|f| f.exists())
             .collect();
+        // Each binary under src/bin/ is a crate root of its own.
+        if let Ok(bins) = std::fs::read_dir(src.join("bin")) {
+            let mut bins: Vec<PathBuf> = bins
+                .filter_map(|entry| entry.ok().map(|e| e.path()))
+                .filter(|f| f.extension().is_some_and(|e| e == "rs"))
+                .collect();
+            bins.sort();
+            roots.extend(bins);
+        }
         for crate_root in roots {
             let graph = Graph::read(&src, &crate_root)
                 .with_context(|| format!("reading {}", crate_root.display()))?;
@@ -167,6 +176,7 @@ impl Graph {
             public_uses: Vec::new(),
             idents: BTreeSet::new(),
             local: Vec::new(),
+            aliases: HashMap::new(),
         };
         reader.visit_file(&ast);
         let Reader {
@@ -388,7 +398,7 @@ fn is_test(attrs: &[syn::Attribute]) -> bool {
             && attr
                 .meta
                 .require_list()
-                .is_ok_and(|list| list.tokens.to_string().contains("test"))
+                .is_ok_and(|list| list.tokens.to_string() == "test")
     })
 }
 
@@ -411,6 +421,9 @@ struct Reader {
     /// The modules declared in the module being read, which a path in its
     /// code may start with.
     local: Vec<BTreeSet<String>>,
+    /// Names a `use` bound to a path of the crate: a path in the code may
+    /// start with one (`use crate::backend; backend::raw::X`).
+    aliases: HashMap<String, Vec<String>>,
 }
 
 impl Reader {
@@ -529,17 +542,59 @@ impl<'ast> Visit<'ast> for Reader {
 
     fn visit_path(&mut self, path: &'ast syn::Path) {
         let segments: Vec<String> = path.segments.iter().map(|s| s.ident.to_string()).collect();
-        let local = self.local.last().cloned().unwrap_or_default();
-        if let Some(abs) = self.absolute(&segments, &local)
-            && !abs.is_empty()
-        {
-            self.info.names.insert(abs);
-        }
+        self.name(&segments);
         syn::visit::visit_path(self, path);
+    }
+
+    // A macro's body is tokens to syn: its `crate::` and `super::` paths
+    // are read from them.
+    fn visit_macro(&mut self, mac: &'ast syn::Macro) {
+        let text = mac.tokens.to_string();
+        let tokens: Vec<&str> = text.split_whitespace().collect();
+        for (n, token) in tokens.iter().enumerate() {
+            if !matches!(*token, "crate" | "super") || (n > 0 && tokens[n - 1] == "::") {
+                continue;
+            }
+            let mut segments = vec![(*token).to_owned()];
+            let mut at = n + 1;
+            while at + 1 < tokens.len() && tokens[at] == "::" {
+                let next = tokens[at + 1];
+                if !next.chars().all(|c| c.is_alphanumeric() || c == '_') {
+                    break;
+                }
+                segments.push(next.to_owned());
+                at += 2;
+            }
+            self.name(&segments);
+        }
+        syn::visit::visit_macro(self, mac);
     }
 }
 
 impl Reader {
+    /// Note a path of the code: the crate's, relative, or through a name a
+    /// `use` bound.
+    fn name(&mut self, segments: &[String]) {
+        let local = self.local.last().cloned().unwrap_or_default();
+        let abs = match segments.split_first() {
+            Some((first, rest))
+                if !matches!(first.as_str(), "crate" | "self" | "super")
+                    && !local.contains(first)
+                    && self.aliases.contains_key(first) =>
+            {
+                let mut abs = self.aliases[first].clone();
+                abs.extend(rest.iter().cloned());
+                Some(abs)
+            }
+            _ => self.absolute(segments, &local),
+        };
+        if let Some(abs) = abs
+            && !abs.is_empty()
+        {
+            self.info.names.insert(abs);
+        }
+    }
+
     fn read_items(&mut self, items: &[syn::Item], local: &BTreeSet<String>) {
         self.local.push(local.clone());
         self.read_each(items, local);
@@ -574,6 +629,9 @@ impl Reader {
                         };
                         if abs.is_empty() {
                             continue;
+                        }
+                        if let Some(bound) = &bound {
+                            self.aliases.insert(bound.clone(), abs.clone());
                         }
                         match (public, bound) {
                             (true, Some(bound)) => {
@@ -657,5 +715,25 @@ mod tests {
             report.upward,
             vec![("low/other.rs".to_owned(), "high/mod.rs".to_owned())]
         );
+    }
+
+    #[test]
+    fn a_path_in_a_macro_or_after_a_module_alias_is_an_arrow() {
+        let graph = graph(
+            "hidden",
+            &[
+                ("lib.rs", "mod a;\nmod b;\nmod c;\n"),
+                ("a/mod.rs", "pub mod deep;\n"),
+                ("a/deep.rs", "pub struct D;\n"),
+                ("b.rs", "use crate::a;\nfn f(_: a::deep::D) {}\n"),
+                (
+                    "c.rs",
+                    "fn f() { println!(\"{}\", std::mem::size_of::<crate::a::deep::D>()); }\n",
+                ),
+            ],
+        );
+        let report = graph.report(None);
+        assert!(report.arrows_of["b.rs"].contains("a/deep.rs"));
+        assert!(report.arrows_of["c.rs"].contains("a/deep.rs"));
     }
 }

@@ -94,7 +94,7 @@ pub fn steady() -> device_events_core::ProfilerConfig {
 }
 
 /// A fence lifecycle: create (record), host wait, drop (release).
-pub fn fence<A: device_events_core::AnchorApi + device_events_core::FenceApi>(stream: A::Stream) {
+pub fn fence<A: device_events_core::FenceApi>(stream: A::Stream) {
     let fence = EventFence::<A>::new(stream);
     fence.wait_sync().unwrap();
 }
@@ -105,7 +105,7 @@ pub fn pooled_fence<A: EventApi>(pool: &FencePool<A>, stream: A::Stream) {
 }
 
 /// A profiling window: start, stop, resolve.
-pub fn window<A: device_events_core::AnchorApi + device_events_core::FenceApi>(
+pub fn window<A: device_events_core::AnchorApi>(
     profiler: &mut EventProfiler<A>,
     stream: A::Stream,
 ) {

@@ -1,7 +1,7 @@
 //! The fence behind a CubeCL server's `flush` and `sync`.
 
 use cubecl_runtime::server::ServerError;
-use device_events_core::{AnchorApi, DriverError, ErrorKind, EventFence, EventQuery, FenceApi};
+use device_events_core::{DriverError, ErrorKind, EventFence, EventQuery, FenceApi};
 
 use crate::StreamOf;
 use crate::errors::server_error;
@@ -34,18 +34,18 @@ use crate::errors::server_error;
 /// CubeFence::<Sim>::new(a.get()).wait_sync()?; // the host waits for it
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub struct CubeFence<A: AnchorApi + FenceApi> {
+pub struct CubeFence<A: FenceApi> {
     point: Point<A>,
 }
 
-enum Point<A: AnchorApi + FenceApi> {
+enum Point<A: FenceApi> {
     Recorded(EventFence<A>),
     /// The record was refused, and the stream synchronized instead.
     Reached,
     Failed(ServerError),
 }
 
-impl<A: AnchorApi + FenceApi> CubeFence<A> {
+impl<A: FenceApi> CubeFence<A> {
     /// Record a point on `stream`, after everything queued there so far; if
     /// the driver refuses, synchronize `stream` instead where that is sound.
     /// A raw stream never admitted, or forgotten, is an error its waits
@@ -145,13 +145,13 @@ fn falls_back(err: &DriverError) -> bool {
 }
 
 #[cfg(feature = "cubecl-server")]
-impl<A: AnchorApi + FenceApi> cubecl_server::memory_management::drop_queue::Fence for CubeFence<A> {
+impl<A: FenceApi> cubecl_server::memory_management::drop_queue::Fence for CubeFence<A> {
     fn wait(self) -> Result<(), ServerError> {
         self.wait_sync()
     }
 }
 
-impl<A: AnchorApi + FenceApi> std::fmt::Debug for CubeFence<A> {
+impl<A: FenceApi> std::fmt::Debug for CubeFence<A> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.point {
             Point::Recorded(fence) => fence.fmt(f),

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use cubecl_runtime::server::{ProfileError, ProfilingToken, ServerError};
 use device_events_core::profile::ProfileDuration;
-use device_events_core::{AnchorApi, EventProfiler, FenceApi, ProfileToken, ProfilerConfig};
+use device_events_core::{AnchorApi, EventProfiler, ProfileToken, ProfilerConfig};
 
 use crate::StreamOf;
 use crate::errors::{not_registered, profile_error, server_error};
@@ -47,7 +47,7 @@ enum Window<S> {
 /// assert!(matches!(read, Err(ProfileError::Server(_))));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub struct CubeProfiler<A: AnchorApi + FenceApi> {
+pub struct CubeProfiler<A: AnchorApi> {
     profiler: EventProfiler<A>,
     windows: HashMap<u64, Window<A::Stream>>,
     /// Tokens waiting for a launch; usually none, so a launch costs a check.
@@ -55,7 +55,7 @@ pub struct CubeProfiler<A: AnchorApi + FenceApi> {
     next: u64,
 }
 
-impl<A: AnchorApi + FenceApi> Default for CubeProfiler<A>
+impl<A: AnchorApi> Default for CubeProfiler<A>
 where
     A::Stream: PartialEq,
 {
@@ -64,7 +64,7 @@ where
     }
 }
 
-impl<A: AnchorApi + FenceApi> CubeProfiler<A>
+impl<A: AnchorApi> CubeProfiler<A>
 where
     A::Stream: PartialEq,
 {
@@ -239,7 +239,7 @@ where
     }
 }
 
-impl<A: AnchorApi + FenceApi> std::fmt::Debug for CubeProfiler<A> {
+impl<A: AnchorApi> std::fmt::Debug for CubeProfiler<A> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CubeProfiler")
             .field("profiler", &self.profiler)

@@ -40,9 +40,9 @@ pub trait RawStreams: AnchorApi + FenceApi + Sized {
 }
 
 /// A backend's admitted raw streams, by handle (see [`CubeStreams`]).
-pub struct Admitted<A: AnchorApi + FenceApi>(Mutex<HashMap<usize, A::Stream>>);
+pub struct Admitted<A: EventApi>(Mutex<HashMap<usize, A::Stream>>);
 
-impl<A: AnchorApi + FenceApi> Default for Admitted<A> {
+impl<A: EventApi> Default for Admitted<A> {
     fn default() -> Self {
         Self(Mutex::new(HashMap::new()))
     }
@@ -180,7 +180,7 @@ impl RawStreams for device_events_hip::Hip {
 /// (features `cuda`, `hip`) its raw handle, admitted before
 /// ([`CubeStreams::admit`]) and found by handle. A backend of your own
 /// implements it for its stream type.
-pub trait StreamOf<A: AnchorApi + FenceApi> {
+pub trait StreamOf<A: EventApi> {
     /// The checked stream.
     ///
     /// # Errors

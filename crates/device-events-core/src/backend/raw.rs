@@ -65,7 +65,8 @@ pub struct CallNames {
 }
 
 /// A backend's driver calls. Implementing it makes the backend an
-/// [`EventApi`](crate::EventApi), [`EventQuery`](crate::EventQuery) and
+/// [`EventApi`](crate::EventApi), [`EventQuery`](crate::EventQuery),
+/// [`FenceApi`](crate::FenceApi), [`ThreadApi`](crate::ThreadApi) and
 /// [`AnchorApi`](crate::AnchorApi), whose streams and events are the
 /// checked [`CheckedStream`] and [`CheckedEvent`].
 ///
@@ -298,9 +299,10 @@ pub trait RawApi: Sized + Send + Sync + 'static {
     }
 
     /// A gate of the backend's own on `stream` (see
-    /// [`AnchorApi::gate`](crate::AnchorApi::gate)); where it has none (the
-    /// default), the checked layer makes one over
-    /// [`host_word`](Self::host_word).
+    /// [`AnchorApi::gate`](crate::AnchorApi::gate)). `Ok(None)`, the
+    /// default, has the checked layer make one over
+    /// [`host_word`](Self::host_word), which gives none where that is
+    /// `None` too.
     ///
     /// # Errors
     ///

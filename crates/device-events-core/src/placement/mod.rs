@@ -13,10 +13,11 @@ use crate::EventApi;
 use crate::driver::DriverError;
 use crate::threads::ThreadApi;
 
-/// The optional anchoring calls of a backend, for the profiler. Every method has a default
-/// that says "not here", so a backend without them is `impl AnchorApi for
-/// MyBackend {}`, and the profiler falls back to the bracket every driver
-/// allows.
+/// The optional anchoring calls of a backend, for the profiler. Every
+/// method has a default that says "not here", so a backend without them is
+/// `impl AnchorApi for MyBackend {}` (beside its
+/// [`ThreadApi`](crate::ThreadApi)), and the profiler falls back to the
+/// bracket every driver allows.
 ///
 /// Kept apart from [`EventApi`], whose shape is fixed.
 ///
