@@ -281,6 +281,21 @@ pub fn cubecl_a_sticky_fault_reads_as_a_poisoned_device<A: AnchorApi + FenceApi>
     A::stream_destroy(s).unwrap();
 }
 
+/// A CubeCL profiler on `s` whose first anchor is taken, so that the next
+/// window's calls are its own.
+fn anchored<A: AnchorApi>(s: A::Stream) -> CubeProfiler<A>
+where
+    A::Stream: PartialEq + StreamOf<A>,
+{
+    let mut profiler = CubeProfiler::<A>::new();
+    let token = profiler.start(s).unwrap();
+    profiler.abandon(token);
+    assert!(device_events_core::wait_for_calibrations(
+        std::time::Duration::from_secs(10)
+    ));
+    profiler
+}
+
 /// A start the driver refuses is an `Err` at `start_profile`, before the
 /// server queues the work to profile, and no window is left open; the
 /// next start measures.
@@ -292,14 +307,9 @@ pub fn cubecl_a_refused_start_fails_start_profile<A: AnchorApi + FenceApi>(
 {
     (abi.bind)(0);
     let s = A::stream_create_non_blocking().unwrap();
-    let mut profiler = CubeProfiler::<A>::new();
-    // The first window's anchor is taken on the library's thread; the
-    // injection is for this thread's record.
-    let token = profiler.start(s).unwrap();
-    profiler.abandon(token);
-    assert!(device_events_core::wait_for_calibrations(
-        std::time::Duration::from_secs(10)
-    ));
+    // The anchor is taken on the library's thread; the injection is for
+    // this thread's record.
+    let mut profiler = anchored::<A>(s);
     assert!(soft.fail_call(abi.record, 1, 2));
     let err = profiler.start(s).unwrap_err();
     assert!(err.to_string().contains(abi.record), "{err}");
@@ -322,12 +332,7 @@ pub fn cubecl_a_refused_end_reads_as_the_servers_error<A: AnchorApi + FenceApi>(
 {
     (abi.bind)(0);
     let s = A::stream_create_non_blocking().unwrap();
-    let mut profiler = CubeProfiler::<A>::new();
-    let token = profiler.start(s).unwrap();
-    profiler.abandon(token);
-    assert!(device_events_core::wait_for_calibrations(
-        std::time::Duration::from_secs(10)
-    ));
+    let mut profiler = anchored::<A>(s);
     for (status, poisoned) in [(2, false), (abi.poisoning.0, true)] {
         let token = profiler.start(s).unwrap();
         assert!(soft.fail_call(abi.record, 1, status));
