@@ -228,9 +228,6 @@ impl Graph {
                 break;
             }
         }
-        if used == 0 && !path.is_empty() && !self.modules.contains_key("") {
-            return None;
-        }
         let file = self.modules.get(&module)?;
         if let Some(item) = path.get(used) {
             let info = &self.files[file];
@@ -516,21 +513,12 @@ impl Reader {
 
 impl<'ast> Visit<'ast> for Reader {
     fn visit_file(&mut self, file: &'ast syn::File) {
-        let local = Self::local_modules(&file.items);
-        self.read_items(&file.items, &local);
+        self.read_items(&file.items);
     }
 
     // A `use` inside a function body names what a top-level one would.
     fn visit_item_use(&mut self, item: &'ast syn::ItemUse) {
-        let mut named = Vec::new();
-        Self::flatten(&item.tree, &mut Vec::new(), &mut named);
-        for (path, _) in named {
-            if let Some(abs) = self.absolute(&path, &BTreeSet::new())
-                && !abs.is_empty()
-            {
-                self.info.names.insert(abs);
-            }
-        }
+        self.read_use(item, false);
     }
 
     // `pub(super)` names who may see an item, not what it uses.
@@ -595,13 +583,9 @@ impl Reader {
         }
     }
 
-    fn read_items(&mut self, items: &[syn::Item], local: &BTreeSet<String>) {
-        self.local.push(local.clone());
-        self.read_each(items, local);
-        self.local.pop();
-    }
-
-    fn read_each(&mut self, items: &[syn::Item], local: &BTreeSet<String>) {
+    /// A module's items, with the modules it declares in scope.
+    fn read_items(&mut self, items: &[syn::Item]) {
+        self.local.push(Self::local_modules(items));
         for item in items {
             match item {
                 syn::Item::Mod(m) if is_test(&m.attrs) => {}
@@ -612,45 +596,50 @@ impl Reader {
                         Some((_, inner)) => {
                             self.inline.push(path.clone());
                             self.stack.push(path);
-                            let local = Self::local_modules(inner);
-                            self.read_items(inner, &local);
+                            self.read_items(inner);
                             self.stack.pop();
                         }
                     }
                 }
                 syn::Item::Use(u) if is_test(&u.attrs) => {}
-                syn::Item::Use(u) => {
-                    let mut named = Vec::new();
-                    Self::flatten(&u.tree, &mut Vec::new(), &mut named);
-                    let public = !matches!(u.vis, syn::Visibility::Inherited);
-                    for (path, bound) in named {
-                        let Some(abs) = self.absolute(&path, local) else {
-                            continue;
-                        };
-                        if abs.is_empty() {
-                            continue;
-                        }
-                        if let Some(bound) = &bound {
-                            self.aliases.insert(bound.clone(), abs.clone());
-                        }
-                        match (public, bound) {
-                            (true, Some(bound)) => {
-                                self.info.reexports.push((
-                                    self.module().to_owned(),
-                                    bound.clone(),
-                                    abs.clone(),
-                                ));
-                                self.public_uses.push((abs, bound));
-                            }
-                            _ => {
-                                self.info.names.insert(abs);
-                            }
-                        }
-                    }
-                }
+                syn::Item::Use(u) => self.read_use(u, true),
                 syn::Item::Impl(i) if is_test(&i.attrs) => {}
                 syn::Item::Fn(f) if is_test(&f.attrs) => {}
                 other => self.visit_item(other),
+            }
+        }
+        self.local.pop();
+    }
+
+    /// A `use`: the names it binds, and what it re-exports where it is a
+    /// module's (`top`) and public.
+    fn read_use(&mut self, item: &syn::ItemUse, top: bool) {
+        let mut named = Vec::new();
+        Self::flatten(&item.tree, &mut Vec::new(), &mut named);
+        let public = top && !matches!(item.vis, syn::Visibility::Inherited);
+        let local = self.local.last().cloned().unwrap_or_default();
+        for (path, bound) in named {
+            let Some(abs) = self.absolute(&path, &local) else {
+                continue;
+            };
+            if abs.is_empty() {
+                continue;
+            }
+            if let Some(bound) = &bound {
+                self.aliases.insert(bound.clone(), abs.clone());
+            }
+            match (public, bound) {
+                (true, Some(bound)) => {
+                    self.info.reexports.push((
+                        self.module().to_owned(),
+                        bound.clone(),
+                        abs.clone(),
+                    ));
+                    self.public_uses.push((abs, bound));
+                }
+                _ => {
+                    self.info.names.insert(abs);
+                }
             }
         }
     }
