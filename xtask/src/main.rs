@@ -621,9 +621,13 @@ fn run_script(name: &str) -> String {
 # Runs the {name} backend's tests and conformance suite from this folder, with
 # no Rust toolchain: on the machine's real driver, or with --soft on the
 # software driver shipped beside it. Prints a line per test, then
-# "N passed, N failed".
+# "N passed, N failed"; where the bench's probe is carried (CUDA), then the
+# GPU lease's table, written also as JSON to $OUT/gpu-day.json (this folder
+# when OUT is unset).
 set -u
+started=$SECONDS
 here="$(cd "$(dirname "$0")" && pwd)"
+json="${{OUT:-$here}}/gpu-day.json"
 # The binaries travel compressed; unpacked beside this script, once.
 for sub in bin probe; do
   for packed in "$here/$sub"/*.gz; do
@@ -637,7 +641,18 @@ if [ "${{1:-}}" = "--soft" ]; then
   echo "driver: software driver (no GPU)"
 else
   export DEVICE_EVENTS_REAL_DRIVER=1
-  echo "driver: the machine's {name} driver"
+  # Where the loader looks, then the driver folders containers mount
+  # (read-only: added to the search path, never written).
+  found="$(ldconfig -p 2>/dev/null | awk '/libcuda\.so\.1 /{{print $NF; exit}}')"
+  if [ -z "$found" ]; then
+    for dir in /usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/local/cuda/lib64/stubs; do
+      if [ -e "$dir/libcuda.so.1" ] || [ -e "$dir/libcuda.so" ]; then
+        found="$dir"; export LD_LIBRARY_PATH="$dir${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"; break
+      fi
+    done
+  fi
+  echo "driver: the machine's {name} driver (libcuda: ${{found:-not found where the loader looks}})"
+  command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 fi
 passed=0; failed=0
 # An artifact download loses the executable bits.
@@ -663,15 +678,28 @@ for bin in "$here"/bin/*; do
   fi
 done
 [ $((passed+failed)) -gt 0 ] || failed=1
-# The bench's probes, where carried (CUDA): our paths against cudarc's on
-# this driver, and a server timing every kernel. NO_PROBES=1 skips them.
+echo "$passed passed, $failed failed ($((SECONDS-started)) s)"
+# The GPU lease's measures, where carried (CUDA), around the spin kernel:
+# captures beside profiling threads, windows against the kernel's own
+# stamps, a server timing every kernel, the submit path against cudarc
+# and CubeCL's own, and the gate on one hardware queue (a process of its
+# own: the driver reads CUDA_DEVICE_MAX_CONNECTIONS once). NO_PROBES=1
+# skips them.
+probes=0
 if [ -e "$here/probe/bench-probe" ] && [ -z "${{NO_PROBES:-}}" ]; then
   chmod +x "$here/probe/bench-probe" 2>/dev/null
-  echo "probes:"
-  "$here/probe/bench-probe" gpu-day 2>&1 || echo "the probes failed (exit $?)"
+  day="$(mktemp)"; gate="$(mktemp)"
+  "$here/probe/bench-probe" gpu-day --json "$day" || {{ echo "the GPU day's probe failed (exit $?)"; probes=1; }}
+  CUDA_DEVICE_MAX_CONNECTIONS=1 "$here/probe/bench-probe" gpu-gate --json "$gate" || {{ echo "the gate's probe failed (exit $?)"; probes=1; }}
+  [ -s "$day" ] || echo null > "$day"
+  [ -s "$gate" ] || echo null > "$gate"
+  printf '{{"passed": %d, "failed": %d, "seconds": %d,\n"day": %s,\n"gate": %s}}\n' \
+    "$passed" "$failed" "$((SECONDS-started))" "$(cat "$day")" "$(cat "$gate")" > "$json"
+  rm -f "$day" "$gate"
+  echo "table as JSON: $json"
 fi
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+echo "$passed passed, $failed failed; all done in $((SECONDS-started)) s"
+[ "$failed" -eq 0 ] && [ "$probes" -eq 0 ]
 "#
     )
 }

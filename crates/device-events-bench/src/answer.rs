@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use device_events_conformance::cpu::process_cpu;
 use device_events_conformance::soft::SoftDriver;
 use device_events_core::{EventApi, EventProfiler, PlacedWindow, Placement};
-use device_events_cuda::Cuda;
+use device_events_cuda::{Cuda, CudaStream};
 
 use crate::work;
 
@@ -80,6 +80,18 @@ impl HandedOver {
 /// When the software driver cannot run it.
 pub fn head_of_line(soft: &SoftDriver) -> Vec<Duration> {
     soft.set_bandwidth(1e9);
+    // At 1 GB/s, a byte of memset is a nanosecond of work.
+    let late = head_of_line_with(|s, ns| work(s, ns as usize));
+    soft.set_bandwidth(10e9);
+    late
+}
+
+/// [`head_of_line`] with `work(stream, ns)` queuing `ns` of device work.
+///
+/// # Panics
+///
+/// When the driver cannot run it.
+pub fn head_of_line_with(work: impl Fn(CudaStream, u64)) -> Vec<Duration> {
     let (a, b) = (
         Cuda::stream_create_non_blocking().unwrap(),
         Cuda::stream_create_non_blocking().unwrap(),
@@ -115,7 +127,6 @@ pub fn head_of_line(soft: &SoftDriver) -> Vec<Duration> {
     drop(profiler);
     Cuda::stream_destroy(a).unwrap();
     Cuda::stream_destroy(b).unwrap();
-    soft.set_bandwidth(10e9);
     late.sort_unstable();
     late
 }
@@ -216,16 +227,31 @@ pub struct EveryKernel {
 ///
 /// When a window cannot be chained.
 pub fn every_kernel(streams: usize, kernel: Duration, n: usize) -> EveryKernel {
-    use device_events_conformance::cpu::thread_cpu;
     use device_events_core::OwnedStream;
     use device_events_core::sim::Sim;
-    const BEHIND: usize = 32;
     let owned: Vec<OwnedStream<Sim>> = (0..streams).map(|_| OwnedStream::new().unwrap()).collect();
-    let mut profiler = EventProfiler::<Sim>::new();
-    let mut tokens: Vec<_> = owned.iter().map(|s| profiler.start(s.get())).collect();
+    let streams: Vec<_> = owned.iter().map(OwnedStream::get).collect();
+    every_kernel_on::<Sim>(&streams, |_, s| Sim::enqueue_work(s, kernel), n)
+}
+
+/// [`every_kernel`] on `streams` of any backend, `kernel(i, stream)`
+/// queuing the `i`th kernel.
+///
+/// # Panics
+///
+/// When a window cannot be chained.
+pub fn every_kernel_on<A: device_events_core::AnchorApi>(
+    streams: &[A::Stream],
+    mut kernel: impl FnMut(usize, A::Stream),
+    n: usize,
+) -> EveryKernel {
+    use device_events_conformance::cpu::thread_cpu;
+    const BEHIND: usize = 32;
+    let mut profiler = EventProfiler::<A>::new();
+    let mut tokens: Vec<_> = streams.iter().map(|s| profiler.start(*s)).collect();
     // A first window read, so that calibration is out of the way.
-    for (token, s) in tokens.iter_mut().zip(&owned) {
-        let (window, next) = profiler.split_placed(s.get(), *token).unwrap();
+    for (token, s) in tokens.iter_mut().zip(streams) {
+        let (window, next) = profiler.split_placed(*s, *token).unwrap();
         *token = next;
         pollster::block_on(window.resolve());
     }
@@ -245,9 +271,9 @@ pub fn every_kernel(streams: usize, kernel: Duration, n: usize) -> EveryKernel {
     };
     let (cpu, mine, wall) = (process_cpu(), thread_cpu(), Instant::now());
     for i in 0..n {
-        let at = i % streams;
-        let s = owned[at].get();
-        Sim::enqueue_work(s, kernel);
+        let at = i % streams.len();
+        let s = streams[at];
+        kernel(i, s);
         let (window, next) = profiler.split_placed(s, tokens[at]).unwrap();
         tokens[at] = next;
         queued.push_back(window);

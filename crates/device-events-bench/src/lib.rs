@@ -4,9 +4,11 @@
 
 pub mod answer;
 pub mod cubecl;
+pub mod gpu;
 pub mod placement;
 pub mod pocl;
 pub mod server;
+pub mod spin;
 pub mod wait;
 
 use std::sync::Arc;
@@ -133,6 +135,17 @@ pub struct CudaPair {
     pub cube: device_events_cubecl::CubeProfiler<Cuda>,
     /// Device memory for work of a known length inside a window.
     scratch: sys::CUdeviceptr,
+    /// The spin kernel, where [`hold_with_the_spin_kernel`] asked for it:
+    /// a memset's length is known only on the software driver.
+    spin: Option<(spin::Spin, spin::Stamps)>,
+}
+
+static SPIN_HOLD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Make each [`CudaPair`] made from now keep its device busy with the spin
+/// kernel, as on a GPU, rather than a memset.
+pub fn hold_with_the_spin_kernel() {
+    SPIN_HOLD.store(true, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// The bytes [`CudaPair`]'s work inside a window sets: about 6.5 µs at the
@@ -150,6 +163,7 @@ impl Drop for CudaPair {
         // Forget the admitted stream before cudarc's is destroyed.
         let _ = Cuda::stream_destroy(self.ours);
         let _ = self.stream.synchronize();
+        self.spin = None;
         // SAFETY: allocated in `new`, freed once, the stream past its use.
         let _ = unsafe { cudarc::driver::result::free_sync(self.scratch) };
     }
@@ -173,6 +187,9 @@ impl CudaPair {
             cube: device_events_cubecl::CubeProfiler::with_config(steady()),
             // SAFETY: a plain device allocation, `ctx` current.
             scratch: unsafe { cudarc::driver::result::malloc_sync(SCRATCH) }.unwrap(),
+            spin: SPIN_HOLD
+                .load(std::sync::atomic::Ordering::Relaxed)
+                .then(|| (spin::Spin::load().unwrap(), spin::Stamps::new(1).unwrap())),
         }
     }
 
@@ -365,7 +382,11 @@ impl CudaPair {
     /// ratio depended on how the two threads met (0.56 in one run, 0.69 in
     /// another).
     pub fn hold(&self) {
-        self.memset(SCRATCH);
+        match &self.spin {
+            // Past any submit batch on a GPU too.
+            Some((spin, stamps)) => spin.launch(self.ours, 5_000_000, stamps, 0).unwrap(),
+            None => self.memset(SCRATCH),
+        }
     }
 
     fn memset(&self, bytes: usize) {

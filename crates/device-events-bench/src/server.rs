@@ -63,10 +63,11 @@ pub fn start_behind_a_kernel(soft: &SoftDriver) -> (Vec<Duration>, Vec<Duration>
 
 /// How a backend captures, for [`captures_beside_the_library`].
 pub struct Capturing<A: AnchorApi + FenceApi> {
-    /// Begin a capture in GLOBAL mode.
-    pub begin: fn(&SoftDriver, A::Stream),
+    /// Begin a capture in GLOBAL mode (the software driver, where it is
+    /// the driver).
+    pub begin: fn(Option<&SoftDriver>, A::Stream),
     /// End it; whether it ended as it began.
-    pub end: fn(&SoftDriver, A::Stream) -> bool,
+    pub end: fn(Option<&SoftDriver>, A::Stream) -> bool,
     /// Make the calling thread's current context the stream's.
     pub bind: fn(),
 }
@@ -78,8 +79,9 @@ pub struct Captures {
     pub ended: usize,
     /// Captures whose end failed.
     pub failed: usize,
-    /// Calls the software driver refused for a capture's sake meanwhile.
-    pub violations: u64,
+    /// Calls the software driver refused for a capture's sake meanwhile
+    /// (where it is the driver).
+    pub violations: Option<u64>,
     /// Windows the other threads read meanwhile.
     pub windows: usize,
 }
@@ -92,12 +94,12 @@ pub struct Captures {
 ///
 /// When the software driver cannot run it.
 pub fn captures_beside_the_library<A: AnchorApi + FenceApi + EventQuery>(
-    soft: &SoftDriver,
+    soft: Option<&SoftDriver>,
     how: &Capturing<A>,
     captures: usize,
     threads: usize,
 ) -> Captures {
-    let violations = soft.capture_violations();
+    let violations = soft.map(SoftDriver::capture_violations);
     let stop = AtomicBool::new(false);
     let windows = AtomicUsize::new(0);
     let (mut ended, mut failed) = (0, 0);
@@ -142,7 +144,9 @@ pub fn captures_beside_the_library<A: AnchorApi + FenceApi + EventQuery>(
     Captures {
         ended,
         failed,
-        violations: soft.capture_violations() - violations,
+        violations: soft
+            .zip(violations)
+            .map(|(soft, before)| soft.capture_violations() - before),
         windows: windows.load(Ordering::Relaxed),
     }
 }
@@ -210,6 +214,7 @@ type GraphDestroy = unsafe extern "C" fn(*mut c_void) -> c_int;
 pub fn hip_capturing() -> Capturing<Hip> {
     Capturing {
         begin: |soft, s: HipStream| {
+            let soft = soft.expect("HIP captures on the software driver");
             // SAFETY: HIP's C signature of `hipStreamBeginCapture`.
             let begin: BeginCapture = unsafe { soft.function(b"hipStreamBeginCapture\0") }.unwrap();
             // SAFETY: the stream is held live meanwhile; 0 is GLOBAL.
@@ -217,6 +222,7 @@ pub fn hip_capturing() -> Capturing<Hip> {
             assert_eq!(status, 0, "hipStreamBeginCapture");
         },
         end: |soft, s: HipStream| {
+            let soft = soft.expect("HIP captures on the software driver");
             // SAFETY: HIP's C signatures of these functions.
             let (end, destroy): (EndCapture, GraphDestroy) = unsafe {
                 (

@@ -28,6 +28,17 @@ pub const DEVICES_VAR: &str = "SOFT_DRIVER_DEVICES";
 /// warm and ~32 µs for its first marker; GPU launch latencies are a few µs).
 pub const LAUNCH_VAR: &str = "SOFT_DRIVER_LAUNCH_LATENCY";
 
+/// `CUDA_DEVICE_MAX_CONNECTIONS`: the hardware queues a device's streams
+/// share, as NVIDIA's driver reads it at initialization (default 0 here:
+/// one per stream; a real device has 8).
+pub const CONNECTIONS_VAR: &str = "CUDA_DEVICE_MAX_CONNECTIONS";
+
+/// The hardware queues per device [`CONNECTIONS_VAR`] asks for, 0 for one
+/// per stream.
+pub(crate) fn max_connections() -> usize {
+    env(CONNECTIONS_VAR).unwrap_or(0)
+}
+
 static BASE: LazyLock<Instant> = LazyLock::new(Instant::now);
 
 struct Settings {

@@ -154,14 +154,15 @@ pub extern "C" fn soft_driver_set_hw_queues(queues: u32) {
     ENGINE.set_hw_queues(queues as usize);
 }
 
-/// Forget injections, call counts and value waits' costs, and give each
-/// stream made from now on a hardware queue of its own.
+/// Forget injections, call counts and value waits' costs, and give the
+/// streams made from now on the hardware queues the environment asks for
+/// (`CUDA_DEVICE_MAX_CONNECTIONS`; by default, one each).
 #[unsafe(no_mangle)]
 pub extern "C" fn soft_driver_reset() {
     *control() = Control::default();
     crate::engine::ENGINE.reset_held();
     // A test that failed before restoring it leaves no shared queues.
-    ENGINE.set_hw_queues(0);
+    ENGINE.set_hw_queues(clock::max_connections());
 }
 
 /// Write the current counts to `out`. Returns 0, or -1 for a null `out`.

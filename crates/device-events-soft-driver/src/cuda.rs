@@ -19,6 +19,8 @@ type CUevent = *mut c_void;
 type CUstream = *mut c_void;
 type CUgraph = *mut c_void;
 type CUdeviceptr = u64;
+type CUmodule = *mut c_void;
+type CUfunction = *mut c_void;
 
 const CU_EVENT_BLOCKING_SYNC: c_uint = 0x1;
 const CU_EVENT_DISABLE_TIMING: c_uint = 0x2;
@@ -613,6 +615,110 @@ extern "C" fn cuMemFreeHost(p: *mut c_void) -> CUresult {
     release("cuMemFreeHost", || {
         initialized()?;
         ENGINE.host_free(p as u64)
+    })
+}
+
+/// The one kernel this driver runs, by its entry name: `spin_stamp(u64
+/// ns, u64 out)` spins `ns` nanoseconds and writes its start and end
+/// `%globaltimer` to `out`. The bench carries its PTX.
+const SPIN_KERNEL: &str = "spin_stamp";
+
+/// # Safety
+///
+/// `module` is null or valid for a write; `image` is null or a
+/// NUL-terminated PTX text.
+#[unsafe(no_mangle)]
+unsafe extern "C" fn cuModuleLoadData(module: *mut CUmodule, image: *const c_void) -> CUresult {
+    call("cuModuleLoadData", || {
+        let device = current()?;
+        if module.is_null() || image.is_null() {
+            return Err(Fault::InvalidValue);
+        }
+        // SAFETY: non-null, and the caller passes NUL-terminated text.
+        let text = unsafe { std::ffi::CStr::from_ptr(image.cast()) }.to_string_lossy();
+        // PTX names its ISA version and target first; anything else is not
+        // an image the JIT takes.
+        if !text.contains(".version") || !text.contains(".target") {
+            return Err(Fault::InvalidImage);
+        }
+        let id = ENGINE.module_load(device)?;
+        // SAFETY: non-null, and the caller passes a pointer valid for a write.
+        unsafe { out::put(module, handle(id)) }
+    })
+}
+
+#[unsafe(no_mangle)]
+extern "C" fn cuModuleUnload(module: CUmodule) -> CUresult {
+    release("cuModuleUnload", || {
+        initialized()?;
+        ENGINE.module_unload(module as u64)
+    })
+}
+
+/// # Safety
+///
+/// `function` is null or valid for a write; `name` is null or a
+/// NUL-terminated string.
+#[unsafe(no_mangle)]
+unsafe extern "C" fn cuModuleGetFunction(
+    function: *mut CUfunction,
+    module: CUmodule,
+    name: *const c_char,
+) -> CUresult {
+    call("cuModuleGetFunction", || {
+        initialized()?;
+        if function.is_null() || name.is_null() {
+            return Err(Fault::InvalidValue);
+        }
+        // SAFETY: non-null, and the caller passes a NUL-terminated string.
+        let name = unsafe { std::ffi::CStr::from_ptr(name) };
+        let id = ENGINE.module_function(module as u64)?;
+        if name.to_bytes() != SPIN_KERNEL.as_bytes() {
+            ENGINE.function_forget(id);
+            return Err(Fault::NotFound);
+        }
+        // SAFETY: non-null, and the caller passes a pointer valid for a write.
+        unsafe { out::put(function, handle(id)) }
+    })
+}
+
+/// # Safety
+///
+/// `params` is null or points to the kernel's two parameters, each a
+/// pointer to a `u64`.
+#[allow(clippy::too_many_arguments)] // the ABI's
+#[unsafe(no_mangle)]
+unsafe extern "C" fn cuLaunchKernel(
+    function: CUfunction,
+    grid_x: c_uint,
+    grid_y: c_uint,
+    grid_z: c_uint,
+    block_x: c_uint,
+    block_y: c_uint,
+    block_z: c_uint,
+    _shared_bytes: c_uint,
+    stream: CUstream,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> CUresult {
+    call("cuLaunchKernel", || {
+        let device = current()?;
+        context_alive(stream)?;
+        let dims = [grid_x, grid_y, grid_z, block_x, block_y, block_z];
+        // Both argument forms at once, or none for a kernel that takes
+        // parameters: refused. This driver reads `params` only.
+        if dims.contains(&0) || params.is_null() || !extra.is_null() {
+            return Err(Fault::InvalidValue);
+        }
+        // SAFETY: the caller passes the kernel's two parameters, each a
+        // pointer to a `u64`.
+        let (ns, at) = unsafe {
+            (
+                (*params).cast::<u64>().read_unaligned(),
+                (*params.add(1)).cast::<u64>().read_unaligned(),
+            )
+        };
+        ENGINE.launch_spin(function as u64, device, stream_ref(stream)?, ns, at)
     })
 }
 

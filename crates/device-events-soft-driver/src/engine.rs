@@ -46,6 +46,10 @@ pub(crate) enum Fault {
     CapturedEvent,
     /// The device does not offer the operation.
     NotSupported,
+    /// A module image the JIT does not take.
+    InvalidImage,
+    /// No such symbol in the module.
+    NotFound,
     CaptureUnsupported,
     CaptureInvalidated,
     /// Ending a capture on a stream that did not begin it.
@@ -162,8 +166,13 @@ struct Stream {
 /// An operation, with the host-clock nanoseconds at which it is done.
 enum Op {
     /// Done at `until`, or `length` after a wait ahead of it let the
-    /// stream go, if that is later.
-    Busy { until: u64, length: u64 },
+    /// stream go, if that is later. The spin kernel's work writes its
+    /// start and end device-clock stamps to `stamps` as it ends.
+    Busy {
+        until: u64,
+        length: u64,
+        stamps: Option<(Arc<HostBlock>, usize)>,
+    },
     Record {
         event: u64,
         generation: u64,
@@ -278,6 +287,10 @@ struct State {
     /// By the thread that recorded it: a library records on threads of
     /// its own too.
     last_recorded: HashMap<ThreadId, u64>,
+    /// Loaded modules, by handle, with their device.
+    modules: HashMap<u64, usize>,
+    /// Functions got from modules, by handle, with their module.
+    functions: HashMap<u64, u64>,
 }
 
 /// What the device holds now.
@@ -307,6 +320,7 @@ pub(crate) static ENGINE: LazyLock<Engine> = LazyLock::new(|| Engine {
         // Handles start away from zero and small integers, which the ABIs
         // give meanings of their own (the null and legacy streams).
         next_id: 0x1000,
+        hw_queues: clock::max_connections(),
         ..State::default()
     }),
     changed: Condvar::new(),
@@ -1111,6 +1125,86 @@ impl Engine {
         self.lock().held = Held::default();
     }
 
+    /// Load a module into `device`'s context; the thread's capture mode
+    /// may prohibit it, as it may an allocation.
+    pub(crate) fn module_load(&self, device: usize) -> Outcome<u64> {
+        let mut state = self.lock();
+        self.memory_call_permitted(&mut state)?;
+        let id = next_id(&mut state);
+        state.modules.insert(id, device);
+        Ok(id)
+    }
+
+    /// Unload a module: its functions go with it.
+    pub(crate) fn module_unload(&self, module: u64) -> Outcome<()> {
+        let mut state = self.lock();
+        state.modules.remove(&module).ok_or_else(misuse)?;
+        state.functions.retain(|_, m| *m != module);
+        Ok(())
+    }
+
+    /// A function of a live module, with the module's device.
+    pub(crate) fn module_function(&self, module: u64) -> Outcome<u64> {
+        let mut state = self.lock();
+        if !state.modules.contains_key(&module) {
+            return Err(misuse());
+        }
+        let id = next_id(&mut state);
+        state.functions.insert(id, module);
+        Ok(id)
+    }
+
+    /// Drop a function handle made for a name the module lacks.
+    pub(crate) fn function_forget(&self, function: u64) {
+        self.lock().functions.remove(&function);
+    }
+
+    /// Launch the spin kernel `function` on `stream` from `device`'s
+    /// context: it occupies the stream `ns`, then writes its start and end
+    /// device-clock stamps to the 16 bytes at `out`, which must lie in
+    /// mapped host memory (the one memory this driver backs).
+    pub(crate) fn launch_spin(
+        &self,
+        function: u64,
+        device: usize,
+        stream: StreamRef,
+        ns: u64,
+        out: u64,
+    ) -> Outcome<()> {
+        let mut state = self.lock();
+        let module = *state.functions.get(&function).ok_or_else(misuse)?;
+        if state.modules.get(&module) != Some(&device) {
+            return Err(Fault::InvalidContext);
+        }
+        let (block, word) = host_word(&state, out)?;
+        if !block.mapped || !out.is_multiple_of(8) || word + 4 > block.words.len() {
+            return Err(Fault::InvalidValue);
+        }
+        let stream = resolve(&mut state, stream)?;
+        let s = state.streams.get(&stream).ok_or(Fault::InvalidHandle)?;
+        if s.device != device {
+            return Err(Fault::InvalidContext);
+        }
+        match s.capture {
+            Capture::Active(_) => Ok(()),
+            Capture::Invalidated(_) => Err(Fault::CaptureInvalidated),
+            Capture::None => {
+                let start = start_time(&state, stream);
+                let until = start.saturating_add(ns);
+                enqueue(
+                    &mut state,
+                    stream,
+                    until,
+                    Op::Busy {
+                        until,
+                        length: ns,
+                        stamps: Some((block, word)),
+                    },
+                )
+            }
+        }
+    }
+
     /// Fill `bytes` at `address`: it takes `bytes` over the configured
     /// bandwidth once the stream reaches it.
     pub(crate) fn memset_async(
@@ -1146,6 +1240,7 @@ impl Engine {
                     Op::Busy {
                         until,
                         length: until - start,
+                        stamps: None,
                     },
                 )
             }
@@ -1420,7 +1515,7 @@ fn behind_waits(op: &Op, behind: &[u64]) -> u64 {
     });
     let now = clock::host_now_ns().saturating_add(clock::wait_value_latency());
     let start = match op {
-        Op::Busy { until, length } => Some(until - length),
+        Op::Busy { until, length, .. } => Some(until - length),
         Op::Record { at, .. } | Op::WaitValue { at, .. } => Some(*at),
         Op::WaitStreams(_) => None,
     };
@@ -1450,12 +1545,27 @@ fn stamp(ev: &mut Event, generation: u64, at: u64) {
 fn run(stream: u64, op: Op, released: &mut u64) {
     let engine = &*ENGINE;
     match op {
-        Op::Busy { until, length } => {
+        Op::Busy {
+            until,
+            length,
+            stamps,
+        } => {
             // Work held past its start runs its full length after; what
             // follows on the stream starts no earlier than its end.
             let end = until.max(released.saturating_add(length));
             busy_until(end);
             *released = (*released).max(end);
+            if let Some((block, word)) = stamps {
+                // `%globaltimer` at the kernel's first and last read.
+                for (at, host) in [(word, end - length), (word + 2, end)] {
+                    let stamp = u64::try_from(clock::device_at(host)).unwrap_or(0);
+                    #[allow(clippy::cast_possible_truncation)] // the halves
+                    {
+                        block.words[at].store(stamp as u32, Ordering::Release);
+                        block.words[at + 1].store((stamp >> 32) as u32, Ordering::Release);
+                    }
+                }
+            }
         }
         Op::Record {
             event,

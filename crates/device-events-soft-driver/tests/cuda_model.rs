@@ -619,3 +619,174 @@ fn only_host_memory_mapped_at_allocation_has_a_device_pointer() {
         assert_eq!(sys::cuMemFreeHost(mapped), CUresult::CUDA_SUCCESS);
     }
 }
+
+/// The spin kernel the GPU bundle carries, as PTX text.
+const SPIN_PTX: &str = concat!(include_str!("../../device-events-bench/src/spin.ptx"), "\0");
+
+/// The spin kernel loaded into the current context: (module, function).
+fn spin_kernel() -> (sys::CUmodule, sys::CUfunction) {
+    // SAFETY: NUL-terminated PTX; the module is unloaded by the caller.
+    unsafe {
+        let module = result::module::load_data(SPIN_PTX.as_ptr().cast()).unwrap();
+        let function = result::module::get_function(module, c"spin_stamp".into()).unwrap();
+        (module, function)
+    }
+}
+
+/// Launch `function` (the spin kernel) for `ns`, stamping at `out`.
+///
+/// # Safety
+///
+/// `stream` is live or a default stream; `out` is mapped host memory of
+/// 16 bytes at least.
+unsafe fn launch(
+    function: sys::CUfunction,
+    stream: sys::CUstream,
+    ns: u64,
+    out: u64,
+) -> Result<(), DriverError> {
+    let (mut ns, mut out) = (ns, out);
+    let mut params = [
+        (&raw mut ns).cast::<std::ffi::c_void>(),
+        (&raw mut out).cast::<std::ffi::c_void>(),
+    ];
+    // SAFETY: the kernel's two u64 parameters, read during the call.
+    unsafe { result::launch_kernel(function, (1, 1, 1), (1, 1, 1), 0, stream, &mut params) }
+}
+
+/// Mapped host memory of `bytes`, and its device address.
+fn mapped(bytes: usize) -> (*mut u64, u64) {
+    let mut device = 0;
+    // SAFETY: freed by the caller; `device` is writable.
+    unsafe {
+        let host = result::malloc_host(bytes, sys::CU_MEMHOSTALLOC_DEVICEMAP).unwrap();
+        assert_eq!(
+            sys::cuMemHostGetDevicePointer_v2(&mut device, host, 0),
+            CUresult::CUDA_SUCCESS
+        );
+        (host.cast(), device)
+    }
+}
+
+/// `cuLaunchKernel` of the bench's spin kernel (the one kernel this driver
+/// runs): the stream is busy for the length asked, and the kernel writes
+/// its first and last `%globaltimer` reads, that far apart, to its buffer.
+#[test]
+fn the_spin_kernel_occupies_its_stream_for_its_length_and_stamps_its_start_and_end() {
+    let _soft = SoftDriver::exclusive();
+    context();
+    let (module, function) = spin_kernel();
+    let (host, device) = mapped(16);
+    let s = result::stream::create(StreamKind::NonBlocking).unwrap();
+    let began = Instant::now();
+    // SAFETY: live handles; `host` holds 16 bytes, read once the stream is
+    // done; each handle is released once.
+    unsafe {
+        launch(function, s, 5_000_000, device).unwrap();
+        result::stream::synchronize(s).unwrap();
+        assert!(began.elapsed() >= Duration::from_millis(5));
+        let (start, end) = (host.read_volatile(), host.add(1).read_volatile());
+        assert!(start > 0 && end - start >= 5_000_000, "{start} {end}");
+        result::stream::destroy(s).unwrap();
+        result::free_host(host.cast()).unwrap();
+        result::module::unload(module).unwrap();
+    }
+}
+
+/// `cuModuleLoadData`: a current context is needed (INVALID_CONTEXT), the
+/// image must not be null (INVALID_VALUE) and must be one the JIT takes
+/// (INVALID_IMAGE for text that is not PTX).
+#[test]
+fn a_module_loads_only_in_a_current_context_from_a_ptx_image() {
+    let _soft = SoftDriver::exclusive();
+    context();
+    let mut module = std::ptr::null_mut();
+    // SAFETY: writable output; NUL-terminated images.
+    unsafe {
+        assert_eq!(
+            sys::cuModuleLoadData(&mut module, std::ptr::null()),
+            CUresult::CUDA_ERROR_INVALID_VALUE
+        );
+        assert_eq!(
+            sys::cuModuleLoadData(&mut module, c"not a module".as_ptr().cast()),
+            CUresult::CUDA_ERROR_INVALID_IMAGE
+        );
+    }
+    let elsewhere = std::thread::spawn(|| {
+        let mut module = std::ptr::null_mut();
+        // SAFETY: writable output; NUL-terminated PTX.
+        unsafe { sys::cuModuleLoadData(&mut module, SPIN_PTX.as_ptr().cast()) }
+    });
+    assert_eq!(
+        elsewhere.join().unwrap(),
+        CUresult::CUDA_ERROR_INVALID_CONTEXT
+    );
+}
+
+/// `cuModuleGetFunction`: a name the module lacks is NOT_FOUND.
+#[test]
+fn a_function_the_module_lacks_is_not_found() {
+    let _soft = SoftDriver::exclusive();
+    context();
+    let (module, _) = spin_kernel();
+    // SAFETY: a live module, unloaded once.
+    unsafe {
+        assert_eq!(
+            result::module::get_function(module, c"no_such_kernel".into()),
+            Err(DriverError(CUresult::CUDA_ERROR_NOT_FOUND))
+        );
+        result::module::unload(module).unwrap();
+    }
+}
+
+/// `cuLaunchKernel`: every grid and block dimension is at least 1, and a
+/// kernel with parameters needs them (INVALID_VALUE); a function of an
+/// unloaded module is not live, which a real driver does not check: here
+/// it is refused and counted as a misuse.
+#[test]
+fn a_launch_needs_its_dimensions_its_parameters_and_a_loaded_module() {
+    let soft = SoftDriver::exclusive();
+    context();
+    let (module, function) = spin_kernel();
+    let (host, device) = mapped(16);
+    let s = result::stream::create(StreamKind::NonBlocking).unwrap();
+    // SAFETY: live handles, released once; the unloaded module's function
+    // is used on purpose.
+    unsafe {
+        let (mut ns, mut out) = (1000u64, device);
+        let mut params = [
+            (&raw mut ns).cast::<std::ffi::c_void>(),
+            (&raw mut out).cast::<std::ffi::c_void>(),
+        ];
+        assert_eq!(
+            result::launch_kernel(function, (0, 1, 1), (1, 1, 1), 0, s, &mut params),
+            Err(DriverError(CUresult::CUDA_ERROR_INVALID_VALUE))
+        );
+        assert_eq!(
+            sys::cuLaunchKernel(
+                function,
+                1,
+                1,
+                1,
+                1,
+                1,
+                1,
+                0,
+                s,
+                std::ptr::null_mut(),
+                std::ptr::null_mut()
+            ),
+            CUresult::CUDA_ERROR_INVALID_VALUE
+        );
+        result::module::unload(module).unwrap();
+        let before = soft.counts().misuses;
+        assert_eq!(
+            launch(function, s, 1000, device),
+            Err(DriverError(CUresult::CUDA_ERROR_INVALID_HANDLE))
+        );
+        assert_eq!(soft.counts().misuses, before + 1);
+        soft.allow_misuses(1);
+        result::stream::destroy(s).unwrap();
+        result::free_host(host.cast()).unwrap();
+    }
+}

@@ -81,10 +81,18 @@ enum What {
     /// A server timing every kernel: the library's CPU and each window's
     /// answer, on the simulated backend.
     EveryKernel,
-    /// What a GPU lease runs after the tests, as a table: submit and
-    /// completion against cudarc on the machine's CUDA driver, and a server
-    /// timing every kernel.
-    GpuDay,
+    /// What a GPU lease runs after the tests, around the spin kernel: a
+    /// table, and the same as JSON in `json`.
+    GpuDay {
+        #[arg(long)]
+        json: std::path::PathBuf,
+    },
+    /// The gate on one hardware queue (run with
+    /// `CUDA_DEVICE_MAX_CONNECTIONS=1`), likewise.
+    GpuGate {
+        #[arg(long)]
+        json: std::path::PathBuf,
+    },
     /// CPU time and wake-up lateness of a 100 ms fence wait: spinning and
     /// blocking on the software driver, and on PoCL.
     WaitCost,
@@ -278,7 +286,7 @@ fn per_op(case: &str, n: u64, measure: impl Fn() -> u64) -> f64 {
 /// alternating, submit-only cases completed outside the timing. Per pair:
 /// each side's median ns and the median, smallest and largest of the
 /// per-round ratios.
-fn wall(rounds: usize, batch: usize) -> serde_json::Value {
+fn wall(rounds: usize, batch: usize, pairs: &[(&str, &str)]) -> serde_json::Value {
     let mut subject = subject("cuda");
     let mut time = |case: &str| {
         let op = op(case);
@@ -297,7 +305,7 @@ fn wall(rounds: usize, batch: usize) -> serde_json::Value {
         v[v.len() / 2]
     };
     let mut report = serde_json::Map::new();
-    for (ours, theirs) in PAIRS {
+    for (ours, theirs) in pairs {
         time(ours);
         time(theirs);
         let (mut a, mut b, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
@@ -375,40 +383,218 @@ fn every_kernel() -> serde_json::Value {
     serde_json::Value::Object(report)
 }
 
-/// Print the GPU lease's table: each of our paths against cudarc's on
-/// the machine's driver (wall time, median of 5 rounds A/B interleaved),
-/// then the every-kernel server.
-fn gpu_day() {
-    println!(
-        "{:<32} {:>12} {:>12} {:>8}",
-        "path (wall, ns per op)", "ours", "cudarc", "ratio"
+/// One row of the GPU lease's table.
+fn row(what: &str, value: impl std::fmt::Display) {
+    println!("{what:<52} {value}");
+}
+
+/// A spread's median and p99 about the median, µs, for the table.
+fn spread_us(v: &serde_json::Value) -> String {
+    let us = |k: &str| v[k].as_f64().map_or(f64::NAN, |ns| ns / 1e3);
+    // The host's and the device's clocks apart by more than a second
+    // (the software driver's device clock is not the Unix epoch's): the
+    // offset in seconds.
+    let median = if us("median_ns").abs() > 1e6 {
+        format!("offset {:.6} s", us("median_ns") / 1e6)
+    } else {
+        format!("median {:>9.2}", us("median_ns"))
+    };
+    format!(
+        "{median}  spread p50 {:>7.2}  p99 {:>7.2}",
+        us("spread_median_ns"),
+        us("spread_p99_ns")
+    )
+}
+
+/// What a GPU lease runs after the tests: a table on stdout, the same as
+/// JSON in `json`. Each measure drives device work with the spin kernel,
+/// so it runs the same on the machine's driver and on the software one.
+fn gpu_day(json_path: &std::path::Path) {
+    use device_events_bench::{gpu, server, spin};
+    use device_events_core::EventApi;
+    use device_events_cuda::Cuda;
+    let soft = SoftDriver::get().ok();
+    let driver = gpu::driver();
+    row("driver version", &driver["version"]);
+    row("driver library", &driver["library"]);
+    let ctx = cudarc::driver::CudaContext::new(0).unwrap();
+    ctx.bind_to_thread().unwrap();
+    let spin = spin::Spin::load().unwrap();
+
+    println!("\n-- 1000 GLOBAL captures on one thread beside 8 threads profiling");
+    let c = server::captures_beside_the_library::<Cuda>(soft, &server::cuda_capturing(), 1000, 8);
+    row(
+        "captures ended / failed",
+        format!("{} / {}", c.ended, c.failed),
     );
-    let walls = wall(5, 2000);
-    for (ours, _) in PAIRS {
+    row("windows read meanwhile", c.windows);
+    let captures = json!({
+        "ended": c.ended, "failed": c.failed, "violations": c.violations, "windows": c.windows,
+    });
+
+    println!("\n-- windows around spin kernels: window minus the kernel's own stamps, µs");
+    let (s, raw) = gpu::stream();
+    let mut windows = Vec::new();
+    for (ns, n) in [
+        (10_000, 200),
+        (100_000, 100),
+        (1_000_000, 40),
+        (10_000_000, 10),
+    ] {
+        for side in gpu::SIDES {
+            let w = gpu::spin_windows(&spin, s, raw, side, ns, n);
+            let name = format!("{} µs, {}", ns / 1000, side.name());
+            row(
+                &format!("{name}: duration"),
+                spread_us(&w["duration_minus_kernel"]),
+            );
+            row(
+                &format!("{name}: start (host - %globaltimer)"),
+                spread_us(&w["start_minus_kernel"]),
+            );
+            windows.push(w);
+        }
+    }
+    Cuda::stream_destroy(s).unwrap();
+
+    println!("\n-- a server timing every 50 µs kernel, 10 000 chained, read 32 behind");
+    let mut every = serde_json::Map::new();
+    for n in [1usize, 2, 8] {
+        let streams: Vec<_> = (0..n).map(|_| gpu::stream()).collect();
+        let stamps = spin::Stamps::new(10_000).unwrap();
+        let only: Vec<_> = streams.iter().map(|(s, _)| *s).collect();
+        let run = device_events_bench::answer::every_kernel_on::<Cuda>(
+            &only,
+            |i, s| spin.launch(s, 50_000, &stamps, i).unwrap(),
+            10_000,
+        );
+        for (s, _) in streams {
+            Cuda::stream_synchronize(s).unwrap();
+            Cuda::stream_destroy(s).unwrap();
+        }
+        let at = |q| quantile_us(&run.late, q);
+        row(
+            &format!("{n} stream(s): CPU beyond the caller (cores), answer p50/p99 µs"),
+            format!(
+                "{:.3}  {:.0} / {:.0}  ({} unread)",
+                run.cpu_share,
+                at(0.5),
+                at(0.99),
+                run.unread
+            ),
+        );
+        every.insert(
+            format!("streams_{n}"),
+            json!({
+                "cpu_share": run.cpu_share, "late_median_us": at(0.5), "late_p99_us": at(0.99),
+                "windows_read": run.late.len(), "windows_unread": run.unread,
+            }),
+        );
+    }
+    let stamps = spin::Stamps::new(128).unwrap();
+    let next = std::cell::Cell::new(0);
+    let late = device_events_bench::answer::head_of_line_with(|s, ns| {
+        spin.launch(s, ns, &stamps, next.replace(next.get() + 1) % 128)
+            .unwrap();
+    });
+    let hol = json!({
+        "windows_answered": late.len(),
+        "late_median_us": quantile_us(&late, 0.5),
+        "late_p99_us": quantile_us(&late, 0.99),
+    });
+    row(
+        "behind a 1 s kernel: 100 windows answered, p50/p99 µs",
+        format!(
+            "{}  {:.0} / {:.0}",
+            late.len(),
+            quantile_us(&late, 0.5),
+            quantile_us(&late, 0.99)
+        ),
+    );
+
+    println!("\n-- the submit path, wall ns per op (median of 5 rounds, A/B interleaved)");
+    device_events_bench::hold_with_the_spin_kernel();
+    let walls = wall(5, 2000, &GPU_PAIRS);
+    for (ours, theirs) in GPU_PAIRS {
         let w = &walls[ours];
         let f = |k: &str| w[k].as_f64().unwrap_or(f64::NAN);
-        println!(
-            "{ours:<32} {:>12.0} {:>12.0} {:>8.2}",
-            f("ours_ns"),
-            f("cudarc_ns"),
-            f("ratio")
+        row(
+            &format!("{ours} vs {theirs}"),
+            format!(
+                "{:>8.0} {:>8.0}  ratio {:.2}",
+                f("ours_ns"),
+                f("cudarc_ns"),
+                f("ratio")
+            ),
         );
     }
-    let every = every_kernel();
-    println!(
-        "\n{:<32} {:>12} {:>12} {:>8}",
-        "every 50 µs kernel, read 32 behind", "CPU (cores)", "p99 late µs", "median"
-    );
-    for (key, run) in every.as_object().into_iter().flatten() {
-        let f = |k: &str| run[k].as_f64().unwrap_or(f64::NAN);
-        println!(
-            "{key:<32} {:>12.3} {:>12.0} {:>8.0}",
-            f("cpu_share"),
-            f("late_p99_us"),
-            f("late_median_us")
-        );
-    }
+    let calls = soft.map(|soft| {
+        let mine = || soft.thread_calls();
+        let mut calls = serde_json::Map::new();
+        for (ours, theirs) in GPU_PAIRS {
+            for case in [ours, theirs] {
+                calls.insert(case.into(), json!(per_op(case, 2000, mine)));
+            }
+        }
+        calls
+    });
+    let report = json!({
+        "driver": driver,
+        "global_captures": captures,
+        "spin_windows": windows,
+        "every_kernel": every,
+        "head_of_line": hol,
+        "submit_wall": walls,
+        "submit_calls": calls,
+    });
+    std::fs::write(json_path, serde_json::to_string_pretty(&report).unwrap()).unwrap();
+    println!("\n(written to {})", json_path.display());
 }
+
+/// The gate on a shared hardware queue, in a process of its own: the
+/// driver reads `CUDA_DEVICE_MAX_CONNECTIONS` at initialization.
+fn gpu_gate(json_path: &std::path::Path) {
+    use device_events_bench::{gpu, spin};
+    let ctx = cudarc::driver::CudaContext::new(0).unwrap();
+    ctx.bind_to_thread().unwrap();
+    let spin = spin::Spin::load().unwrap();
+    println!(
+        "\n-- the gate, one hardware queue: gaps between a user's back-to-back 10 µs kernels, µs"
+    );
+    let g = gpu::gate(&spin, 20_000, 20);
+    for phase in ["alone", "beside_calibrations"] {
+        let p = &g[phase];
+        let us = |k: &str| p[k].as_f64().map_or(f64::NAN, |ns| ns / 1e3);
+        row(
+            &format!(
+                "{phase}: {} kernels, {} calibrations",
+                p["kernels"], p["calibrations"]
+            ),
+            format!(
+                "p50 {:.2}  p99 {:.2}  max {:.2}",
+                us("gap_median_ns"),
+                us("gap_p99_ns"),
+                us("gap_max_ns")
+            ),
+        );
+    }
+    std::fs::write(json_path, serde_json::to_string_pretty(&g).unwrap()).unwrap();
+    println!("\n(written to {})", json_path.display());
+}
+
+/// The GPU lease's submit pairs: ours against cudarc's, and ours through
+/// `device-events-cubecl` against CubeCL's own.
+const GPU_PAIRS: [(&str, &str); 9] = [
+    PAIRS[0],
+    PAIRS[1],
+    PAIRS[2],
+    PAIRS[3],
+    PAIRS[4],
+    PAIRS[5],
+    PAIRS[6],
+    ("cubecl-ours-fence-submit", "cubecl-server-fence-submit"),
+    ("cubecl-ours-window-submit", "cubecl-server-window-submit"),
+];
 
 fn main() {
     let args = Args::parse();
@@ -462,7 +648,7 @@ fn main() {
             }
             serde_json::Value::Object(report)
         }
-        What::Wall { rounds, batch } => wall(rounds, batch),
+        What::Wall { rounds, batch } => wall(rounds, batch, &PAIRS),
         What::Memory => {
             let mut sizes = serde_json::Map::new();
             for n in [1_000usize, 10_000, 100_000, 1_000_000] {
@@ -504,8 +690,12 @@ fn main() {
             serde_json::Value::Object(report)
         }
         What::EveryKernel => every_kernel(),
-        What::GpuDay => {
-            gpu_day();
+        What::GpuDay { json } => {
+            gpu_day(&json);
+            return;
+        }
+        What::GpuGate { json } => {
+            gpu_gate(&json);
             return;
         }
         What::Answer => {
@@ -609,13 +799,13 @@ fn main() {
                 })
             };
             let cuda = server::captures_beside_the_library(
-                soft,
+                Some(soft),
                 &server::cuda_capturing(),
                 captures,
                 threads,
             );
             let hip = server::captures_beside_the_library(
-                soft,
+                Some(soft),
                 &server::hip_capturing(),
                 captures,
                 threads,
