@@ -561,7 +561,9 @@ fn gpu_gate(json_path: &std::path::Path) {
     println!(
         "\n-- the gate, one hardware queue: gaps between a user's back-to-back 10 µs kernels, µs"
     );
-    let g = gpu::gate(&spin, 20_000, 20);
+    let soft = SoftDriver::get().ok();
+    let before = soft.map(SoftDriver::value_waits_held);
+    let mut g = gpu::gate(&spin, 20_000, 20);
     for phase in ["alone", "beside_calibrations"] {
         let p = &g[phase];
         let us = |k: &str| p[k].as_f64().map_or(f64::NAN, |ns| ns / 1e3);
@@ -576,6 +578,27 @@ fn gpu_gate(json_path: &std::path::Path) {
                 us("gap_p99_ns"),
                 us("gap_max_ns")
             ),
+        );
+    }
+    // The software driver also says how long each gate held its stream
+    // and how long it held the user's work; a GPU says it only through
+    // the gaps above.
+    if let (Some(soft), Some(before)) = (soft, before) {
+        let after = soft.value_waits_held();
+        let waits = (after.waits - before.waits).max(1);
+        let closed = (after.held_ns - before.held_ns) as f64 / waits as f64 / 1e3;
+        let (closed_max, delay_max) = (
+            after.held_max_ns as f64 / 1e3,
+            after.delayed_max_ns as f64 / 1e3,
+        );
+        g["soft_driver"] = json!({
+            "closed_per_sample_us": closed,
+            "closed_max_us": closed_max,
+            "user_delay_max_us": delay_max,
+        });
+        row(
+            "software driver: gate closed per sample, max; user delay max (µs)",
+            format!("{closed:.2}  {closed_max:.2}  {delay_max:.2}"),
         );
     }
     std::fs::write(json_path, serde_json::to_string_pretty(&g).unwrap()).unwrap();
