@@ -72,7 +72,7 @@ impl Realtime {
     }
 }
 
-/// Signed nanoseconds, summarized: the median, and the spread about it
+/// Signed nanoseconds, summarized: least, greatest, the median, and the spread about it
 /// (the median and 99th percentile of the distance from the median).
 fn spread(mut v: Vec<i128>) -> Value {
     if v.is_empty() {
@@ -85,6 +85,8 @@ fn spread(mut v: Vec<i128>) -> Value {
     let at = |q: f64| off[((off.len() - 1) as f64 * q).round() as usize];
     json!({
         "n": v.len(),
+        "min_ns": v[0],
+        "max_ns": v[v.len() - 1],
         "median_ns": median,
         "spread_median_ns": at(0.5),
         "spread_p99_ns": at(0.99),
