@@ -277,3 +277,43 @@ pub fn gate(spin: &Spin, kernels: usize, calibrations: usize) -> Value {
     Cuda::stream_destroy(anchor).unwrap();
     json!({ "alone": alone, "beside_calibrations": beside })
 }
+
+/// What the driver answers to event calls from a thread with no context
+/// current, on an event and a stream of this thread's context: whether
+/// the library's context binding around each call (one
+/// `cuCtxGetCurrent` per call) is needed by the driver, or only by the
+/// guarantee the library states. Each call's status, 0 for success.
+///
+/// # Panics
+///
+/// When the driver refuses the event or the stream.
+pub fn unbound_calls() -> Value {
+    let (s, raw) = stream();
+    let event = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).unwrap();
+    let (event_bits, raw_bits) = (event as usize, raw as usize);
+    let statuses = std::thread::spawn(move || {
+        let (event, raw) = (event_bits as sys::CUevent, raw_bits as sys::CUstream);
+        // SAFETY: live handles of the spawning thread's context, which
+        // outlive this thread (joined before they are destroyed); this
+        // thread has no context current, which is the question.
+        unsafe {
+            [
+                ("cuEventRecord", sys::cuEventRecord(event, raw)),
+                ("cuEventSynchronize", sys::cuEventSynchronize(event)),
+                ("cuEventQuery", sys::cuEventQuery(event)),
+                ("cuStreamSynchronize", sys::cuStreamSynchronize(raw)),
+            ]
+            .map(|(name, status)| (name, status as i32))
+        }
+    })
+    .join()
+    .unwrap();
+    // SAFETY: made above, destroyed once, no call in flight.
+    let _ = unsafe { result::event::destroy(event) };
+    Cuda::stream_destroy(s).unwrap();
+    statuses
+        .into_iter()
+        .map(|(name, status)| (name.to_owned(), json!(status)))
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}

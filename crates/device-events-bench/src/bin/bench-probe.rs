@@ -421,6 +421,12 @@ fn gpu_day(json_path: &std::path::Path) {
     ctx.bind_to_thread().unwrap();
     let spin = spin::Spin::load().unwrap();
 
+    let unbound = gpu::unbound_calls();
+    row(
+        "status of calls with no context current (0: taken)",
+        unbound.to_string(),
+    );
+
     println!("\n-- 1000 GLOBAL captures on one thread beside 8 threads profiling");
     let c = server::captures_beside_the_library::<Cuda>(soft, &server::cuda_capturing(), 1000, 8);
     row(
@@ -540,6 +546,7 @@ fn gpu_day(json_path: &std::path::Path) {
     });
     let report = json!({
         "driver": driver,
+        "unbound_calls": unbound,
         "global_captures": captures,
         "spin_windows": windows,
         "every_kernel": every,
