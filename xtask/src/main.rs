@@ -645,8 +645,9 @@ else
   # (read-only: added to the search path, never written).
   found="$(ldconfig -p 2>/dev/null | awk '/libcuda\.so\.1 /{{print $NF; exit}}')"
   if [ -z "$found" ]; then
-    for dir in /usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/local/cuda/lib64/stubs; do
-      if [ -e "$dir/libcuda.so.1" ] || [ -e "$dir/libcuda.so" ]; then
+    # Never cuda/lib64/stubs: its libcuda answers every call with 34.
+    for dir in /usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/lib/x86_64-linux-gnu /usr/lib64; do
+      if [ -e "$dir/libcuda.so.1" ]; then
         found="$dir"; export LD_LIBRARY_PATH="$dir${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"; break
       fi
     done

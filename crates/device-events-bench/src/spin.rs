@@ -5,6 +5,7 @@
 //! clock.
 
 use std::ffi::{CString, c_void};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use cudarc::driver::{DriverError, result, sys};
 
@@ -13,12 +14,33 @@ pub const PTX: &str = include_str!("spin.ptx");
 
 /// The spin kernel, loaded into the context current when it was made.
 pub struct Spin {
+    ctx: sys::CUcontext,
     module: sys::CUmodule,
     function: sys::CUfunction,
 }
 
+/// The calling thread's current context (null for none).
+fn current() -> sys::CUcontext {
+    let mut ctx = std::ptr::null_mut();
+    // SAFETY: a writable output.
+    unsafe { sys::cuCtxGetCurrent(&mut ctx) };
+    ctx
+}
+
+/// Run `f` with `ctx` current, then give the thread its own back.
+fn in_context(ctx: sys::CUcontext, f: impl FnOnce()) {
+    // SAFETY: `ctx` is a context the caller made its handles in, still
+    // alive (a primary context, retained for the process by the caller).
+    if unsafe { sys::cuCtxPushCurrent_v2(ctx) } == sys::CUresult::CUDA_SUCCESS {
+        f();
+        let mut popped = std::ptr::null_mut();
+        // SAFETY: pops the context pushed above.
+        unsafe { sys::cuCtxPopCurrent_v2(&mut popped) };
+    }
+}
+
 // SAFETY: module and function handles are plain driver handles, usable
-// from any thread with their context current.
+// from any thread; `Drop` makes their context current itself.
 unsafe impl Send for Spin {}
 // SAFETY: as for `Send`; launching takes no `&mut`.
 unsafe impl Sync for Spin {}
@@ -36,7 +58,11 @@ impl Spin {
         let module = unsafe { result::module::load_data(text.as_ptr().cast()) }?;
         // SAFETY: `module` is live; unloaded once, on failure here or in `Drop`.
         match unsafe { result::module::get_function(module, c"spin_stamp".into()) } {
-            Ok(function) => Ok(Self { module, function }),
+            Ok(function) => Ok(Self {
+                ctx: current(),
+                module,
+                function,
+            }),
             Err(e) => {
                 // SAFETY: loaded above, unloaded once.
                 let _ = unsafe { result::module::unload(module) };
@@ -71,10 +97,9 @@ impl Spin {
         ];
         let launched = stream.with_raw(|raw| {
             // SAFETY: the parameters match the kernel's two u64s and are
-            // read during the call; `out` lies in `stamps`, which outlives
-            // the kernel (its owner synchronizes before dropping it); the
-            // stream is held live meanwhile, with the module's context
-            // current (the caller's).
+            // read during the call; `out` lies in `stamps`, which is freed
+            // only after its context's work is done (its `Drop`); the
+            // stream is held live meanwhile.
             unsafe {
                 result::launch_kernel(self.function, (1, 1, 1), (1, 1, 1), 0, raw, &mut params)
             }
@@ -85,81 +110,102 @@ impl Spin {
 
 impl Drop for Spin {
     fn drop(&mut self) {
-        // SAFETY: loaded in `load`, unloaded once.
-        let _ = unsafe { result::module::unload(self.module) };
+        // A module is unloaded from the current context: its own.
+        in_context(self.ctx, || {
+            // SAFETY: loaded in `load`, unloaded once.
+            let _ = unsafe { result::module::unload(self.module) };
+        });
     }
 }
 
 /// Page-locked host memory mapped for the device: one (start, end) pair
 /// of `%globaltimer` stamps per launch, read by the host once the kernel
-/// is done.
+/// is done. The host reads and clears it atomically; dropping it first
+/// waits for its context's work, so that no kernel writes it once freed.
 pub struct Stamps {
-    host: *mut u64,
+    ctx: sys::CUcontext,
+    host: *mut AtomicU64,
     device: sys::CUdeviceptr,
     n: usize,
 }
 
-// SAFETY: the memory is the process's; reads and writes are volatile.
+// SAFETY: the memory is the process's; the host touches it only through
+// atomics, and frees it once no kernel can write it.
 unsafe impl Send for Stamps {}
 // SAFETY: as for `Send`.
 unsafe impl Sync for Stamps {}
 
 impl Stamps {
-    /// Room for `n` pairs, with a context current.
+    /// Room for `n` pairs (at least one), with a context current.
     ///
     /// # Errors
     ///
-    /// What the driver refused.
+    /// What the driver refused, and INVALID_VALUE for a size of 0 or one
+    /// that overflows.
     pub fn new(n: usize) -> Result<Self, DriverError> {
+        let invalid = DriverError(sys::CUresult::CUDA_ERROR_INVALID_VALUE);
+        let bytes = n.checked_mul(16).filter(|b| *b > 0).ok_or(invalid)?;
         // DEVICEMAP: the kernel writes it.
-        // SAFETY: a plain allocation, freed once in `Drop`.
-        let host = unsafe { result::malloc_host(n * 16, sys::CU_MEMHOSTALLOC_DEVICEMAP) }?;
+        // SAFETY: a plain allocation, freed once in `Drop` or below.
+        let host = unsafe { result::malloc_host(bytes, sys::CU_MEMHOSTALLOC_DEVICEMAP) }?;
         let mut device = 0;
         // SAFETY: `host` is a mapped block; `device` is writable.
         let status = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut device, host, 0) };
-        if status != sys::CUresult::CUDA_SUCCESS {
+        if status != sys::CUresult::CUDA_SUCCESS || !host.cast::<AtomicU64>().is_aligned() {
             // SAFETY: allocated above, freed once.
             let _ = unsafe { result::free_host(host) };
-            return Err(DriverError(status));
+            return Err(if status == sys::CUresult::CUDA_SUCCESS {
+                invalid
+            } else {
+                DriverError(status)
+            });
+        }
+        let host = host.cast::<AtomicU64>();
+        for word in 0..2 * n {
+            // SAFETY: inside the block, aligned; nothing else has it yet.
+            unsafe { host.add(word).write(AtomicU64::new(0)) };
         }
         Ok(Self {
-            host: host.cast(),
+            ctx: current(),
+            host,
             device,
             n,
         })
     }
 
-    fn clear(&self, at: usize) {
-        // SAFETY: inside the block; no kernel writes it now (the caller
-        // launches after).
-        unsafe {
-            self.host.add(2 * at).write_volatile(0);
-            self.host.add(2 * at + 1).write_volatile(0);
-        }
+    fn word(&self, at: usize) -> &AtomicU64 {
+        // SAFETY: `at < 2 * n` at every caller; aligned, initialized in
+        // `new`, alive as long as `self`.
+        unsafe { &*self.host.add(at) }
     }
 
-    /// Launch `at`'s stamps, in device nanoseconds (`%globaltimer`, since
-    /// the Unix epoch on a GPU), once its kernel is done; `None` while it
-    /// has not written them.
+    fn clear(&self, at: usize) {
+        self.word(2 * at).store(0, Ordering::Release);
+        self.word(2 * at + 1).store(0, Ordering::Release);
+    }
+
+    /// The stamps of launch `at`, in device nanoseconds (`%globaltimer`),
+    /// once its kernel is done; `None` while it has not written them.
     pub fn read(&self, at: usize) -> Option<(u64, u64)> {
         if at >= self.n {
             return None;
         }
-        // SAFETY: inside the block, written by the device or zero.
-        let (start, end) = unsafe {
-            (
-                self.host.add(2 * at).read_volatile(),
-                self.host.add(2 * at + 1).read_volatile(),
-            )
-        };
+        let (start, end) = (
+            self.word(2 * at).load(Ordering::Acquire),
+            self.word(2 * at + 1).load(Ordering::Acquire),
+        );
         (start != 0 && end >= start).then_some((start, end))
     }
 }
 
 impl Drop for Stamps {
     fn drop(&mut self) {
-        // SAFETY: allocated in `new`, freed once; the owner synchronized
-        // the streams that wrote it.
-        let _ = unsafe { result::free_host(self.host.cast()) };
+        in_context(self.ctx, || {
+            // No kernel launched into it may still write it once freed.
+            // SAFETY: no arguments; the context is current.
+            unsafe { sys::cuCtxSynchronize() };
+            // SAFETY: allocated in `new`, freed once, its writers done.
+            let _ = unsafe { result::free_host(self.host.cast()) };
+        });
     }
 }

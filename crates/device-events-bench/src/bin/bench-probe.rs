@@ -414,6 +414,12 @@ fn gpu_day(json_path: &std::path::Path) {
     use device_events_core::EventApi;
     use device_events_cuda::Cuda;
     let soft = SoftDriver::get().ok();
+    // Written after each section: a section that fails keeps the others.
+    let mut report = serde_json::Map::new();
+    let mut save = |key: &str, value: serde_json::Value| {
+        report.insert(key.into(), value);
+        std::fs::write(json_path, serde_json::to_string_pretty(&report).unwrap()).unwrap();
+    };
     let driver = gpu::driver();
     row("driver version", &driver["version"]);
     row("driver library", &driver["library"]);
@@ -426,6 +432,8 @@ fn gpu_day(json_path: &std::path::Path) {
         "status of calls with no context current (0: taken)",
         unbound.to_string(),
     );
+    save("driver", driver);
+    save("unbound_calls", unbound);
 
     println!("\n-- 1000 GLOBAL captures on one thread beside 8 threads profiling");
     let c = server::captures_beside_the_library::<Cuda>(soft, &server::cuda_capturing(), 1000, 8);
@@ -434,9 +442,12 @@ fn gpu_day(json_path: &std::path::Path) {
         format!("{} / {}", c.ended, c.failed),
     );
     row("windows read meanwhile", c.windows);
-    let captures = json!({
-        "ended": c.ended, "failed": c.failed, "violations": c.violations, "windows": c.windows,
-    });
+    save(
+        "global_captures",
+        json!({
+            "ended": c.ended, "failed": c.failed, "violations": c.violations, "windows": c.windows,
+        }),
+    );
 
     println!("\n-- windows around spin kernels: window minus the kernel's own stamps, µs");
     let (s, raw) = gpu::stream();
@@ -462,6 +473,7 @@ fn gpu_day(json_path: &std::path::Path) {
         }
     }
     Cuda::stream_destroy(s).unwrap();
+    save("spin_windows", json!(windows));
 
     println!("\n-- a server timing every 50 µs kernel, 10 000 chained, read 32 behind");
     let mut every = serde_json::Map::new();
@@ -497,17 +509,21 @@ fn gpu_day(json_path: &std::path::Path) {
             }),
         );
     }
+    save("every_kernel", json!(every));
     let stamps = spin::Stamps::new(128).unwrap();
     let next = std::cell::Cell::new(0);
     let late = device_events_bench::answer::head_of_line_with(|s, ns| {
         spin.launch(s, ns, &stamps, next.replace(next.get() + 1) % 128)
             .unwrap();
     });
-    let hol = json!({
-        "windows_answered": late.len(),
-        "late_median_us": quantile_us(&late, 0.5),
-        "late_p99_us": quantile_us(&late, 0.99),
-    });
+    save(
+        "head_of_line",
+        json!({
+            "windows_answered": late.len(),
+            "late_median_us": quantile_us(&late, 0.5),
+            "late_p99_us": quantile_us(&late, 0.99),
+        }),
+    );
     row(
         "behind a 1 s kernel: 100 windows answered, p50/p99 µs",
         format!(
@@ -544,17 +560,8 @@ fn gpu_day(json_path: &std::path::Path) {
         }
         calls
     });
-    let report = json!({
-        "driver": driver,
-        "unbound_calls": unbound,
-        "global_captures": captures,
-        "spin_windows": windows,
-        "every_kernel": every,
-        "head_of_line": hol,
-        "submit_wall": walls,
-        "submit_calls": calls,
-    });
-    std::fs::write(json_path, serde_json::to_string_pretty(&report).unwrap()).unwrap();
+    save("submit_wall", walls);
+    save("submit_calls", json!(calls));
     println!("\n(written to {})", json_path.display());
 }
 
