@@ -110,9 +110,10 @@ pub(crate) fn stopping() -> bool {
 /// ```
 pub fn stop_driver_calls(timeout: std::time::Duration) -> bool {
     STOPPING.store(true, Ordering::SeqCst);
-    let deadline = std::time::Instant::now() + timeout;
+    // `None`: a timeout past what `Instant` holds, so no deadline.
+    let deadline = std::time::Instant::now().checked_add(timeout);
     while WORKING.load(Ordering::SeqCst) > 0 {
-        if std::time::Instant::now() >= deadline {
+        if deadline.is_some_and(|deadline| std::time::Instant::now() >= deadline) {
             return false;
         }
         std::thread::sleep(std::time::Duration::from_micros(200));

@@ -34,6 +34,12 @@ fn after_stop_driver_calls_the_librarys_threads_call_the_driver_no_more() {
         stop_driver_calls(Duration::from_secs(1)),
         "no call left in flight"
     );
+    // No deadline at all: waits as long as a call is in flight, and
+    // returns at once with none.
+    assert!(
+        stop_driver_calls(Duration::MAX),
+        "no overflow, no call left"
+    );
     let stopped = Sim::counts().calls;
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(Sim::counts().calls, stopped, "no driver call since");

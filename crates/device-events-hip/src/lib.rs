@@ -67,6 +67,9 @@ use device_events_core::raw::{CheckedEvent, CheckedStream, RawApi};
 use device_events_core::{CaptureStatus, DriverError, ErrorKind};
 use runtime::{RawStream, Runtime};
 
+/// `hipStreamPerThread`: the calling thread's own default stream.
+const HIP_STREAM_PER_THREAD: usize = 0x2;
+
 pub use raw::{HipRawEvent, HipRawStream};
 
 /// The HIP backend.
@@ -235,7 +238,18 @@ impl Hip {
     /// Streams this crate creates are non-blocking (`hipStreamNonBlocking`),
     /// so, as HIP documents, they neither wait for the null stream's work
     /// nor it for theirs: order them with a fence. `stream_destroy` on the
-    /// result forgets it and leaves the stream itself to its owner.
+    /// result forgets it and leaves the stream itself to its owner; the
+    /// runtime reads the stream of an event's last record when the event is
+    /// asked, so forgetting a stream other than the null stream first
+    /// waits for its work (`hipStreamSynchronize`), and is refused while it
+    /// captures a graph. The fences recorded on it then read complete
+    /// without the runtime being asked about a stream you may destroy next.
+    ///
+    /// `hipStreamPerThread` is refused: it names another stream on each
+    /// thread, which the runtime destroys as that thread exits, so an
+    /// event recorded there could not be asked from another thread without
+    /// the runtime reading a stream it may have freed. Admit a stream you
+    /// made, or the null stream.
     ///
     /// # Safety
     ///
@@ -264,6 +278,15 @@ impl Hip {
                 "Hip::stream_from_raw",
                 ErrorKind::NoDevice,
                 format!("device {device} does not exist (the runtime reports {count})"),
+            ));
+        }
+        if raw as usize == HIP_STREAM_PER_THREAD {
+            return Err(DriverError::refused(
+                Self::BACKEND,
+                "Hip::stream_from_raw",
+                ErrorKind::InvalidHandle,
+                "hipStreamPerThread names another stream on each thread, destroyed as that \
+                 thread exits; admit a stream you made, or the null stream",
             ));
         }
         Ok(HipStream::admit_foreign(HipRawStream(raw), device))

@@ -194,6 +194,14 @@ impl RawApi for Hip {
         }))
     }
 
+    /// clr (`hipEventSynchronize` from 6.0, `ihipEventQuery` from 6.2, to
+    /// today's amd-staging) reads the stream of an event's last record,
+    /// unless that was the null stream, with no check that it still lives;
+    /// `hipStreamDestroy` waits for the stream's work.
+    fn asking_reads_stream_of(stream: &HipRawStream) -> bool {
+        !stream.0.is_null()
+    }
+
     /// clr before 7.2 (`ihipEventQuery`, `hipEventSynchronize`) invalidates
     /// the capture of the stream an event was last recorded on when the
     /// event is asked, unless that was the null stream.

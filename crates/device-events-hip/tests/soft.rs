@@ -176,3 +176,111 @@ fn a_runtime_already_loaded_is_used_not_a_second_copy() {
     );
     let _ = std::fs::remove_dir_all(root);
 }
+
+/// Work of `ms` milliseconds on `stream` at 1 GB/s.
+fn queue_ms(
+    soft: &SoftDriver,
+    work: &support::Memset,
+    stream: device_events_hip::HipStream,
+    ms: usize,
+) {
+    use device_events_conformance::Workload;
+    soft.set_bandwidth(1e9);
+    work.enqueue_bytes(stream, ms * 1_000_000).unwrap();
+    soft.set_bandwidth(10e9);
+}
+
+/// ROCm's runtime reads the stream of an event's last record when the
+/// event is asked, freed once `hipStreamDestroy` returned (ROCm/clr#157):
+/// a fence whose stream is gone is answered without asking, and complete,
+/// since the destroy waited for the stream's work.
+#[test]
+fn a_fence_asked_after_its_stream_was_destroyed_is_complete_without_asking() {
+    let soft = SoftDriver::exclusive();
+    bind(0);
+    let work = support::Memset::new(64 << 20);
+    let misuses = soft.counts().misuses;
+    for wait_first in [false, true] {
+        let s = support::stream();
+        queue_ms(&soft, &work, s, 10);
+        let fence = device_events_core::EventFence::<Hip>::new(s);
+        Hip::stream_destroy(s).unwrap();
+        let asked = soft.call_count("hipEventQuery") + soft.call_count("hipEventSynchronize");
+        if wait_first {
+            fence.wait_sync().unwrap();
+        }
+        assert!(fence.is_complete().unwrap());
+        fence.wait_sync().unwrap();
+        assert_eq!(
+            soft.call_count("hipEventQuery") + soft.call_count("hipEventSynchronize"),
+            asked,
+            "the runtime was asked about an event whose stream it freed"
+        );
+    }
+    device_events_core::release_idle_events();
+    assert_eq!(soft.counts().misuses, misuses);
+}
+
+/// Forgetting an admitted stream drains it, so a fence recorded there
+/// reads complete without the runtime being asked, and a capture the
+/// owner begins on the stream afterwards is left alone.
+#[test]
+fn a_fence_on_a_forgotten_stream_that_still_lives_leaves_its_capture_alone() {
+    let soft = SoftDriver::exclusive();
+    bind(0);
+    let work = support::Memset::new(64 << 20);
+    let raw = {
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: `raw` is writable.
+        device_events_hip::check("hipStreamCreateWithFlags", unsafe {
+            cubecl_hip_sys::hipStreamCreateWithFlags(&mut raw, 1)
+        })
+        .unwrap();
+        raw
+    };
+    // SAFETY: a stream of device 0, destroyed below after it is forgotten.
+    let s = unsafe { Hip::stream_from_raw(raw.cast(), 0) }.unwrap();
+    queue_ms(&soft, &work, s, 10);
+    let fence = device_events_core::EventFence::<Hip>::new(s);
+    Hip::stream_destroy(s).unwrap();
+    let violations = soft.capture_violations();
+    // SAFETY: the stream still lives; `graph` is writable and destroyed once.
+    unsafe {
+        device_events_hip::check(
+            "hipStreamBeginCapture",
+            cubecl_hip_sys::hipStreamBeginCapture(
+                raw,
+                cubecl_hip_sys::hipStreamCaptureMode_hipStreamCaptureModeGlobal,
+            ),
+        )
+        .unwrap();
+        assert!(fence.is_complete().unwrap());
+        let mut graph = std::ptr::null_mut();
+        device_events_hip::check(
+            "hipStreamEndCapture",
+            cubecl_hip_sys::hipStreamEndCapture(raw, &mut graph),
+        )
+        .unwrap();
+        device_events_hip::check("hipGraphDestroy", cubecl_hip_sys::hipGraphDestroy(graph))
+            .unwrap();
+    }
+    assert_eq!(soft.capture_violations(), violations);
+    drop(fence);
+    device_events_core::release_idle_events();
+    // SAFETY: forgotten above, destroyed once.
+    device_events_hip::check("hipStreamDestroy", unsafe {
+        cubecl_hip_sys::hipStreamDestroy(raw)
+    })
+    .unwrap();
+}
+
+/// `hipStreamPerThread` names another stream on each thread, which the
+/// runtime destroys as that thread exits: not admitted.
+#[test]
+fn the_per_thread_stream_is_not_admitted() {
+    let _soft = SoftDriver::exclusive();
+    bind(0);
+    // SAFETY: refused before anything uses it.
+    let err = unsafe { Hip::stream_from_raw(0x2 as _, 0) }.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidHandle, "{err}");
+}

@@ -577,6 +577,8 @@ impl Engine {
     /// interaction mode. Counted as a capture violation.
     /// A wait (`hipEventSynchronize`) is also refused with 900 while that
     /// capture is invalidated but not yet ended (`StreamCaptureOngoing`).
+    /// An event whose last record's stream was destroyed is a counted
+    /// misuse: clr reads that stream, freed, on every version from 6.0.
     fn asked_of_a_capturing_stream(
         &self,
         state: &mut State,
@@ -584,6 +586,14 @@ impl Engine {
         wait: bool,
     ) -> Outcome<()> {
         let ev = live_event(state, event)?;
+        // clr reads the last record's stream with no validity check
+        // (`e->GetCaptureStream()`): once `hipStreamDestroy` released it,
+        // that read is of freed memory (ROCm/clr#157, ROCm/ROCm#4670).
+        if let Some(stream) = ev.recorded_on
+            && state.streams.get(&stream).is_none_or(|s| s.destroyed)
+        {
+            return Err(misuse());
+        }
         match ev
             .recorded_on
             .and_then(|s| state.streams.get(&s))

@@ -845,3 +845,32 @@ fn event_flags_are_checked() {
         check(hip::hipEventDestroy(untimed));
     }
 }
+
+/// clr's `hipEventQuery` and `hipEventSynchronize` read the event's last
+/// record's stream with no validity check, freed once `hipStreamDestroy`
+/// returned (ROCm/clr#157): asking such an event is a counted misuse.
+#[test]
+fn asking_an_event_whose_stream_was_destroyed_is_a_misuse() {
+    let soft = SoftDriver::exclusive();
+    let before = soft.counts().misuses;
+    let (s, e) = (stream(), event());
+    // SAFETY: the event lives until destroyed here; the stream is destroyed
+    // once, and the misuses are the point.
+    unsafe {
+        check(hip::hipEventRecord(e, s));
+        check(hip::hipStreamDestroy(s));
+        assert_ne!(hip::hipEventQuery(e), hip::HIP_SUCCESS);
+        assert_ne!(hip::hipEventSynchronize(e), hip::HIP_SUCCESS);
+        assert_eq!(soft.counts().misuses, before + 2);
+        // Elapsed times read no stream, and a record on a live stream
+        // ties the event to that one.
+        let s = stream();
+        check(hip::hipEventRecord(e, s));
+        check(hip::hipEventSynchronize(e));
+        check(hip::hipEventQuery(e));
+        check(hip::hipEventDestroy(e));
+        check(hip::hipStreamDestroy(s));
+    }
+    assert_eq!(soft.counts().misuses, before + 2);
+    soft.allow_misuses(2);
+}

@@ -11,7 +11,7 @@ use cubecl_common::profile::Duration;
 
 use crate::backend::capture;
 use crate::backend::handle_table::Handle;
-use crate::backend::raw::{CheckedEvent, CheckedStream, Permit, RawApi};
+use crate::backend::raw::{CheckedEvent, CheckedStream, Live, Permit, RawApi};
 use crate::driver::{CaptureStatus, DriverError, ErrorKind};
 use crate::fence::FenceApi;
 use crate::placement::{Gate, HostStamp};
@@ -53,22 +53,40 @@ impl<R: RawApi> CheckedEvent<R> {
         self.raw.as_ref().ok_or_else(|| dead::<R>(call, "event"))
     }
 
-    /// Whether the stream of the last record captures now, where asking
-    /// the event would break that capture; the caller has the event's
-    /// context bound. A capture begun after this look races the call that
-    /// follows: the driver leaves no way to close that window.
-    fn recorder_captures(&self) -> Result<bool, DriverError> {
+    /// Ask the event (`ask`, a query or a wait), where the driver reads
+    /// the stream of its last record as it answers
+    /// ([`RawApi::asking_reads_stream_of`]): with that stream held live
+    /// across the look and the call, so no destroy lands between them.
+    /// `gone` when the stream was destroyed or forgotten: such a driver's
+    /// destroy waits for the stream's work, and a forget drains it first,
+    /// so the event is reached and the driver is not asked about a stream
+    /// it freed. `capturing` while the stream captures, where asking would
+    /// break that capture ([`RawApi::asking_breaks_capture_of`]). The
+    /// caller has the event's context bound.
+    fn ask<T>(
+        &self,
+        raw: &R::Event,
+        gone: T,
+        capturing: impl FnOnce() -> Result<T, DriverError>,
+        ask: impl FnOnce(&R::Event) -> Result<T, DriverError>,
+    ) -> Result<T, DriverError> {
         let Some(stream) = Handle::from_bits(self.recorded_on.load(Ordering::Relaxed)) else {
-            return Ok(false);
+            return capture::relaxed::<R, _>(|| ask(raw));
         };
-        // A destroyed stream captures nothing.
-        let status = R::state()
+        R::state()
             .streams
-            .with(stream, |live| R::capture_status(Permit::new(), &live.raw));
-        Ok(matches!(
-            status.transpose()?,
-            Some(Some(CaptureStatus::Active))
-        ))
+            .with(stream, |live| {
+                if R::asking_breaks_capture_of(&live.raw)
+                    && matches!(
+                        R::capture_status(Permit::new(), &live.raw)?,
+                        Some(CaptureStatus::Active)
+                    )
+                {
+                    return capturing();
+                }
+                capture::relaxed::<R, _>(|| ask(raw))
+            })
+            .unwrap_or(Ok(gone))
     }
 }
 
@@ -117,7 +135,7 @@ impl<R: RawApi> EventApi for R {
             same_context(call, event, &live.held)?;
             // Before the call: the driver ties the event to the stream even
             // when the record then fails.
-            let on = if R::asking_breaks_capture_of(&live.raw) {
+            let on = if R::asking_reads_stream_of(&live.raw) {
                 stream.handle.to_bits()
             } else {
                 u64::MAX
@@ -131,16 +149,20 @@ impl<R: RawApi> EventApi for R {
         let call = R::CALLS.synchronize_event;
         let raw = event.live(call)?;
         bound::<R, _>(&event.held, || {
-            if event.recorder_captures()? {
-                return Err(DriverError::refused(
-                    R::BACKEND,
-                    call,
-                    ErrorKind::Capture,
-                    "the event's stream is capturing a graph, and waiting now would invalidate \
-                     that capture; wait once the capture has ended",
-                ));
-            }
-            capture::relaxed::<R, _>(|| R::synchronize_event(Permit::new(), raw))
+            event.ask(
+                raw,
+                (),
+                || {
+                    Err(DriverError::refused(
+                        R::BACKEND,
+                        call,
+                        ErrorKind::Capture,
+                        "the event's stream is capturing a graph, and waiting now would \
+                         invalidate that capture; wait once the capture has ended",
+                    ))
+                },
+                |raw| R::synchronize_event(Permit::new(), raw),
+            )
         })
     }
 
@@ -219,6 +241,14 @@ impl<R: RawApi> EventApi for R {
                 "the stream is in use on this thread (inside with_raw): destroy it after",
             ));
         }
+        if R::state()
+            .streams
+            .with(stream.handle, |live| forget_refused(live, call))
+            .transpose()?
+            .is_none()
+        {
+            return Err(dead::<R>(call, "stream"));
+        }
         // Out of the table first, once calls in flight on it have returned:
         // no copy of the handle can reach the driver after this.
         let live = R::state()
@@ -226,10 +256,46 @@ impl<R: RawApi> EventApi for R {
             .remove(stream.handle)
             .ok_or_else(|| dead::<R>(call, "stream"))?;
         if !live.owned {
-            return Ok(());
+            return forget(live);
         }
         bound::<R, _>(&live.held, || R::destroy_stream(Permit::new(), live.raw))
     }
+}
+
+/// Why a stream admitted from elsewhere cannot be forgotten now: where the
+/// driver reads an event's stream as it answers, forgetting drains the
+/// stream, which a capture forbids.
+fn forget_refused<R: RawApi>(live: &Live<R>, call: &'static str) -> Result<(), DriverError> {
+    if live.owned || !R::asking_reads_stream_of(&live.raw) {
+        return Ok(());
+    }
+    let capturing = bound::<R, _>(&live.held, || R::capture_status(Permit::new(), &live.raw))?;
+    if matches!(
+        capturing,
+        Some(CaptureStatus::Active | CaptureStatus::Invalidated)
+    ) {
+        return Err(DriverError::refused(
+            R::BACKEND,
+            call,
+            ErrorKind::Capture,
+            "the stream is capturing a graph, and forgetting it drains it, which would \
+             invalidate that capture; forget it once the capture has ended",
+        ));
+    }
+    Ok(())
+}
+
+/// Forget a stream admitted from elsewhere, out of the table now. Where the
+/// driver reads an event's stream as it answers, the stream is drained
+/// first: the events recorded on it are then reached, and are answered so
+/// without asking the driver about a stream its owner may destroy next.
+fn forget<R: RawApi>(live: Live<R>) -> Result<(), DriverError> {
+    if !R::asking_reads_stream_of(&live.raw) {
+        return Ok(());
+    }
+    bound::<R, _>(&live.held, || {
+        capture::relaxed::<R, _>(|| R::synchronize_stream(Permit::new(), &live.raw))
+    })
 }
 
 impl<R: RawApi> EventQuery for R {
@@ -237,10 +303,12 @@ impl<R: RawApi> EventQuery for R {
         let raw = event.live(R::CALLS.query_event)?;
         bound::<R, _>(&event.held, || {
             // Not knowable without breaking the capture: not yet.
-            if event.recorder_captures()? {
-                return Ok(false);
-            }
-            capture::relaxed::<R, _>(|| R::query_event(Permit::new(), raw))
+            event.ask(
+                raw,
+                true,
+                || Ok(false),
+                |raw| R::query_event(Permit::new(), raw),
+            )
         })
     }
 }

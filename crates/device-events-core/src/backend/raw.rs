@@ -262,11 +262,27 @@ pub trait RawApi: Sized + Send + Sync + 'static {
         Ok(None)
     }
 
+    /// Whether the driver reads `stream` when it is asked (a query or a
+    /// wait) about an event last recorded there, as ROCm's runtime does
+    /// with no check that the stream still lives (clr `hipEventQuery`,
+    /// `hipEventSynchronize`). The checked layer then holds the stream
+    /// live across each such ask, and answers an event whose stream is
+    /// gone as reached without asking, so a backend that says `true` must
+    /// also have a stream destroy that waits for the stream's work
+    /// (`hipStreamDestroy` does); a stream admitted from elsewhere is
+    /// drained as it is forgotten.
+    fn asking_reads_stream_of(stream: &Self::Stream) -> bool {
+        let _ = stream;
+        false
+    }
+
     /// Whether asking an event last recorded on `stream` (a query or a
     /// wait) would invalidate `stream`'s capture if it captures now, as
     /// ROCm's runtime before 7.2 does even for a record made before the
     /// capture. The checked layer then asks the stream first: while it
-    /// captures, a query reads not-ready and a wait is refused.
+    /// captures, a query reads not-ready and a wait is refused. Only
+    /// asked where [`asking_reads_stream_of`](Self::asking_reads_stream_of)
+    /// is `true` for the stream.
     fn asking_breaks_capture_of(stream: &Self::Stream) -> bool {
         let _ = stream;
         false
@@ -423,8 +439,8 @@ pub struct CheckedEvent<R: RawApi> {
     /// `None` once destroyed.
     pub(crate) raw: Option<R::Event>,
     pub(crate) held: R::Held,
-    /// The stream of the last record, where asking the event could break
-    /// that stream's capture ([`RawApi::asking_breaks_capture_of`]), as
-    /// [`Handle::to_bits`]; `u64::MAX` otherwise.
+    /// The stream of the last record, where asking the event reads it
+    /// ([`RawApi::asking_reads_stream_of`]), as [`Handle::to_bits`];
+    /// `u64::MAX` otherwise.
     pub(crate) recorded_on: AtomicU64,
 }
