@@ -4,7 +4,7 @@
 
 mod support;
 
-use cudarc::driver::result;
+use cudarc::driver::{result, sys};
 use device_events_conformance::soft::SoftDriver;
 use device_events_core::{ErrorKind, EventApi, EventFence, EventProfiler};
 use device_events_cuda::Cuda;
@@ -31,6 +31,20 @@ device_events_conformance::contract_suite!(
         stream_wait: "cuStreamWaitEvent",
         stream_destroy: "cuStreamDestroy_v2",
         poisoning: (700, "CUDA_ERROR_ILLEGAL_ADDRESS"),
+    }
+);
+
+device_events_conformance::lanes_suite!(
+    Cuda,
+    device_events_conformance::lanes::LaneAbi::<Cuda> {
+        bind: |n| {
+            bind(n);
+        },
+        work: |bytes| Box::new(support::Memset::new(bytes)),
+        // SAFETY: `CU_STREAM_PER_THREAD` (2) of device 0's primary
+        // context, retained for the process; the special stream lives as
+        // long as its context.
+        per_thread: || unsafe { Cuda::stream_from_raw(2 as sys::CUstream, context(0)) }.unwrap(),
     }
 );
 
