@@ -7,7 +7,7 @@ use std::ffi::{c_int, c_void};
 
 use cudarc::driver::{result, sys};
 use device_events_conformance::soft::SoftDriver;
-use device_events_core::ErrorKind;
+use device_events_core::{ErrorKind, EventApi};
 use device_events_cubecl::{CubeFence, CubeProfiler, CubeStreams, RawStreams, StreamOf};
 use device_events_cuda::Cuda;
 use device_events_hip::Hip;
@@ -238,4 +238,55 @@ fn a_cuda_refused_forget_keeps_its_entry_and_a_dead_one_is_admitted_again() {
         // SAFETY: made above, forgotten by the library first, destroyed once.
         |raw: sys::CUstream| unsafe { result::stream::destroy(raw).unwrap() },
     );
+}
+
+/// A stream wait refused out of resources while the waiting stream
+/// captures: the host wait CubeCL's own fence falls back to would leave
+/// the captured graph without the ordering, so the wait is an error
+/// instead, and the capture ends as it began.
+#[test]
+fn a_refused_stream_wait_into_a_capture_is_an_error_not_a_host_wait() {
+    let soft = SoftDriver::exclusive();
+    let ctx = cuda_context(0);
+    // SAFETY: a retained primary context.
+    unsafe { result::ctx::set_current(ctx).unwrap() };
+    let (a, b) = (
+        Cuda::stream_create_non_blocking().unwrap(),
+        Cuda::stream_create_non_blocking().unwrap(),
+    );
+    let fence = CubeFence::<Cuda>::new(a);
+    b.with_raw(|raw| {
+        // SAFETY: the stream is held live meanwhile.
+        unsafe {
+            result::stream::begin_capture(
+                raw,
+                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
+            )
+        }
+        .unwrap();
+    })
+    .unwrap();
+    let waited = soft.call_count("cuEventSynchronize");
+    assert!(soft.fail_call("cuStreamWaitEvent", 1, 2));
+    let result = fence.wait_async(b);
+    assert_eq!(
+        soft.call_count("cuEventSynchronize"),
+        waited,
+        "waited on the host while the waiting stream captured: the graph lost the edge"
+    );
+    assert!(result.is_err(), "the missing dependency is not reported");
+    let graph = b
+        .with_raw(|raw| {
+            // SAFETY: the stream is held live meanwhile.
+            unsafe { result::stream::end_capture(raw) }
+        })
+        .unwrap()
+        .unwrap();
+    if !graph.is_null() {
+        // SAFETY: the capture's graph, destroyed once.
+        unsafe { sys::cuGraphDestroy(graph) }.result().unwrap();
+    }
+    Cuda::stream_destroy(a).unwrap();
+    Cuda::stream_destroy(b).unwrap();
+    assert_eq!(soft.counts().misuses, 0);
 }

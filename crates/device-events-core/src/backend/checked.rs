@@ -305,4 +305,13 @@ impl<R: RawApi> FenceApi for R {
     fn keep_event(event: CheckedEvent<R>) -> Option<CheckedEvent<R>> {
         idle::keep_event(event)
     }
+
+    fn stream_captures(stream: CheckedStream<R>) -> Result<bool, DriverError> {
+        stream.on("capture status", |raw| {
+            Ok(matches!(
+                R::capture_status(Permit::new(), raw)?,
+                Some(CaptureStatus::Active | CaptureStatus::Invalidated)
+            ))
+        })
+    }
 }
