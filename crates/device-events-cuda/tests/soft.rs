@@ -591,3 +591,27 @@ fn a_device_stuck_behind_a_long_kernel_delays_no_other_devices_windows() {
     Cuda::stream_destroy(s1).unwrap();
     soft.set_hw_queues(0);
 }
+
+/// A call whose context cannot be bound is refused before the driver,
+/// never made with whatever context the thread has current (here another
+/// device's): the driver would take that context for the handle's.
+#[test]
+fn a_call_whose_context_cannot_be_bound_never_reaches_the_driver() {
+    let soft = SoftDriver::exclusive();
+    bind(0);
+    let s = stream();
+    let mut e = Cuda::event_create().unwrap();
+    bind(1);
+    let recorded = soft.call_count("cuEventRecord");
+    assert!(soft.fail_call("cuCtxPushCurrent_v2", 1, 201));
+    let outcome = Cuda::event_record(&e, s);
+    assert_eq!(
+        soft.call_count("cuEventRecord"),
+        recorded,
+        "recorded with another context current: {outcome:?}"
+    );
+    assert!(outcome.is_err());
+    Cuda::event_destroy(&mut e).unwrap();
+    Cuda::stream_destroy(s).unwrap();
+    bind(0);
+}

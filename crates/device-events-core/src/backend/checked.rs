@@ -23,7 +23,7 @@ mod idle;
 mod stream;
 mod word_gate;
 
-use binding::{bound, dead, on_stream, same_context};
+use binding::{bound, dead, on_stream, releasing, same_context};
 pub use idle::{IDLE_EVENTS, release_idle_events};
 
 impl<R: RawApi> CheckedEvent<R> {
@@ -107,7 +107,7 @@ impl<R: RawApi> EventApi for R {
     fn event_destroy(event: &mut CheckedEvent<R>) -> Result<(), DriverError> {
         let call = R::CALLS.destroy_event;
         let raw = event.raw.take().ok_or_else(|| dead::<R>(call, "event"))?;
-        bound::<R, _>(&event.held, || R::destroy_event(Permit::new(), raw))
+        releasing::<R, _>(&event.held, || R::destroy_event(Permit::new(), raw))
     }
 
     fn event_record(event: &CheckedEvent<R>, stream: CheckedStream<R>) -> Result<(), DriverError> {
@@ -228,7 +228,7 @@ impl<R: RawApi> EventApi for R {
         if !live.owned {
             return Ok(());
         }
-        bound::<R, _>(&live.held, || R::destroy_stream(Permit::new(), live.raw))
+        releasing::<R, _>(&live.held, || R::destroy_stream(Permit::new(), live.raw))
     }
 }
 
