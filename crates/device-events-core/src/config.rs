@@ -42,6 +42,13 @@ pub struct ProfilerConfig {
     /// other work, whose bracket is then wide and weighs little. Default:
     /// `None`, the gate's own ([`Gate::settle`](crate::Gate::settle): 50 µs
     /// on CUDA and HIP; none on OpenCL, which opens at once).
+    ///
+    /// A soft bound on how long a closed gate holds work sharing its
+    /// stream's hardware queue: the gate opens once the calibrator thread
+    /// has seen the stream reach it, so the hold also lasts however long
+    /// that thread waits to be scheduled between its polls (on a loaded
+    /// machine, the scheduler's latency), and at most `settle` plus that
+    /// latency.
     pub gate_settle: Option<Duration>,
     /// Take the anchor's time from the driver's own host-clock stamp where
     /// it has one ([`AnchorApi::host_stamp`](crate::AnchorApi::host_stamp)), instead of a bracket.

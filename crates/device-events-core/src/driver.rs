@@ -287,7 +287,9 @@ pub enum CaptureStatus {
 /// `current` reads what is bound, `bind` binds a value and `restore` puts
 /// back the previous one (given what `current` read). If binding fails,
 /// `call` runs unbound and the failure is logged: a release must happen
-/// whatever the binding does, and the driver may well take the call.
+/// whatever the binding does, and the driver may well take the call. Use
+/// it for releases only: this crate's checked layer refuses any other
+/// call whose binding fails.
 ///
 /// ```
 /// use device_events_core::driver::with_bound;
@@ -320,19 +322,42 @@ pub fn with_bound<H: PartialEq + Copy, T>(
     restore: impl FnOnce(Option<H>) -> Result<(), DriverError>,
     call: impl FnOnce() -> Result<T, DriverError>,
 ) -> Result<T, DriverError> {
+    bound_then(backend, wanted, (current, bind, restore), call, true)
+}
+
+/// As [`with_bound`]; with `unbound_ok` false, a call whose binding fails
+/// is refused with the binding's error, never made unbound: for calls that
+/// rely on the context being current (a create, a record, a wait), where
+/// the driver would take the thread's current context (or none) for the
+/// handle's.
+pub(crate) fn bound_then<H: PartialEq + Copy, T>(
+    backend: &'static str,
+    wanted: H,
+    (current, bind, restore): (
+        impl FnOnce() -> Result<Option<H>, DriverError>,
+        impl FnOnce(H) -> Result<(), DriverError>,
+        impl FnOnce(Option<H>) -> Result<(), DriverError>,
+    ),
+    call: impl FnOnce() -> Result<T, DriverError>,
+    unbound_ok: bool,
+) -> Result<T, DriverError> {
     let previous = match current() {
         Ok(previous) => previous,
-        Err(err) => {
+        Err(err) if unbound_ok => {
             log::warn!("{backend}: calling without binding the handle's context: {err}");
             return call();
         }
+        Err(err) => return Err(refused_unbound(backend, err)),
     };
     if previous == Some(wanted) {
         return call();
     }
     if let Err(err) = bind(wanted) {
-        log::warn!("{backend}: calling without binding the handle's context: {err}");
-        return call();
+        if unbound_ok {
+            log::warn!("{backend}: calling without binding the handle's context: {err}");
+            return call();
+        }
+        return Err(refused_unbound(backend, err));
     }
     // Restored however `call` ends, a panic unwinding through it included:
     // the caller's thread must not be left with another context current.
@@ -352,6 +377,13 @@ pub fn with_bound<H: PartialEq + Copy, T>(
         );
     }
     outcome
+}
+
+/// A call refused because its context could not be bound: the binding's
+/// error, logged.
+fn refused_unbound(backend: &'static str, err: DriverError) -> DriverError {
+    log::warn!("{backend}: the handle's context could not be bound, the call is refused: {err}");
+    err
 }
 
 /// Runs its closure once: when asked, or when dropped, unwinding included.

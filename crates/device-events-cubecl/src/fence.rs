@@ -18,7 +18,8 @@ use crate::errors::server_error;
 /// a record refused out of resources or for a reason this crate does not
 /// class (the synchronize is refused before the driver on a capturing
 /// stream), a stream wait refused out of resources (a host wait would
-/// leave a capture's graph without the ordering). A fault that poisons
+/// leave a capture's graph without the ordering; into a capturing stream
+/// it is an error instead). A fault that poisons
 /// the device is returned as it is, and a stale handle would be refused
 /// again.
 ///
@@ -90,10 +91,30 @@ impl<A: FenceApi> CubeFence<A> {
         match self.point {
             Point::Recorded(fence) => match fence.wait_async(stream) {
                 Ok(()) => Ok(()),
-                // Out of resources only: a refusal for any other reason
-                // may come of a capture on `stream`, whose graph a host
-                // wait would leave without the ordering.
+                // Out of resources only, and never into a capture: a host
+                // wait would leave the captured graph without the
+                // ordering (a refusal for any other reason may come of a
+                // capture itself).
                 Err(err) if err.kind() == ErrorKind::OutOfResources => {
+                    match A::stream_captures(stream) {
+                        Ok(false) => {}
+                        Ok(true) => {
+                            log::warn!(
+                                "{}: a capturing stream could not be made to wait on a fence, \
+                                 and a host wait would leave its graph without the ordering: {err}",
+                                A::BACKEND
+                            );
+                            return Err(server_error(&err));
+                        }
+                        Err(asked) => {
+                            log::warn!(
+                                "{}: a stream could not be made to wait on a fence ({err}), \
+                                 nor asked whether it captures: {asked}",
+                                A::BACKEND
+                            );
+                            return Err(server_error(&err));
+                        }
+                    }
                     log::warn!(
                         "{}: a stream could not be made to wait on a fence, waiting on the host: {err}",
                         A::BACKEND

@@ -35,12 +35,16 @@ pub trait RawStreams: AnchorApi + FenceApi + Sized {
     /// The handle as a key: its address.
     fn key(raw: Self::Raw) -> usize;
 
+    /// The owner as a key (CUDA: the context's address; HIP: the device).
+    fn owner_key(owner: Self::Owner) -> usize;
+
     /// This backend's admitted raw streams, process-wide.
     fn admitted() -> &'static Admitted<Self>;
 }
 
-/// A backend's admitted raw streams, by handle (see [`CubeStreams`]).
-pub struct Admitted<A: EventApi>(Mutex<HashMap<usize, A::Stream>>);
+/// A backend's admitted raw streams, by handle, each with its owner's key
+/// (see [`CubeStreams`]).
+pub struct Admitted<A: EventApi>(Mutex<HashMap<usize, (usize, A::Stream)>>);
 
 impl<A: EventApi> Default for Admitted<A> {
     fn default() -> Self {
@@ -53,6 +57,13 @@ impl<A: EventApi> Default for Admitted<A> {
 /// backend keeps its `CUstream`s (`hipStream_t`s) and passes them as they
 /// are, with no second handle beside each, even where it holds nothing
 /// but the raw stream (a static `flush`).
+///
+/// One raw value resolves to one owner's stream only: the null, legacy
+/// and per-thread handles name a stream of each context (device), so the
+/// first owner to admit one keeps it, and another owner's admission of the
+/// same value is refused, never answered with the first owner's stream
+/// (whose fences would record on the wrong device). A server of each
+/// device makes streams of its own.
 ///
 /// ```
 /// use cubecl_runtime::server::ServerError;
@@ -70,6 +81,8 @@ pub struct CubeStreams<A: RawStreams>(std::marker::PhantomData<A>);
 
 impl<A: RawStreams> CubeStreams<A> {
     /// Admit `raw`, once: a server does this as it makes each stream.
+    /// Admitting it again for the same owner does nothing, unless its
+    /// checked stream was destroyed meanwhile, when it is admitted afresh.
     ///
     /// # Safety
     ///
@@ -79,15 +92,31 @@ impl<A: RawStreams> CubeStreams<A> {
     ///
     /// # Errors
     ///
-    /// The backend's refusal, as a [`ServerError`].
+    /// The backend's refusal, as a [`ServerError`]; a value another owner
+    /// admitted and has not forgotten, refused.
     pub unsafe fn admit(raw: A::Raw, owner: A::Owner) -> Result<(), ServerError> {
         let mut admitted = lock::<A>();
-        if admitted.contains_key(&A::key(raw)) {
-            return Ok(());
+        if let Some(&(kept_owner, stream)) = admitted.get(&A::key(raw))
+            && A::context_key(stream).is_some()
+        {
+            // Live (a checked stream names its context until destroyed).
+            return if kept_owner == A::owner_key(owner) {
+                Ok(())
+            } else {
+                Err(server_error(&DriverError::refused(
+                    A::BACKEND,
+                    "CubeStreams::admit",
+                    ErrorKind::InvalidHandle,
+                    "this raw stream value is admitted for another context (device): \
+                     the null, legacy and per-thread streams name one stream of each, \
+                     and only the first owner's is kept; make a stream of your own",
+                )))
+            };
         }
         // SAFETY: as the caller promises.
         let stream = unsafe { A::admit(raw, owner) }.map_err(|err| server_error(&err))?;
-        admitted.insert(A::key(raw), stream);
+        // A dead entry's stream is already destroyed: nothing to release.
+        admitted.insert(A::key(raw), (A::owner_key(owner), stream));
         Ok(())
     }
 
@@ -99,26 +128,46 @@ impl<A: RawStreams> CubeStreams<A> {
     pub fn get(raw: A::Raw) -> Result<A::Stream, ServerError> {
         lock::<A>()
             .get(&A::key(raw))
-            .copied()
+            .map(|&(_, stream)| stream)
             .ok_or_else(|| server_error(&not_admitted::<A>()))
     }
 
     /// Forget `raw` before its owner destroys it: its checked copies are
-    /// refused from now on, and the stream itself is left alone.
-    pub fn forget(raw: A::Raw) {
-        let forgotten = lock::<A>().remove(&A::key(raw));
-        if let Some(stream) = forgotten
-            && let Err(err) = <A as EventApi>::stream_destroy(stream)
-        {
-            log::warn!(
-                "{}: a server's stream could not be forgotten: {err}",
-                A::BACKEND
-            );
+    /// refused from now on, and the stream itself is left alone. A raw
+    /// stream never admitted, or already forgotten, is `Ok`.
+    ///
+    /// # Errors
+    ///
+    /// The backend's refusal to let go of the checked stream (a call on it
+    /// in flight on this thread, inside `with_raw`), as a [`ServerError`]:
+    /// the entry is kept, so that a later `forget` releases it.
+    pub fn forget(raw: A::Raw) -> Result<(), ServerError> {
+        let mut admitted = lock::<A>();
+        let Some(&(_, stream)) = admitted.get(&A::key(raw)) else {
+            return Ok(());
+        };
+        match <A as EventApi>::stream_destroy(stream) {
+            Ok(()) => {
+                admitted.remove(&A::key(raw));
+                Ok(())
+            }
+            // Destroyed elsewhere: nothing is left to release.
+            Err(err) if err.kind() == ErrorKind::InvalidHandle => {
+                admitted.remove(&A::key(raw));
+                Ok(())
+            }
+            Err(err) => {
+                log::warn!(
+                    "{}: a server's stream could not be forgotten: {err}",
+                    A::BACKEND
+                );
+                Err(server_error(&err))
+            }
         }
     }
 }
 
-fn lock<A: RawStreams>() -> std::sync::MutexGuard<'static, HashMap<usize, A::Stream>> {
+fn lock<A: RawStreams>() -> std::sync::MutexGuard<'static, HashMap<usize, (usize, A::Stream)>> {
     A::admitted()
         .0
         .lock()
@@ -148,6 +197,10 @@ impl RawStreams for device_events_cuda::Cuda {
         raw as usize
     }
 
+    fn owner_key(owner: Self::Owner) -> usize {
+        owner as usize
+    }
+
     fn admitted() -> &'static Admitted<Self> {
         static ADMITTED: std::sync::OnceLock<Admitted<device_events_cuda::Cuda>> =
             std::sync::OnceLock::new();
@@ -167,6 +220,11 @@ impl RawStreams for device_events_hip::Hip {
 
     fn key(raw: Self::Raw) -> usize {
         raw as usize
+    }
+
+    fn owner_key(owner: Self::Owner) -> usize {
+        // A device ordinal, never negative for an admitted stream.
+        owner.unsigned_abs() as usize
     }
 
     fn admitted() -> &'static Admitted<Self> {

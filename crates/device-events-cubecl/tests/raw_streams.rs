@@ -7,7 +7,7 @@ use std::ffi::{c_int, c_void};
 
 use cudarc::driver::{result, sys};
 use device_events_conformance::soft::SoftDriver;
-use device_events_core::ErrorKind;
+use device_events_core::{ErrorKind, EventApi};
 use device_events_cubecl::{CubeFence, CubeProfiler, CubeStreams, RawStreams, StreamOf};
 use device_events_cuda::Cuda;
 use device_events_hip::Hip;
@@ -45,7 +45,7 @@ fn a_raw_stream_through_a_servers_life<A: RawStreams>(
     drop(profiler);
     let profiler_refuses = |raw: A::Raw| CubeProfiler::<A>::new().start(raw).is_err();
     let kept = CubeStreams::<A>::get(other).unwrap();
-    CubeStreams::<A>::forget(raw);
+    CubeStreams::<A>::forget(raw).unwrap();
     assert_eq!(
         A::stream_synchronize(s).unwrap_err().kind(),
         ErrorKind::InvalidHandle
@@ -54,7 +54,7 @@ fn a_raw_stream_through_a_servers_life<A: RawStreams>(
     assert!(CubeFence::<A>::new(raw).wait_sync().is_err());
     assert!(profiler_refuses(raw));
     destroy(raw);
-    CubeStreams::<A>::forget(other);
+    CubeStreams::<A>::forget(other).unwrap();
     assert_eq!(
         A::stream_synchronize(kept).unwrap_err().kind(),
         ErrorKind::InvalidHandle
@@ -117,4 +117,176 @@ fn a_servers_parts_are_send_and_debug() {
     fn server_part<T: Send + std::fmt::Debug>() {}
     server_part::<CubeProfiler<Cuda>>();
     server_part::<CubeFence<Cuda>>();
+}
+
+/// A raw value admitted for two owners (the null stream, which names one
+/// stream per context): the second owner never gets the first's stream
+/// back. Here the second admission is refused.
+fn one_raw_value_never_resolves_to_another_owners_stream<A: RawStreams>(
+    soft: &SoftDriver,
+    null: A::Raw,
+    owners: (A::Owner, A::Owner),
+) where
+    A::Raw: StreamOf<A>,
+{
+    // SAFETY: the null stream of each owner lives as long as its owner.
+    unsafe { CubeStreams::<A>::admit(null, owners.0) }.unwrap();
+    let first = CubeStreams::<A>::get(null).unwrap();
+    // SAFETY: as above.
+    let second = unsafe { CubeStreams::<A>::admit(null, owners.1) };
+    if second.is_ok() {
+        let found = CubeStreams::<A>::get(null).unwrap();
+        assert_ne!(
+            A::context_key(found),
+            A::context_key(first),
+            "the second owner's admission resolves to the first owner's stream"
+        );
+    }
+    // SAFETY: as above; admitted again for its own owner: once.
+    unsafe { CubeStreams::<A>::admit(null, owners.0) }.unwrap();
+    CubeStreams::<A>::forget(null).unwrap();
+    assert!(CubeStreams::<A>::get(null).is_err());
+    assert_eq!(soft.counts().misuses, 0);
+}
+
+/// A forget the backend refuses (here: from inside a call on the very
+/// stream) leaves the entry, so that a later forget releases it; and an
+/// entry whose checked stream was destroyed elsewhere is admitted afresh,
+/// not kept dead.
+fn a_refused_forget_keeps_the_entry_and_a_dead_entry_is_admitted_again<R>(
+    soft: &SoftDriver,
+    owner: R::Owner,
+    make: impl Fn() -> R::Raw,
+    destroy: impl Fn(R::Raw),
+) where
+    R: RawStreams<Stream = device_events_core::raw::CheckedStream<R>>
+        + device_events_core::raw::RawApi,
+    R::Raw: StreamOf<R>,
+{
+    let raw = make();
+    // SAFETY: `raw` is of `owner`, live until destroyed below, after the
+    // last forget.
+    unsafe { CubeStreams::<R>::admit(raw, owner) }.unwrap();
+    let s = CubeStreams::<R>::get(raw).unwrap();
+    R::stream_destroy(s).unwrap();
+    // SAFETY: as above.
+    unsafe { CubeStreams::<R>::admit(raw, owner) }.unwrap();
+    let s = CubeStreams::<R>::get(raw).unwrap();
+    assert!(
+        R::stream_synchronize(s).is_ok(),
+        "admitted again, the raw stream still resolves to its dead entry"
+    );
+    s.with_raw(|_| {
+        assert!(CubeStreams::<R>::forget(raw).is_err(), "refused in use");
+    })
+    .unwrap();
+    assert!(
+        CubeStreams::<R>::get(raw).is_ok(),
+        "a forget the backend refused dropped the entry of a live stream"
+    );
+    CubeStreams::<R>::forget(raw).unwrap();
+    assert!(CubeStreams::<R>::get(raw).is_err());
+    assert_eq!(
+        R::stream_synchronize(s).unwrap_err().kind(),
+        ErrorKind::InvalidHandle
+    );
+    destroy(raw);
+    assert_eq!(soft.counts().misuses, 0);
+}
+
+fn cuda_context(ordinal: i32) -> sys::CUcontext {
+    Cuda::probe().unwrap();
+    let device = result::device::get(ordinal).unwrap();
+    // SAFETY: the device exists; the context is retained for the process.
+    unsafe { result::primary_ctx::retain(device).unwrap() }
+}
+
+#[test]
+fn a_cuda_null_stream_never_resolves_to_another_contexts() {
+    let soft = SoftDriver::exclusive();
+    let owners = (cuda_context(0), cuda_context(1));
+    // SAFETY: a retained primary context.
+    unsafe { result::ctx::set_current(owners.1).unwrap() };
+    one_raw_value_never_resolves_to_another_owners_stream::<Cuda>(
+        &soft,
+        std::ptr::null_mut(),
+        owners,
+    );
+}
+
+#[test]
+fn a_hip_null_stream_never_resolves_to_another_devices() {
+    let soft = SoftDriver::exclusive();
+    Hip::probe().unwrap();
+    one_raw_value_never_resolves_to_another_owners_stream::<Hip>(
+        &soft,
+        std::ptr::null_mut(),
+        (0, 1),
+    );
+}
+
+#[test]
+fn a_cuda_refused_forget_keeps_its_entry_and_a_dead_one_is_admitted_again() {
+    let soft = SoftDriver::exclusive();
+    let ctx = cuda_context(0);
+    // SAFETY: a retained primary context.
+    unsafe { result::ctx::set_current(ctx).unwrap() };
+    a_refused_forget_keeps_the_entry_and_a_dead_entry_is_admitted_again::<Cuda>(
+        &soft,
+        ctx,
+        || result::stream::create(result::stream::StreamKind::NonBlocking).unwrap(),
+        // SAFETY: made above, forgotten by the library first, destroyed once.
+        |raw: sys::CUstream| unsafe { result::stream::destroy(raw).unwrap() },
+    );
+}
+
+/// A stream wait refused out of resources while the waiting stream
+/// captures: the host wait CubeCL's own fence falls back to would leave
+/// the captured graph without the ordering, so the wait is an error
+/// instead, and the capture ends as it began.
+#[test]
+fn a_refused_stream_wait_into_a_capture_is_an_error_not_a_host_wait() {
+    let soft = SoftDriver::exclusive();
+    let ctx = cuda_context(0);
+    // SAFETY: a retained primary context.
+    unsafe { result::ctx::set_current(ctx).unwrap() };
+    let (a, b) = (
+        Cuda::stream_create_non_blocking().unwrap(),
+        Cuda::stream_create_non_blocking().unwrap(),
+    );
+    let fence = CubeFence::<Cuda>::new(a);
+    b.with_raw(|raw| {
+        // SAFETY: the stream is held live meanwhile.
+        unsafe {
+            result::stream::begin_capture(
+                raw,
+                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
+            )
+        }
+        .unwrap();
+    })
+    .unwrap();
+    let waited = soft.call_count("cuEventSynchronize");
+    assert!(soft.fail_call("cuStreamWaitEvent", 1, 2));
+    let result = fence.wait_async(b);
+    assert_eq!(
+        soft.call_count("cuEventSynchronize"),
+        waited,
+        "waited on the host while the waiting stream captured: the graph lost the edge"
+    );
+    assert!(result.is_err(), "the missing dependency is not reported");
+    let graph = b
+        .with_raw(|raw| {
+            // SAFETY: the stream is held live meanwhile.
+            unsafe { result::stream::end_capture(raw) }
+        })
+        .unwrap()
+        .unwrap();
+    if !graph.is_null() {
+        // SAFETY: the capture's graph, destroyed once.
+        unsafe { sys::cuGraphDestroy(graph) }.result().unwrap();
+    }
+    Cuda::stream_destroy(a).unwrap();
+    Cuda::stream_destroy(b).unwrap();
+    assert_eq!(soft.counts().misuses, 0);
 }

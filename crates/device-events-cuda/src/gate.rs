@@ -147,7 +147,8 @@ pub(crate) fn word(device: CUdevice) -> Result<Option<Box<dyn HostWord<Cuda>>>, 
 }
 
 impl CudaWord {
-    /// Free the word, its context bound; called once, as the value goes.
+    /// Free the word (its context bound, or not where binding failed: the
+    /// pointer alone names it); called once, as the value goes.
     fn release(self) -> Result<(), DriverError> {
         // SAFETY: allocated by `cuMemHostAlloc` in `word`, freed once (by
         // value), after any stream has passed every wait on it.

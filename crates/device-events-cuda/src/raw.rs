@@ -46,7 +46,10 @@ macro_rules! cu {
     ($f:ident($($arg:expr),* $(,)?)) => {{
         let f = api()?.$f;
         // SAFETY: a `RawApi` call's permit says every handle passed is live,
-        // of the bound context, and destroyed exactly once (by value); every
+        // of the held context, which is bound (a call whose binding fails
+        // is refused, except a destroy, which the driver takes for the
+        // handle's own context, bound or not), and destroyed exactly once
+        // (by value); every
         // out-pointer passed is a writable local.
         check(stringify!($f), unsafe { f($($arg),*) })
     }};

@@ -4,7 +4,7 @@
 
 mod support;
 
-use cudarc::driver::result;
+use cudarc::driver::{result, sys};
 use device_events_conformance::soft::SoftDriver;
 use device_events_core::{ErrorKind, EventApi, EventFence, EventProfiler};
 use device_events_cuda::Cuda;
@@ -31,6 +31,20 @@ device_events_conformance::contract_suite!(
         stream_wait: "cuStreamWaitEvent",
         stream_destroy: "cuStreamDestroy_v2",
         poisoning: (700, "CUDA_ERROR_ILLEGAL_ADDRESS"),
+    }
+);
+
+device_events_conformance::lanes_suite!(
+    Cuda,
+    device_events_conformance::lanes::LaneAbi::<Cuda> {
+        bind: |n| {
+            bind(n);
+        },
+        work: |bytes| Box::new(support::Memset::new(bytes)),
+        // SAFETY: `CU_STREAM_PER_THREAD` (2) of device 0's primary
+        // context, retained for the process; the special stream lives as
+        // long as its context.
+        per_thread: || unsafe { Cuda::stream_from_raw(2 as sys::CUstream, context(0)) }.unwrap(),
     }
 );
 
@@ -576,4 +590,28 @@ fn a_device_stuck_behind_a_long_kernel_delays_no_other_devices_windows() {
     Cuda::stream_destroy(s0).unwrap();
     Cuda::stream_destroy(s1).unwrap();
     soft.set_hw_queues(0);
+}
+
+/// A call whose context cannot be bound is refused before the driver,
+/// never made with whatever context the thread has current (here another
+/// device's): the driver would take that context for the handle's.
+#[test]
+fn a_call_whose_context_cannot_be_bound_never_reaches_the_driver() {
+    let soft = SoftDriver::exclusive();
+    bind(0);
+    let s = stream();
+    let mut e = Cuda::event_create().unwrap();
+    bind(1);
+    let recorded = soft.call_count("cuEventRecord");
+    assert!(soft.fail_call("cuCtxPushCurrent_v2", 1, 201));
+    let outcome = Cuda::event_record(&e, s);
+    assert_eq!(
+        soft.call_count("cuEventRecord"),
+        recorded,
+        "recorded with another context current: {outcome:?}"
+    );
+    assert!(outcome.is_err());
+    Cuda::event_destroy(&mut e).unwrap();
+    Cuda::stream_destroy(s).unwrap();
+    bind(0);
 }

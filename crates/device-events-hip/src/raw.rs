@@ -45,8 +45,10 @@ macro_rules! hip {
     ($f:ident($($arg:expr),* $(,)?)) => {{
         let f = fns()?.$f;
         // SAFETY: a `RawApi` call's permit says every handle passed is live,
-        // of the bound device, made by this copy of the runtime, and destroyed
-        // exactly once (by value); every
+        // of the held device, which is current (a call whose binding fails
+        // is refused, except a destroy, which the runtime takes for the
+        // handle's own device, current or not), made by this copy of the
+        // runtime, and destroyed exactly once (by value); every
         // out-pointer passed is a writable local.
         check(stringify!($f), unsafe { f($($arg),*) })
     }};

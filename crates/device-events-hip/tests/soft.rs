@@ -28,6 +28,18 @@ device_events_conformance::contract_suite!(
     }
 );
 
+device_events_conformance::lanes_suite!(
+    Hip,
+    device_events_conformance::lanes::LaneAbi::<Hip> {
+        bind,
+        work: |bytes| Box::new(support::Memset::new(bytes)),
+        // SAFETY: `hipStreamPerThread` (2) of device 0, which exists on
+        // the software driver; the special stream lives as long as the
+        // runtime.
+        per_thread: || unsafe { Hip::stream_from_raw(2 as *mut std::ffi::c_void, 0) }.unwrap(),
+    }
+);
+
 #[test]
 fn only_the_documented_functions_are_called() {
     let soft = SoftDriver::exclusive();

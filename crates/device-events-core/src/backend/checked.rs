@@ -23,7 +23,7 @@ mod idle;
 mod stream;
 mod word_gate;
 
-use binding::{bound, dead, on_stream, same_context};
+use binding::{bound, dead, on_stream, releasing, same_context};
 pub use idle::{IDLE_EVENTS, release_idle_events};
 
 impl<R: RawApi> CheckedEvent<R> {
@@ -125,7 +125,7 @@ impl<R: RawApi> EventApi for R {
     fn event_destroy(event: &mut CheckedEvent<R>) -> Result<(), DriverError> {
         let call = R::CALLS.destroy_event;
         let raw = event.raw.take().ok_or_else(|| dead::<R>(call, "event"))?;
-        bound::<R, _>(&event.held, || R::destroy_event(Permit::new(), raw))
+        releasing::<R, _>(&event.held, || R::destroy_event(Permit::new(), raw))
     }
 
     fn event_record(event: &CheckedEvent<R>, stream: CheckedStream<R>) -> Result<(), DriverError> {
@@ -258,7 +258,7 @@ impl<R: RawApi> EventApi for R {
         if !live.owned {
             return forget(live);
         }
-        bound::<R, _>(&live.held, || R::destroy_stream(Permit::new(), live.raw))
+        releasing::<R, _>(&live.held, || R::destroy_stream(Permit::new(), live.raw))
     }
 }
 
@@ -372,5 +372,14 @@ impl<R: RawApi> FenceApi for R {
 
     fn keep_event(event: CheckedEvent<R>) -> Option<CheckedEvent<R>> {
         idle::keep_event(event)
+    }
+
+    fn stream_captures(stream: CheckedStream<R>) -> Result<bool, DriverError> {
+        stream.on("capture status", |raw| {
+            Ok(matches!(
+                R::capture_status(Permit::new(), raw)?,
+                Some(CaptureStatus::Active | CaptureStatus::Invalidated)
+            ))
+        })
     }
 }

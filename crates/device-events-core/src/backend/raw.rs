@@ -18,7 +18,11 @@ use crate::placement::{Gate, HostStamp};
 /// Proof that a call comes from the checked layer, which only this crate
 /// can make. A raw call's safety rests on what that layer guarantees: its
 /// handles are live and of one context, the handle's context is bound (held
-/// alive by [`RawApi::Held`]), and each handle is destroyed exactly once.
+/// alive by [`RawApi::Held`]; a call whose binding fails is refused, except
+/// a release, [`RawApi::destroy_event`], [`RawApi::destroy_stream`] and
+/// [`HostWord::free`], which must happen whatever the binding does and is
+/// then made unbound: a backend's release relies on its handle alone), and
+/// each handle is destroyed exactly once.
 /// A user cannot reach a raw call around it.
 pub struct Permit<R>(PhantomData<fn() -> R>);
 
@@ -82,7 +86,8 @@ pub struct CallNames {
 /// `unsafe` block's `SAFETY:` comment to those guarantees, and never keeps
 /// a permit past the call it came with.
 ///
-/// Each call runs with its handle's context bound, on live handles; it
+/// Each call runs with its handle's context bound (a release, perhaps
+/// not: see [`Permit`]), on live handles; it
 /// issues its driver call and turns the status into a [`DriverError`]
 /// naming the call. The optional calls default to "not here".
 ///
@@ -364,7 +369,8 @@ pub trait HostWord<R: RawApi>: Send {
         stream: &R::Stream,
         value: u32,
     ) -> Result<(), DriverError>;
-    /// Free the word, its context bound; no stream reads it any more.
+    /// Free the word, its context bound (or, where binding failed, not:
+    /// the free relies on the pointer alone); no stream reads it any more.
     ///
     /// # Errors
     ///

@@ -43,4 +43,17 @@ pub trait FenceApi: EventApi {
     fn keep_event(event: Self::Event) -> Option<Self::Event> {
         Some(event)
     }
+
+    /// Whether `stream` captures a graph now (its capture active, or
+    /// invalidated and not yet ended): where it does, a host wait in place
+    /// of a stream wait would leave the graph without the ordering. The
+    /// default, for a backend without capture, says no.
+    ///
+    /// # Errors
+    ///
+    /// The driver's refusal to say, or a stream that is not live.
+    fn stream_captures(stream: Self::Stream) -> Result<bool, DriverError> {
+        let _ = stream;
+        Ok(false)
+    }
 }

@@ -159,7 +159,10 @@ impl<A: AnchorApi> Bracket<A> {
     /// takes to see the mark and open it: any work sharing the stream's
     /// hardware queue waits that long, not a fixed settle time. The host
     /// waits for the mark at most `settle`, after which the stream is
-    /// behind other work, holds nobody, and the gate opens.
+    /// behind other work, holds nobody, and the gate opens. The hold is a
+    /// soft bound: it lasts until this thread, polling, is scheduled to
+    /// see the mark and open the gate, so a loaded machine's scheduling
+    /// latency adds to it.
     fn gated(
         pool: &Arc<EventPool<A>>,
         event: &PooledEvent<A>,

@@ -13,7 +13,7 @@
 
 use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A calibration, bound to whatever it needs.
 pub(crate) type Task = Box<dyn FnOnce() + Send>;
@@ -124,8 +124,13 @@ pub(crate) fn running() -> bool {
 
 fn serve(device: Device) {
     let mut q = queue();
+    // When this device last had nothing to do: one condvar serves every
+    // device's thread, so a wake-up for another device must not restart
+    // this one's linger.
+    let mut idle_since: Option<Instant> = None;
     loop {
         if let Some(task) = q.device(device).1.pop_front() {
+            idle_since = None;
             drop(q);
             if let Some(_working) = crate::threads::working() {
                 // A task never panics by design; one that did must not take
@@ -145,14 +150,16 @@ fn serve(device: Device) {
             }
             continue;
         }
-        let (next, waited) = WORK
-            .wait_timeout(q, LINGER)
-            .unwrap_or_else(PoisonError::into_inner);
-        q = next;
-        if waited.timed_out() && q.device(device).1.is_empty() {
+        let since = *idle_since.get_or_insert_with(Instant::now);
+        let left = LINGER.saturating_sub(since.elapsed());
+        if left.is_zero() {
             q.devices.retain(|(d, ..)| *d != device);
             return;
         }
+        q = WORK
+            .wait_timeout(q, left)
+            .unwrap_or_else(PoisonError::into_inner)
+            .0;
     }
 }
 
@@ -176,4 +183,40 @@ pub fn wait_for_calibrations(timeout: Duration) -> bool {
         .wait_timeout_while(q, timeout, |q| q.busy > 0)
         .unwrap_or_else(PoisonError::into_inner);
     q.busy == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether `device`'s calibrator thread is up.
+    fn up(device: Device) -> bool {
+        queue()
+            .devices
+            .iter()
+            .any(|(d, _, running)| *d == device && *running)
+    }
+
+    /// A device's thread leaves once idle for [`LINGER`], however often
+    /// another device calibrates meanwhile.
+    #[test]
+    fn an_idle_devices_thread_leaves_while_another_device_calibrates() {
+        // Keys no backend gives in these tests.
+        let (idle, busy) = (Some(u64::MAX - 1), Some(u64::MAX - 2));
+        assert!(submit(idle, Box::new(|| {})).is_ok());
+        assert!(wait_for_calibrations(Duration::from_secs(10)));
+        assert!(up(idle), "the thread lingers for the next calibration");
+        // Another device calibrates every 100 ms, for twice the linger and
+        // a second more.
+        let until = Instant::now() + LINGER * 2 + Duration::from_secs(1);
+        while Instant::now() < until {
+            assert!(submit(busy, Box::new(|| {})).is_ok());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert!(
+            !up(idle),
+            "an idle device's calibrator thread stayed {:?} while another device calibrated",
+            LINGER * 2 + Duration::from_secs(1)
+        );
+    }
 }

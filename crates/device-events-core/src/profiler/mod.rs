@@ -314,6 +314,7 @@ impl<A: AnchorApi> EventProfiler<A> {
             key: LaneId {
                 profiler: self.id,
                 stream,
+                thread: resolver::this_thread(),
             },
             seq: self.ends,
         });

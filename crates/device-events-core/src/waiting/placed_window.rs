@@ -9,7 +9,9 @@ use std::task::{Context, Poll};
 use cubecl_common::profile::{ProfileDuration, ProfileTicks};
 
 use crate::placement::AnchorApi;
-use crate::waiting::reading::{Inputs, Placement, Unread, placement_or_none, read_window};
+use crate::waiting::reading::{
+    Inputs, Placement, Unread, end_reached, placement_or_none, read_window,
+};
 use crate::waiting::resolver::{self, Answer, Attempt, Job, Lane};
 
 /// A closed window, resolving to its placement and a bound on its error.
@@ -129,7 +131,10 @@ impl<A: AnchorApi> Job for Pending<A> {
             && why.is_not_ready()
         {
             log::trace!("{}: window not read yet: {why}", A::BACKEND);
-            return if matches!(why, Unread::NoAnchorYet) {
+            // Not ready is "its end is ahead" only when the end was not
+            // reached: a window whose start waits on another stream, or
+            // comes after its end, holds back no later window of its lane.
+            return if matches!(why, Unread::NoAnchorYet) || end_reached(taken) {
                 Attempt::Waiting
             } else {
                 Attempt::EndAhead

@@ -162,6 +162,32 @@ pub(crate) fn read_window<A: AnchorApi>(inputs: &Inputs<A>) -> Result<Placement,
     })
 }
 
+/// Whether the device has reached the window's end, asked without waiting
+/// once its reading said "not ready": `false` when its end is ahead (and so
+/// are the later ends of its lane), `true` when only its start is (it
+/// started on another stream, or after its end): the lane's later windows
+/// can be read. Read against the window's anchor, which the device has
+/// reached (a reading's only way to ask one event alone); `false` without
+/// one, or on any failure (logged), as for an end ahead.
+pub(crate) fn end_reached<A: AnchorApi>(inputs: &Inputs<A>) -> bool {
+    match inputs.anchor.get() {
+        Some(Ok(anchor)) => match A::event_elapsed(anchor.event(), inputs.end.raw()) {
+            Ok(_) => true,
+            Err(err) => {
+                if !err.is_not_ready() {
+                    // Not the window's reading: asked again, it says its own.
+                    log::warn!(
+                        "{}: could not ask whether a window's end was reached: {err}",
+                        A::BACKEND
+                    );
+                }
+                false
+            }
+        },
+        _ => false,
+    }
+}
+
 /// What a window's reading needs.
 pub(crate) struct Inputs<A: AnchorApi> {
     pub(crate) anchor: WindowAnchor<A>,

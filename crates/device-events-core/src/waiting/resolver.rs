@@ -6,8 +6,13 @@
 //! It never waits in the driver either: it asks whether a pending
 //! window's end was reached (a reading that says "not ready" costs no
 //! wait), and sleeps in between. Windows whose ends one profiler recorded
-//! on one stream end in that order, so they form a lane: only its first
-//! window is asked, and each answer is followed at once by the next. The
+//! on one stream, from one thread, end in that order, so they form a lane:
+//! only its first window is asked, and each answer is followed at once by
+//! the next. (From one thread: a per-thread stream handle,
+//! `CU_STREAM_PER_THREAD` or `hipStreamPerThread`, names each thread's own
+//! stream.) A first window whose end was reached while its start was not
+//! (it started on another stream, or after its end) waits apart: the
+//! lane's later windows are asked past it. The
 //! thread's work follows the number of lanes with pending windows, not
 //! the number of windows. Each lane is answered on its own, a bounded time
 //! after the device reaches its first end, whatever else pends: other
@@ -87,11 +92,25 @@ pub(crate) struct Lane {
     pub(crate) seq: u64,
 }
 
-/// A profiler and a stream, as the backend names it.
+/// A profiler, a stream as the backend names it, and the thread that
+/// recorded the ends: one handle can name a stream of each thread (the
+/// per-thread stream), whose ends keep no order across threads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct LaneId {
     pub(crate) profiler: u64,
     pub(crate) stream: u64,
+    pub(crate) thread: u64,
+}
+
+/// The calling thread's number, for [`LaneId::thread`]: never reused in
+/// the process.
+pub(crate) fn this_thread() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    thread_local! {
+        static THIS: u64 = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    THIS.with(|this| *this)
 }
 
 /// What asking a job found.
@@ -103,7 +122,8 @@ pub(crate) enum Attempt {
     /// its lane.
     EndAhead,
     /// Not yet, for a reason of its own (its anchor is still being
-    /// taken): later windows of its lane may be readable.
+    /// taken, or its end was reached and its start was not): later
+    /// windows of its lane may be readable.
     Waiting,
 }
 
@@ -204,6 +224,10 @@ struct Track {
     /// ends were queued behind work, not just launched. Two make the lane
     /// busy; one can be a launch's tail.
     behind_work: u8,
+    /// How many of its first windows were found waiting for a reason of
+    /// their own (their starts) when last asked: a window handed over
+    /// behind only such is asked as the first of a lane would be.
+    held: usize,
 }
 
 impl Track {
@@ -214,6 +238,7 @@ impl Track {
             interval: FIRST,
             answered: None,
             behind_work: 0,
+            held: 0,
         }
     }
 
@@ -233,7 +258,7 @@ impl Track {
     /// Put `job` in record order; most come last. A lane that had none
     /// pending is asked from the start again, or, busy, at its pace.
     fn insert(&mut self, now: Instant, seq: u64, job: Arc<dyn Job>) {
-        if self.jobs.is_empty() {
+        if self.jobs.len() <= self.held {
             if self.busy(now) {
                 self.interval = HOT;
                 self.next = self.answered.map_or(now, |at| at + HOT);
@@ -247,6 +272,7 @@ impl Track {
             .iter()
             .rposition(|(s, ..)| *s < seq)
             .map_or(0, |i| i + 1);
+        self.held = self.held.min(at);
         self.jobs.insert(at, (seq, job, now));
     }
 
@@ -272,6 +298,7 @@ impl Track {
                 Attempt::Waiting => at += 1,
             }
         }
+        self.held = at;
         if answered {
             self.answered = Some(now);
         }

@@ -4,7 +4,7 @@
 use std::cell::Cell;
 
 use crate::backend::raw::{CheckedEvent, CheckedStream, Live, Permit, RawApi};
-use crate::driver::{DriverError, ErrorKind, with_bound};
+use crate::driver::{DriverError, ErrorKind, bound_then};
 
 pub(super) fn dead<R: RawApi>(call: &'static str, what: &str) -> DriverError {
     DriverError::refused(
@@ -15,27 +15,50 @@ pub(super) fn dead<R: RawApi>(call: &'static str, what: &str) -> DriverError {
     )
 }
 
-/// Run `call` with `held` bound, then give the thread its own context back.
+/// Run `call` with `held` bound, then give the thread its own context back;
+/// refused, with the binding's error, when `held` cannot be bound: every
+/// raw call but a release relies on its handle's context being current.
 pub(super) fn bound<R: RawApi, T>(
     held: &R::Held,
     call: impl FnOnce() -> Result<T, DriverError>,
 ) -> Result<T, DriverError> {
+    binding::<R, T>(held, call, false)
+}
+
+/// As [`bound`], for a release (a destroy, a free): made unbound when the
+/// binding fails, since a release must happen whatever the binding does,
+/// and the releases take their handle's context from the handle.
+pub(super) fn releasing<R: RawApi, T>(
+    held: &R::Held,
+    call: impl FnOnce() -> Result<T, DriverError>,
+) -> Result<T, DriverError> {
+    binding::<R, T>(held, call, true)
+}
+
+fn binding<R: RawApi, T>(
+    held: &R::Held,
+    call: impl FnOnce() -> Result<T, DriverError>,
+    unbound_ok: bool,
+) -> Result<T, DriverError> {
     let permit = Permit::new();
     let restore = Cell::new(None);
-    with_bound(
+    bound_then(
         R::BACKEND,
         R::context_of(held),
-        || R::current(permit),
-        |_| {
-            restore.set(Some(R::bind(permit, held)?));
-            Ok(())
-        },
-        |previous| {
-            restore
-                .take()
-                .map_or(Ok(()), |token| R::unbind(permit, token, previous))
-        },
+        (
+            || R::current(permit),
+            |_| {
+                restore.set(Some(R::bind(permit, held)?));
+                Ok(())
+            },
+            |previous| {
+                restore
+                    .take()
+                    .map_or(Ok(()), |token| R::unbind(permit, token, previous))
+            },
+        ),
         call,
+        unbound_ok,
     )
 }
 

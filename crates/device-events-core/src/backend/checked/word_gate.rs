@@ -2,7 +2,7 @@
 
 use cubecl_common::profile::Duration;
 
-use super::binding::bound;
+use super::binding::{bound, releasing};
 use crate::EventApi;
 use crate::backend::capture;
 use crate::backend::raw::{CheckedStream, HostWord, Permit, RawApi};
@@ -82,7 +82,7 @@ impl<R: RawApi> Drop for WordGate<R> {
         }
         // Freeing is among the calls another thread's GLOBAL capture
         // forbids: in RELAXED mode.
-        let freed = bound::<R, _>(&self.held, || {
+        let freed = releasing::<R, _>(&self.held, || {
             capture::relaxed::<R, _>(|| word.free(Permit::new()))
         });
         if let Err(err) = freed {
