@@ -36,9 +36,10 @@ pub struct LaneAbi<A: AnchorApi + FenceApi> {
     pub bind: fn(i32),
     /// A memset workload of at least `bytes` bytes, made on this thread.
     pub work: fn(bytes: usize) -> Box<dyn Workload<A>>,
-    /// The per-thread stream handle (`CU_STREAM_PER_THREAD`,
-    /// `hipStreamPerThread`), admitted, of device 0.
-    pub per_thread: fn() -> A::Stream,
+    /// The per-thread stream handle (`CU_STREAM_PER_THREAD`), admitted,
+    /// of device 0; `None` where the backend refuses one (HIP: `hipStreamPerThread`
+    /// names a stream the runtime destroys with its thread).
+    pub per_thread: Option<fn() -> A::Stream>,
 }
 
 fn bytes_for(d: Duration) -> usize {
@@ -172,7 +173,9 @@ pub fn windows_of_threads_sharing_a_per_thread_handle_are_answered_each_on_its_o
     EventProfiler<A>: Send,
 {
     (abi.bind)(0);
-    let shared = (abi.per_thread)();
+    let shared = (abi
+        .per_thread
+        .expect("a backend with a per-thread stream handle"))();
     let mut profiler = anchored::<A>(shared);
     soft.set_bandwidth(BYTES_PER_SECOND);
     let (held_tx, held_rx) = std::sync::mpsc::channel();
@@ -223,6 +226,13 @@ macro_rules! lanes_suite {
             a_window_started_on_a_busy_stream_holds_back_no_other_window_of_its_lane,
             a_reversed_window_holds_back_no_other_window_of_its_lane_and_reads_none,
             windows_of_threads_sharing_a_per_thread_handle_are_answered_each_on_its_own
+        );
+    };
+    // A backend that admits no per-thread stream handle.
+    ($backend:ty, $abi:expr, no_per_thread) => {
+        $crate::lanes_suite!(@tests $backend, $abi,
+            a_window_started_on_a_busy_stream_holds_back_no_other_window_of_its_lane,
+            a_reversed_window_holds_back_no_other_window_of_its_lane_and_reads_none
         );
     };
     (@tests $backend:ty, $abi:expr, $($check:ident),+) => {

@@ -44,7 +44,9 @@ device_events_conformance::lanes_suite!(
         // SAFETY: `CU_STREAM_PER_THREAD` (2) of device 0's primary
         // context, retained for the process; the special stream lives as
         // long as its context.
-        per_thread: || unsafe { Cuda::stream_from_raw(2 as sys::CUstream, context(0)) }.unwrap(),
+        per_thread: Some(
+            || unsafe { Cuda::stream_from_raw(2 as sys::CUstream, context(0)) }.unwrap()
+        ),
     }
 );
 

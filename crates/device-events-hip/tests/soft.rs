@@ -33,11 +33,10 @@ device_events_conformance::lanes_suite!(
     device_events_conformance::lanes::LaneAbi::<Hip> {
         bind,
         work: |bytes| Box::new(support::Memset::new(bytes)),
-        // SAFETY: `hipStreamPerThread` (2) of device 0, which exists on
-        // the software driver; the special stream lives as long as the
-        // runtime.
-        per_thread: || unsafe { Hip::stream_from_raw(2 as *mut std::ffi::c_void, 0) }.unwrap(),
-    }
+        // `hipStreamPerThread` is refused (`the_per_thread_stream_is_not_admitted`).
+        per_thread: None,
+    },
+    no_per_thread
 );
 
 #[test]
