@@ -2,9 +2,11 @@
 //! test chose so through the control API.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
 
-use crate::engine::{Fault, Outcome};
+use crate::codes;
+use crate::engine::{self, Fault, Outcome};
 
 pub(crate) struct Injection {
     pub(crate) name: String,
@@ -34,8 +36,36 @@ thread_local! {
     pub(crate) static THREAD_CALLS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
-/// Count a call of `name`; `Err(status)` when a test chose it to fail.
+/// The process that made the first driver call; 0 before any.
+static OWNER: AtomicU32 = AtomicU32::new(0);
+
+/// `Err(status)` for a call made in a fork child of a process that had
+/// already called the driver: counted as a misuse and refused before any
+/// lock is taken, since a parent thread may have held one at the fork and
+/// the child would wait on it forever. NVIDIA: any use of CUDA in a fork
+/// child before `exec` is undefined (CUDA C++ Best Practices Guide; the
+/// Programming Guide's note on `fork()`); clr's runtime state is likewise
+/// not fork-safe. The status is NOT_INITIALIZED (3, `hipErrorNotInitialized`
+/// also 3): what CUDA is reported to give a child of an initialised parent
+/// (the runtime's "initialization error", which is the driver's 3), and
+/// what HIP gives for a runtime it has not set up; the child owns no driver
+/// state of its own. Costs one `getpid` per call.
+fn refuse_fork_child() -> Result<(), i32> {
+    let me = std::process::id();
+    match OWNER.compare_exchange(0, me, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => Ok(()),
+        Err(owner) if owner == me => Ok(()),
+        Err(_) => {
+            engine::count_misuse();
+            Err(codes::status(Fault::NotInitialized))
+        }
+    }
+}
+
+/// Count a call of `name`; `Err(status)` when a test chose it to fail, or
+/// when it is made in a fork child ([`refuse_fork_child`]).
 pub(crate) fn enter(name: &'static str) -> Result<(), i32> {
+    refuse_fork_child()?;
     THREAD_CALLS.set(THREAD_CALLS.get() + 1);
     let mut control = control();
     control.total += 1;
@@ -82,6 +112,10 @@ pub(crate) fn release(
     code: fn(Fault) -> i32,
     body: impl FnOnce() -> Outcome<()>,
 ) -> i32 {
+    // A fork child frees nothing: the handle is the parent's.
+    if let Err(status) = refuse_fork_child() {
+        return status;
+    }
     let injected = enter(name).err();
     if let Some(status) = injected
         && status == code(Fault::InvalidHandle)

@@ -138,6 +138,13 @@ pub extern "C" fn soft_driver_thread_calls() -> u64 {
     crate::calls::THREAD_CALLS.get()
 }
 
+/// Misuses since the process began, read without taking any lock: what a
+/// fork child can still ask.
+#[unsafe(no_mangle)]
+pub extern "C" fn soft_driver_misuses() -> u64 {
+    crate::engine::misuses()
+}
+
 /// Calls that a capture's interaction mode prohibited since the process
 /// began: each failed with 900 and invalidated the capture.
 #[unsafe(no_mangle)]

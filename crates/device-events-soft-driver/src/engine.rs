@@ -306,7 +306,6 @@ pub(crate) struct Live {
 pub(crate) struct Engine {
     state: Mutex<State>,
     changed: Condvar,
-    misuses: AtomicU64,
     /// Calls a capture did not allow (its interaction mode's, or calls no
     /// capture allows): each failed, and invalidated the capture.
     capture_violations: AtomicU64,
@@ -324,14 +323,29 @@ pub(crate) static ENGINE: LazyLock<Engine> = LazyLock::new(|| Engine {
         ..State::default()
     }),
     changed: Condvar::new(),
-    misuses: AtomicU64::new(0),
     capture_violations: AtomicU64::new(0),
     progress: AtomicU64::new(0),
 });
 
+/// Misuses since the process began. A plain static, outside [`ENGINE`]:
+/// a fork child counts and reads it without waiting on anything a parent
+/// thread may have held at the fork (the engine's lazy initialisation
+/// included).
+static MISUSES: AtomicU64 = AtomicU64::new(0);
+
+/// Count a misuse.
+pub(crate) fn count_misuse() {
+    MISUSES.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Misuses since the process began, read without taking any lock.
+pub(crate) fn misuses() -> u64 {
+    MISUSES.load(Ordering::Relaxed)
+}
+
 /// A handle that is not live was used: counted, and refused.
 fn misuse() -> Fault {
-    ENGINE.misuses.fetch_add(1, Ordering::Relaxed);
+    count_misuse();
     Fault::InvalidHandle
 }
 
@@ -376,7 +390,7 @@ impl Engine {
                 .count() as u64,
             allocations: (state.allocations.len() + state.host_blocks.len()) as u64,
             graphs: state.graphs.len() as u64,
-            misuses: self.misuses.load(Ordering::Relaxed),
+            misuses: misuses(),
         }
     }
 
@@ -494,7 +508,7 @@ impl Engine {
     /// Refuse, as a misuse, a handle its context's teardown freed.
     pub(crate) fn context_alive(&self, handle: u64) -> Outcome<()> {
         if self.lock().orphans.contains(&handle) {
-            self.misuses.fetch_add(1, Ordering::Relaxed);
+            count_misuse();
             return Err(Fault::ContextDestroyed);
         }
         Ok(())

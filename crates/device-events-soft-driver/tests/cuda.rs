@@ -781,3 +781,88 @@ fn event_flags_are_checked() {
         assert_eq!(create(valid), CUresult::CUDA_SUCCESS, "{valid:#x}");
     }
 }
+
+/// Any use of CUDA in a fork child before `exec` is undefined (NVIDIA, CUDA
+/// C++ Best Practices Guide): the driver refuses a forked child's call with
+/// NOT_INITIALIZED and counts it as a misuse, at once, and never waits on a
+/// lock a parent thread held at the fork.
+#[test]
+fn a_call_in_a_fork_child_is_refused_and_counted_not_hung() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    type StreamCreate = unsafe extern "C" fn(*mut sys::CUstream, std::ffi::c_uint) -> i32;
+    type Misuses = unsafe extern "C" fn() -> u64;
+    let soft = SoftDriver::exclusive();
+    context(0);
+    // Resolved before the fork: the child looks nothing up.
+    // SAFETY: these are the two functions' C signatures.
+    let (create, misuses) = unsafe {
+        (
+            soft.function::<StreamCreate>(b"cuStreamCreate\0").unwrap(),
+            soft.function::<Misuses>(b"soft_driver_misuses\0").unwrap(),
+        )
+    };
+    // A parent thread keeps entering the driver, so that the fork may well
+    // land while it holds the driver's locks; the child must be refused
+    // whether or not it does.
+    let stop = Arc::new(AtomicBool::new(false));
+    let busy = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            context(0);
+            while !stop.load(Ordering::Relaxed) {
+                let s = stream();
+                // SAFETY: the stream is live and destroyed once.
+                unsafe { result::stream::destroy(s).unwrap() };
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(5));
+    // SAFETY: a plain read of an atomic.
+    let before = unsafe { misuses() };
+    // SAFETY: the child runs only the two driver functions resolved above
+    // and `_exit`: it allocates nothing and runs no exit handlers.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let mut s: sys::CUstream = std::ptr::null_mut();
+        // SAFETY: `s` is valid for the write; a plain read of an atomic.
+        let (status, after) = unsafe { (create(&raw mut s, 0), misuses()) };
+        let code = match (status, after == before + 1) {
+            (3, true) => 0,
+            (3, false) => 2,
+            _ => 1,
+        };
+        // SAFETY: ends the child at once, as a fork child must.
+        unsafe { libc::_exit(code) };
+    }
+    assert!(pid > 0, "fork failed");
+    stop.store(true, Ordering::Relaxed);
+    busy.join().unwrap();
+    // A refused call returns in microseconds; ten seconds is a hang.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut wstatus = 0;
+    loop {
+        // SAFETY: `pid` is this process's child; `wstatus` is writable.
+        let reaped = unsafe { libc::waitpid(pid, &raw mut wstatus, libc::WNOHANG) };
+        if reaped == pid {
+            break;
+        }
+        assert_eq!(reaped, 0, "waitpid failed");
+        if Instant::now() > deadline {
+            // SAFETY: `pid` is this process's unreaped child.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, &raw mut wstatus, 0);
+            }
+            panic!("the fork child's cuStreamCreate hung: no answer after 10 s");
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(libc::WIFEXITED(wstatus), "the child died: {wstatus:#x}");
+    assert_eq!(
+        libc::WEXITSTATUS(wstatus),
+        0,
+        "1: the child's call was not refused with NOT_INITIALIZED; 2: refused but not counted"
+    );
+}
