@@ -1205,28 +1205,10 @@ impl Engine {
             return Err(Fault::InvalidValue);
         }
         let stream = resolve(&mut state, stream)?;
-        let s = state.streams.get(&stream).ok_or(Fault::InvalidHandle)?;
-        if s.device != device {
+        if state.streams.get(&stream).map(|s| s.device) != Some(device) {
             return Err(Fault::InvalidContext);
         }
-        match s.capture {
-            Capture::Active(_) => Ok(()),
-            Capture::Invalidated(_) => Err(Fault::CaptureInvalidated),
-            Capture::None => {
-                let start = start_time(&state, stream);
-                let until = start.saturating_add(ns);
-                enqueue(
-                    &mut state,
-                    stream,
-                    until,
-                    Op::Busy {
-                        until,
-                        length: ns,
-                        stamps: Some((block, word)),
-                    },
-                )
-            }
-        }
+        busy(&mut state, stream, ns, Some((block, word)))
     }
 
     /// Fill `bytes` at `address`: it takes `bytes` over the configured
@@ -1246,28 +1228,39 @@ impl Engine {
         if !inside {
             return Err(Fault::InvalidValue);
         }
-        let capture = state
-            .streams
-            .get(&stream)
-            .ok_or(Fault::InvalidHandle)?
-            .capture;
-        match capture {
-            Capture::Active(_) => Ok(()),
-            Capture::Invalidated(_) => Err(Fault::CaptureInvalidated),
-            Capture::None => {
-                let start = start_time(&state, stream);
-                let until = start.saturating_add(clock::transfer_time(bytes));
-                enqueue(
-                    &mut state,
-                    stream,
+        busy(&mut state, stream, clock::transfer_time(bytes), None)
+    }
+}
+
+/// Queue device work on `stream`, `length` ns from when the stream
+/// reaches it; in a capture, a graph node that runs nothing.
+fn busy(
+    state: &mut State,
+    stream: u64,
+    length: u64,
+    stamps: Option<(Arc<HostBlock>, usize)>,
+) -> Outcome<()> {
+    match state
+        .streams
+        .get(&stream)
+        .ok_or(Fault::InvalidHandle)?
+        .capture
+    {
+        Capture::Active(_) => Ok(()),
+        Capture::Invalidated(_) => Err(Fault::CaptureInvalidated),
+        Capture::None => {
+            let start = start_time(state, stream);
+            let until = start.saturating_add(length);
+            enqueue(
+                state,
+                stream,
+                until,
+                Op::Busy {
                     until,
-                    Op::Busy {
-                        until,
-                        length: until - start,
-                        stamps: None,
-                    },
-                )
-            }
+                    length: until - start,
+                    stamps,
+                },
+            )
         }
     }
 }
