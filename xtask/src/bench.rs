@@ -374,7 +374,7 @@ pub(crate) fn bench() -> Result<()> {
     let cpus = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
     let report = json!({
         "source": format!(
-            "one run of `cargo xtask bench` on a machine with {cpus} CPUs and no GPU"
+            "one run of `cargo xtask bench`, on {cpus} CPUs (no GPU is used)"
         ),
         "method": {
             "wall_rounds": WALL_ROUNDS.parse::<u64>().ok(),
