@@ -1,5 +1,6 @@
-//! `cargo xtask bench`: one table and `target/bench.json`, every figure a
-//! count or a ratio measured in this run.
+//! `cargo xtask bench`: one table, `docs/bench.json` (committed) and the
+//! docs generated from it (`docs/measurements.md` and every `bench:` block),
+//! every figure a count or a ratio measured in this run.
 
 use std::path::Path;
 use std::process::Command;
@@ -370,7 +371,18 @@ pub(crate) fn bench() -> Result<()> {
         .iter()
         .map(|ns| (ns / mid - 1.0).abs())
         .fold(0.0, f64::max);
+    let cpus = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
     let report = json!({
+        "source": format!(
+            "one run of `cargo xtask bench`, on {cpus} CPUs (no GPU is used)"
+        ),
+        "method": {
+            "wall_rounds": WALL_ROUNDS.parse::<u64>().ok(),
+            "wall_batch": WALL_BATCH.parse::<u64>().ok(),
+            "wall_runs": WALL_RUNS,
+            "placement_seconds": PLACEMENT_SECONDS,
+            "placement_runs": PLACEMENT_RUNS,
+        },
         "core_null_backend": {
             "fence": { "instructions": i("null-fence") - i("null-nothing"), "allocations": allocations["fence"] },
             "pooled_fence": { "instructions": i("null-pooled-fence") - i("null-nothing"), "allocations": allocations["pooled_fence"] },
@@ -472,11 +484,11 @@ pub(crate) fn bench() -> Result<()> {
         },
         "wait_cost": wait,
     });
-    let out = root().join("target/bench.json");
-    std::fs::write(&out, serde_json::to_string_pretty(&report)?)?;
+    let out = root().join(crate::docs::BENCH_JSON);
+    std::fs::write(&out, serde_json::to_string_pretty(&report)? + "\n")?;
     print_table(&report);
     println!("\nwrote {}", out.display());
-    Ok(())
+    crate::docs::docs(false)
 }
 
 fn print_table(r: &Value) {

@@ -9,6 +9,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 mod bench;
 mod ci;
 mod cubecl;
+mod docs;
 mod layers;
 
 #[derive(Parser)]
@@ -20,9 +21,10 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Task {
-    /// Everything CI checks: formatting, clippy, the workflows and packages,
-    /// every test (both backends on the software driver, HIP on AMD's
-    /// runtime without a GPU), and the docs.
+    /// Everything CI checks: formatting, the docs' generated figures and
+    /// links, clippy, the workflows and packages, every test (both backends
+    /// on the software driver, HIP on AMD's runtime without a GPU), and the
+    /// API docs.
     Test,
     /// The CUDA backend's tests and conformance suite on the real driver.
     TestCuda {
@@ -47,9 +49,18 @@ enum Task {
     /// The main job: a profiled two-stream pipeline on the best device found.
     Demo,
     /// Benchmarks: the core's own cost, the CUDA backend against cudarc's
-    /// safe API on the software driver, scaling and placement; a table and
-    /// `target/bench.json`.
+    /// safe API on the software driver, scaling and placement; a table,
+    /// `docs/bench.json`, and the docs' figures generated from it.
     Bench,
+    /// The docs' figures, generated from `docs/bench.json`
+    /// (`docs/measurements.md` and each `bench:` block), and their links
+    /// checked.
+    Docs {
+        /// Write nothing: fail where a generated part differs from the
+        /// JSON, or a link is broken.
+        #[arg(long)]
+        check: bool,
+    },
     /// CubeCL's published CUDA and HIP backends, patched to take
     /// device-events in place of their `device_events` module
     /// (`ci/cubecl/`), checked as CubeCL builds them.
@@ -106,6 +117,7 @@ fn main() {
         Task::BundleHip => bundle(HIP).map(drop),
         Task::Demo => demo(),
         Task::Bench => bench::bench(),
+        Task::Docs { check } => docs::docs(check),
         Task::Cubecl => cubecl::cubecl(),
         Task::Layers { verbose } => layers::layers(verbose),
     };
@@ -144,6 +156,8 @@ fn test() -> Result<()> {
         "cargo fmt --check",
         cargo().args(["fmt", "--all", "--", "--check"]),
     )?;
+    eprintln!("xtask: docs --check");
+    docs::docs(true)?;
     run(
         "cargo clippy",
         cargo().args([

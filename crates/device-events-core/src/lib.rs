@@ -1,10 +1,6 @@
 //! Fences and device-timed profiling windows over the C-family device event
 //! APIs, written once.
 //!
-//! A backend crate (`device-events-cuda`, `device-events-hip`) implements
-//! [`EventApi`]: the nine driver calls for events and streams, each turning a
-//! status into a [`DriverError`]. Everything above them lives here:
-//!
 //! - [`EventFence`]: a point on a stream that another stream or the host can
 //!   wait for; it never panics, and releases its event exactly once.
 //! - [`FencePool`]: fences whose events are reused, for a server that makes
@@ -13,22 +9,22 @@
 //!   durations are placed on the host clock through a calibrated anchor and
 //!   an estimate of the device clock's drift.
 //!
-//! The source, by folder; each imports only from those above it in this
-//! list, and from the files beside `lib.rs` (the user's API: `api`,
-//! `driver`, `errors`, `config`, `owned_stream`; `arena` and `threads`):
+//! They are generic over a backend: `device-events-cuda`,
+//! `device-events-hip` or `device-events-opencl`. Code generic over a
+//! backend that makes fences and profilers bounds it by
+//! `A: AnchorApi + FenceApi`. A backend implements [`raw::RawApi`], its
+//! driver calls alone; this crate implements [`EventApi`], [`EventQuery`],
+//! [`FenceApi`], [`ThreadApi`] and [`AnchorApi`] over it once, with the
+//! checked handles, the refusals, the context binding and the capture
+//! modes.
 //!
-//! - `fence/`: fences, fence pools, owned and pooled events, the points a
-//!   window records, and [`FenceApi`], a backend's event reuse.
-//! - `placement/`: the anchor, its refresh, the calibrator thread, the
-//!   drift fit, and [`AnchorApi`], a backend's gate and host stamps.
-//! - `waiting/`: reading a closed window, and the resolver thread that
-//!   answers a window's future.
-//! - `profiler/`: the profiler, its chains and tokens.
-//! - `backend/`: the raw seam a backend implements and the checked layer
-//!   over it: the only folder a backend author reads.
-//! - `testing/`: the simulated and counting backends (feature `sim`).
-//!
-//! `cargo xtask layers` checks that no import runs the other way.
+//! The repository's `README.md` says what has been tested where and how to
+//! start; its `docs/design.md` explains the threads, graph capture, fork,
+//! exit and placement, and `docs/adding-a-backend.md` lists every place a
+//! new backend touches. The source is in folders by concept (`fence/`,
+//! `placement/`, `waiting/`, `profiler/`, `backend/`, `testing/`), each
+//! importing only from those before it and from the files beside `lib.rs`;
+//! `cargo xtask layers` checks it.
 //!
 //! ```
 //! use device_events_core::{EventApi, EventFence, EventProfiler, sim::Sim};

@@ -71,7 +71,7 @@ impl WaitHook for Hold {
     }
 }
 
-/// What the README promises after `fork`: a calibration the parent had in
+/// What `docs/design.md` promises after `fork`: a calibration the parent had in
 /// flight is not the child's to wait for; the child's profiler takes its
 /// own anchor, reads its windows, and sees its calibrations end.
 #[test]

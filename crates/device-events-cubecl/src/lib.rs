@@ -22,6 +22,10 @@
 //! The `ProfileDuration` is `cubecl-common` 0.12's, the one a CubeCL 0.12
 //! server returns: device-events uses that version throughout.
 //!
+//! How a server forwards its calls, and what it still writes itself: the
+//! repository's `docs/design.md`; the whole change for CubeCL's own CUDA and
+//! HIP backends: `ci/cubecl/`, checked by `cargo xtask cubecl`.
+//!
 //! ```
 //! use device_events_core::{EventApi, OwnedStream, sim::Sim};
 //! use device_events_cubecl::{CubeFence, CubeProfiler};

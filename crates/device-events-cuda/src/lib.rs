@@ -45,38 +45,44 @@
 //!
 //! # Driver
 //!
-//! Minimum driver: CUDA 11.0 (R450), untested on hardware here. The crate
-//! resolves only `cuInit`, `cuGetErrorName`, `cuCtxGetCurrent`,
+//! The minimum driver, and what this crate has run on, are in the
+//! repository's `README.md`. The crate resolves 20 functions by name from
+//! the library cudarc loads: `cuInit`, `cuGetErrorName`, `cuCtxGetCurrent`,
 //! `cuCtxGetDevice`, `cuCtxPushCurrent_v2`, `cuCtxPopCurrent_v2`,
-//! `cuDevicePrimaryCtxRetain`, `cuDevicePrimaryCtxRelease_v2`,
-//! `cuEventCreate`, `cuEventRecord`, `cuEventSynchronize`, `cuEventQuery`,
-//! `cuEventElapsedTime`, `cuEventDestroy_v2`, `cuStreamCreate`,
-//! `cuStreamWaitEvent`, `cuStreamSynchronize`, `cuStreamDestroy_v2`,
-//! `cuStreamIsCapturing` and `cuThreadExchangeStreamCaptureMode`, all
-//! present since CUDA 11; and, for the
-//! profiler's anchor gate, `cuMemHostAlloc`, `cuMemHostGetDevicePointer_v2`,
-//! `cuMemFreeHost` and `cuStreamWaitValue32_v2` (on by default since CUDA
-//! 11.7), else `cuStreamWaitValue32` where `cuDeviceGetAttribute` says the
-//! kernel module enabled it, resolved apart: a driver without them still
-//! loads, and its profiler anchors without a gate. They are resolved from
-//! the library cudarc loads, bound at the CUDA 12.9 level, but declared
-//! here with their status as a plain integer: cudarc's `CUresult` is an
-//! enum, and a code newer than it (CUDA 13 returns 917–919) would be
-//! undefined behaviour inside it. Such a code becomes a [`DriverError`]
-//! that carries its number.
+//! `cuDevicePrimaryCtxRetain`, `cuDevicePrimaryCtxRelease_v2` (the newest
+//! of them, which sets the minimum), `cuEventCreate`, `cuEventRecord`,
+//! `cuEventSynchronize`, `cuEventQuery`, `cuEventElapsedTime` (the plain
+//! one every driver exports, not the `_v2` drivers export only from 12.8),
+//! `cuEventDestroy_v2`, `cuStreamCreate`, `cuStreamWaitEvent`,
+//! `cuStreamSynchronize`, `cuStreamDestroy_v2`, `cuStreamIsCapturing` and
+//! `cuThreadExchangeStreamCaptureMode`. For the profiler's anchor gate it
+//! resolves apart `cuDeviceGetAttribute`, `cuMemHostAlloc`,
+//! `cuMemHostGetDevicePointer_v2`, `cuMemFreeHost` and
+//! `cuStreamWaitValue32_v2` (on by default since CUDA 11.7), else
+//! `cuStreamWaitValue32` where the kernel module enabled it: a driver
+//! without them still loads, and its profiler anchors without a gate.
+//!
+//! Each is declared here with its status as a plain integer: cudarc's
+//! `CUresult` is an enum, and a code newer than it (CUDA 13 returns
+//! 917–919) would be undefined behaviour inside it. Such a code becomes a
+//! [`DriverError`] that carries its number. Since every function is found
+//! by its own name, cudarc's bindings level does not matter here and the
+//! crate picks none: the build that uses it does (a `cuda-*` feature of
+//! cudarc, `CUDARC_CUDA_VERSION`, or the CUDA toolkit's `nvcc`, falling
+//! back to the latest). cudarc is taken with `driver`,
+//! `fallback-dynamic-loading`, `cuda-version-from-build-system` and
+//! `fallback-latest`, from 0.19.6 on, so the crate builds with no CUDA
+//! toolkit installed and has no features of its own.
 //!
 //! # Contexts
 //!
 //! Events and streams are made in the thread's current context, which must
 //! be a primary context (cudarc's `CudaContext` is one), and retain it.
 //! Every call binds the handle's context and restores the caller's. An
-//! event is recorded only on a stream of its own context: a pool or
-//! profiler for a device-1 stream is made with device 1's context current,
-//! and a mismatch is refused with an error naming both. `EventFence::new`
-//! takes its stream's context itself.
-//!
-//! No feature flags: cudarc is used with `driver` and `dynamic-loading` only,
-//! so the crate builds with no CUDA toolkit installed.
+//! event is recorded only on a stream of its own context: a `FencePool` for
+//! a device-1 stream is made with device 1's context current, and a
+//! mismatch is refused with an error naming both. `EventFence::new` takes
+//! its stream's context itself, and a profiler its first window's.
 //!
 //! # Graph capture
 //!

@@ -27,21 +27,44 @@
 //!
 //! # Runtime
 //!
-//! Minimum ROCm: 5.0. The crate calls only `hipInit`, `hipGetDevice`,
-//! `hipSetDevice`, `hipGetDeviceCount`, `hipEventCreateWithFlags`,
-//! `hipEventRecord`, `hipEventSynchronize`, `hipEventQuery`, `hipEventElapsedTime`,
+//! The minimum ROCm, and what this crate has run on, are in the
+//! repository's `README.md`; the minimum is set by `hipEventDestroy`, which
+//! before ROCm 5.7 read the stream of the event's last record with no check
+//! that it still lived, so a fence dropped after its stream read freed
+//! memory (clr, rocm-5.6.0 against rocm-5.7.0).
+//!
+//! The crate resolves 18 functions: `hipInit`, `hipRuntimeGetVersion`,
+//! `hipDriverGetVersion`, `hipGetDeviceCount`, `hipGetDevice`,
+//! `hipSetDevice`, `hipEventCreateWithFlags`, `hipEventRecord`,
+//! `hipEventSynchronize`, `hipEventQuery`, `hipEventElapsedTime`,
 //! `hipEventDestroy`, `hipStreamCreateWithFlags`, `hipStreamWaitEvent`,
-//! `hipStreamSynchronize`, `hipStreamDestroy`, `hipStreamIsCapturing`,
-//! `hipGetErrorName`, `hipRuntimeGetVersion` and `hipDriverGetVersion`, all
-//! in ROCm 5's runtime; and, where the runtime has them, for the profiler's
-//! anchor gate, `hipDeviceGetAttribute`, `hipExtMallocWithFlags`,
+//! `hipStreamSynchronize`, `hipStreamDestroy`, `hipStreamIsCapturing` and
+//! `hipGetErrorName`; and 5 more where the runtime has them: for the
+//! profiler's anchor gate `hipDeviceGetAttribute`, `hipExtMallocWithFlags`,
 //! `hipStreamWaitValue32` and `hipFree` (a runtime without them loads, and
-//! its profiler anchors without a gate), and `hipThreadExchangeStreamCaptureMode`. It resolves nothing else. Nothing of ROCm is built
-//! or linked at build time: the runtime is opened on first use from the
-//! places [`runtime::search_path`] lists (`$ROCM_PATH/lib`, `$HIP_PATH/lib`,
-//! `/opt/rocm/lib`, then the loader's search; `libamdhip64.so` or the
-//! sonames of ROCm 7, 6 and 5). `libhiprtc` is never needed. Without a
-//! runtime, every call returns an [`ErrorKind::NoDevice`] error.
+//! its profiler anchors without a gate), and
+//! `hipThreadExchangeStreamCaptureMode`. It resolves nothing else.
+//!
+//! Nothing of ROCm is built or linked at build time. A runtime already
+//! loaded in the process under one of its names (by your own bindings, say)
+//! is used first: a second copy would not know your streams. Otherwise the
+//! runtime is opened on first use from the places [`runtime::search_path`]
+//! lists (`$ROCM_PATH/lib`, `$HIP_PATH/lib`, `/opt/rocm/lib`, then the
+//! loader's search; `libamdhip64.so` or the sonames of ROCm 7, 6 and 5), or
+//! the one library `DEVICE_EVENTS_HIP_RUNTIME` names. `libhiprtc` is never
+//! needed. Without a runtime, every call returns an
+//! [`ErrorKind::NoDevice`] error; `cargo run -p device-events-hip --example
+//! probe` says in one line which runtime is here and whether it has a GPU.
+//!
+//! Why its own binding: `hip-sys` needs ROCm headers to build, links
+//! `libamdhip64` at build time, and declares `hipError_t` as a Rust enum
+//! from ROCm 5.4 that lacks codes ROCm 6 and 7 return; `cubecl-hip-sys`
+//! also loads `libhiprtc`, which ROCm 5 does not ship, and tries only
+//! `libamdhip64.so`, `.so.1` and `.so.0`, so it finds neither a
+//! runtime-only install nor Debian's. The runtime is loaded with
+//! `libloading` 0.8 or 0.9, whichever the lockfile has: beside
+//! `cubecl-hip-sys` (0.8), `cargo update -p libloading@0.9.1 --precise
+//! 0.8.9` leaves one copy.
 //!
 //! Statuses cross the binding as plain integers, so a code newer than this
 //! crate (ROCm 6 and 7 return 911–916) keeps its number and is never read
@@ -53,7 +76,10 @@
 //! # Graph capture
 //!
 //! Screen a stream with [`Hip::capture_status`] before profiling on it:
-//! inside a capture, records are graph nodes, not timestamps.
+//! inside a capture, records are graph nodes, not timestamps. How a fence
+//! is asked on ROCm before 7.2, whose runtime invalidates a capture when an
+//! event of the capturing stream is asked: the repository's
+//! `docs/design.md`.
 
 mod gate;
 mod raw;

@@ -28,12 +28,14 @@
 //!   misuse, where a real driver would act on freed state.
 //! - A control API ([`control`], `soft_driver_*`, C ABI) injects failures,
 //!   counts live handles, misuses and calls, sets the clock, bandwidth and
-//!   launch latency, and reports the ground-truth time of each event. The
-//!   README says how to lay the driver out and load it.
+//!   launch latency, and reports the ground-truth time of each event.
 //!
 //! Configuration: the `SOFT_DRIVER_*` variables in [`clock`]. What a real
 //! driver refuses, and which of it this driver models, with the test that
-//! shows each: [`rules`].
+//! shows each: [`rules`]. How to lay the driver out, load it and drive its
+//! control API follows (the crate's `README.md`).
+//!
+#![doc = include_str!("../README.md")]
 
 mod calls;
 pub mod clock;

@@ -73,8 +73,8 @@ use crate::waiting::resolver::{Lane, LaneId};
 /// stands alone at rate 1.
 ///
 /// Each window's [`Placement::uncertainty`](crate::Placement::uncertainty) bounds both ends' error. The
-/// README's "Placement" section has the figures `cargo xtask bench`
-/// measured, and what limits them.
+/// repository's `docs/measurements.md` has the figures `cargo xtask bench`
+/// measured, and `docs/design.md` what limits them.
 ///
 /// Windows nest and overlap freely, on one stream or several. A window that
 /// cannot be read resolves to `None`, logged: never a zero and never a
@@ -234,9 +234,11 @@ impl<A: AnchorApi> EventProfiler<A> {
     /// start on the device; one that does not (the other stream got there
     /// first) resolves to `None`, logged, never to a zero.
     ///
-    /// The returned duration's future blocks until the device reaches the end
-    /// of the window, then resolves to its placement on the host clock, or to
-    /// `None` (logged) if the driver could not read it.
+    /// The returned duration's future is pending until the device reaches
+    /// the end of the window, then resolves to its placement on the host
+    /// clock, or to `None` (logged) if the driver could not read it. It never
+    /// blocks the thread that polls it: a window not yet reached is asked
+    /// after by the library's resolver thread, which wakes the future.
     ///
     /// # Errors
     ///
