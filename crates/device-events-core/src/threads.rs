@@ -47,9 +47,10 @@ pub trait ThreadApi: EventApi<Stream: Send + Sync> {
     /// The default records as [`EventApi::event_record`] does.
     ///
     /// A caller whose word is wrong gets what the driver does with a
-    /// record on a stream whose context is not current: by CUDA's
-    /// documentation it is made on the stream's context, and some drivers
-    /// are reported to refuse it, which then reads as the window's error.
+    /// record on a stream whose context is not current: CUDA's
+    /// documentation asks only that the event and the stream be of one
+    /// context, and some drivers are reported to refuse such a record
+    /// (cuda-api-wrappers#314), which then reads as the window's error.
     /// The backend takes the word only for a stream that names its own
     /// context ([`RawApi::records_in_own_context`](crate::raw::RawApi::records_in_own_context)),
     /// and never for an event and a stream of different contexts.

@@ -59,8 +59,8 @@ enum Window<S> {
 /// It takes CubeCL's contract: a server calls it on its thread with the
 /// stream's context current (a CubeCL server's every command makes its
 /// context current first), so a window's records skip asking the driver
-/// which context is current, and a window costs the driver calls of CubeCL's
-/// own profiler, its two records
+/// which context is current where the backend allows it, and a window on
+/// CUDA costs the driver calls of CubeCL's own profiler, its two records
 /// ([`ProfilerConfig::context_current`], set whatever the configuration
 /// passed says).
 ///

@@ -280,9 +280,11 @@ pub trait RawApi: Sized + Send + Sync + 'static {
     /// and a stream of one context, which its documentation allows
     /// (`cuEventRecord`: "hEvent and hStream must be from the same
     /// context"), not a stream named by whatever context is current.
-    /// `false`, the default, for a handle that the current context
-    /// resolves (CUDA's null, legacy and per-thread streams, HIP's null
-    /// stream): a record there always binds.
+    /// `false`, the default, has every record on `stream` bind its
+    /// context: what a backend says for a handle that the current context
+    /// resolves (CUDA's null, legacy and per-thread streams), and for any
+    /// stream of a driver whose rule for a record on another context's
+    /// stream is not settled (HIP's, for now).
     fn records_in_own_context(stream: &Self::Stream) -> bool {
         let _ = stream;
         false
