@@ -1,8 +1,8 @@
 //! Values behind generation-checked keys: a key finds its value until the
 //! value is taken, and never again, even once its slot holds another.
 //!
-//! One arena serves the backends' tables of live handles and a profiler's
-//! open windows. A slot whose generation would overflow is retired, never
+//! A profiler keeps its open windows in one; its keys are the backends'
+//! handles' too. A slot whose generation would overflow is retired, never
 //! reused: wrapping would bring an old key back to life.
 
 /// A key into an [`Arena`].
@@ -58,17 +58,6 @@ impl<T> Arena<T> {
         }
     }
 
-    fn slot(&self, key: Key) -> Option<&Slot<T>> {
-        self.slots
-            .get(key.index as usize)
-            .filter(|slot| slot.generation == key.generation)
-    }
-
-    /// The value `key` finds, if it is still there.
-    pub(crate) fn get(&self, key: Key) -> Option<&T> {
-        self.slot(key)?.value.as_ref()
-    }
-
     /// Take the value out; `key`, and every copy of it, finds nothing from
     /// now on.
     #[inline]
@@ -108,10 +97,9 @@ mod tests {
         assert_eq!(arena.take(old), Some('a'));
         let new = arena.insert('b');
         assert_eq!(new.index, old.index, "the slot is reused");
-        assert_eq!(arena.get(old), None);
         assert_eq!(arena.take(old), None);
-        assert_eq!(arena.get(new), Some(&'b'));
         assert_eq!(arena.len(), 1);
+        assert_eq!(arena.take(new), Some('b'));
     }
 
     #[test]
@@ -126,6 +114,6 @@ mod tests {
         assert_eq!(arena.take(last), Some(1));
         let next = arena.insert(2);
         assert_ne!(next.index, key.index, "the retired slot is not reused");
-        assert_eq!(arena.get(last), None);
+        assert_eq!(arena.take(last), None);
     }
 }

@@ -54,6 +54,15 @@ pub struct ProfilerConfig {
     /// it has one ([`AnchorApi::host_stamp`](crate::AnchorApi::host_stamp)), instead of a bracket.
     /// Default: on.
     pub driver_clock: bool,
+    /// The caller opens and closes windows (`start`, `stop`, `split`) only
+    /// with the stream's context current on its thread, as a CubeCL server
+    /// does (each of its commands makes its context current first): each
+    /// record then takes that on the caller's word instead of asking the
+    /// driver which context is current, one driver call fewer per record
+    /// (see [`ThreadApi::event_record_in_current`](crate::ThreadApi::event_record_in_current)
+    /// for what a wrong word costs). Default: off, each record checks and
+    /// binds the context itself, from any thread.
+    pub context_current: bool,
 }
 
 impl Default for ProfilerConfig {
@@ -69,6 +78,7 @@ impl Default for ProfilerConfig {
             gated_anchor: true,
             gate_settle: None,
             driver_clock: true,
+            context_current: false,
         }
     }
 }

@@ -85,7 +85,7 @@ impl ErrorKind {
 /// A failed driver call: which backend, which call, the status and what it
 /// means for the caller.
 ///
-/// A plain value, cheap to clone, so a fence can keep the error its creation
+/// A plain value that clones, so a fence can keep the error its creation
 /// met and hand it to whichever thread waits.
 ///
 /// ```
@@ -103,8 +103,15 @@ impl ErrorKind {
 ///     "cuda: cuEventRecord failed: CUDA_ERROR_INVALID_HANDLE (400)"
 /// );
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DriverError {
+///
+/// One pointer wide (the details are boxed, made only on the error path):
+/// every driver call returns a `Result` of it, and a wide error would be
+/// copied through each layer of every successful call too.
+#[derive(Clone, PartialEq, Eq)]
+pub struct DriverError(Box<Details>);
+
+#[derive(Clone, PartialEq, Eq)]
+struct Details {
     backend: &'static str,
     call: &'static str,
     status: Option<i64>,
@@ -123,14 +130,14 @@ impl DriverError {
         name: Option<impl Into<Cow<'static, str>>>,
         kind: ErrorKind,
     ) -> Self {
-        Self {
+        Self(Box::new(Details {
             backend,
             call,
             status: Some(status),
             name: name.map(Into::into),
             kind,
             detail: None,
-        }
+        }))
     }
 
     /// An error the driver returned, classified by [`ErrorKind::of_status`].
@@ -151,74 +158,89 @@ impl DriverError {
         kind: ErrorKind,
         detail: impl Into<Cow<'static, str>>,
     ) -> Self {
-        Self {
+        Self(Box::new(Details {
             backend,
             call,
             status: None,
             name: None,
             kind,
             detail: Some(detail.into()),
-        }
+        }))
     }
 
     /// Add a sentence of context to the error.
     #[must_use]
     pub fn with_detail(mut self, detail: impl Into<Cow<'static, str>>) -> Self {
-        self.detail = Some(detail.into());
+        self.0.detail = Some(detail.into());
         self
     }
 
     /// The backend that returned it, as in [`EventApi::BACKEND`](crate::EventApi::BACKEND).
     pub fn backend(&self) -> &'static str {
-        self.backend
+        self.0.backend
     }
 
     /// The driver call that failed, e.g. `cuEventRecord`.
     pub fn call(&self) -> &'static str {
-        self.call
+        self.0.call
     }
 
     /// The driver's numeric status; `None` when the driver was never reached.
     pub fn status(&self) -> Option<i64> {
-        self.status
+        self.0.status
     }
 
     /// The status's symbolic name, e.g. `CUDA_ERROR_NOT_READY`.
     pub fn name(&self) -> Option<&str> {
-        self.name.as_deref()
+        self.0.name.as_deref()
     }
 
     /// The class callers branch on.
     pub fn kind(&self) -> ErrorKind {
-        self.kind
+        self.0.kind
     }
 
     /// The added sentence of context, if any.
     pub fn detail(&self) -> Option<&str> {
-        self.detail.as_deref()
+        self.0.detail.as_deref()
     }
 
     /// Whether the event or stream was simply not reached yet.
     pub fn is_not_ready(&self) -> bool {
-        self.kind == ErrorKind::NotReady
+        self.0.kind == ErrorKind::NotReady
     }
 
     /// Whether the context is lost for good.
     pub fn is_device_poisoned(&self) -> bool {
-        self.kind == ErrorKind::DevicePoisoned
+        self.0.kind == ErrorKind::DevicePoisoned
+    }
+}
+
+impl fmt::Debug for DriverError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let d = &self.0;
+        f.debug_struct("DriverError")
+            .field("backend", &d.backend)
+            .field("call", &d.call)
+            .field("status", &d.status)
+            .field("name", &d.name)
+            .field("kind", &d.kind)
+            .field("detail", &d.detail)
+            .finish()
     }
 }
 
 impl fmt::Display for DriverError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {} failed", self.backend, self.call)?;
-        match (&self.name, self.status) {
+        let d = &self.0;
+        write!(f, "{}: {} failed", d.backend, d.call)?;
+        match (&d.name, d.status) {
             (Some(name), Some(status)) => write!(f, ": {name} ({status})")?,
             (None, Some(status)) => write!(f, ": status {status}")?,
             (Some(name), None) => write!(f, ": {name}")?,
             (None, None) => {}
         }
-        if let Some(detail) = &self.detail {
+        if let Some(detail) = &d.detail {
             write!(f, ": {detail}")?;
         }
         Ok(())

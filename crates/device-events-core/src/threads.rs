@@ -37,6 +37,49 @@ pub trait ThreadApi: EventApi<Stream: Send + Sync> {
         Ok(call())
     }
 
+    /// [`EventApi::event_record`], on the caller's word that `stream`'s
+    /// context is current on this thread: where the backend can rely on
+    /// it, the record skips asking the driver which context is (one
+    /// driver call). For a caller that keeps its context current, as a
+    /// CubeCL server's thread does (each of its commands makes its
+    /// context current first); a profiler says so with
+    /// [`ProfilerConfig::context_current`](crate::ProfilerConfig::context_current).
+    /// The default records as [`EventApi::event_record`] does.
+    ///
+    /// A caller whose word is wrong gets what the driver does with a
+    /// record on a stream whose context is not current: CUDA's
+    /// documentation asks only that the event and the stream be of one
+    /// context, and some drivers are reported to refuse such a record
+    /// (cuda-api-wrappers#314), which then reads as the window's error.
+    /// The backend takes the word only for a stream that names its own
+    /// context ([`RawApi::records_in_own_context`](crate::raw::RawApi::records_in_own_context)),
+    /// and never for an event and a stream of different contexts.
+    ///
+    /// ```
+    /// use device_events_core::{EventApi, ThreadApi, tally::Tally};
+    ///
+    /// Tally::set_current(Some(1));
+    /// let stream = Tally::stream_create_non_blocking()?;
+    /// let event = Tally::event_create()?;
+    /// let asked = Tally::calls("current");
+    /// Tally::event_record_in_current(&event, stream)?; // context 1 is current
+    /// assert_eq!(Tally::calls("current"), asked);
+    /// assert_eq!(Tally::faults(), 0);
+    /// # drop(event);
+    /// # Tally::stream_destroy(stream)?;
+    /// # Ok::<(), device_events_core::DriverError>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`EventApi::event_record`].
+    fn event_record_in_current(
+        event: &Self::Event,
+        stream: Self::Stream,
+    ) -> Result<(), DriverError> {
+        Self::event_record(event, stream)
+    }
+
     /// Called on the library's own threads (the resolver, the
     /// calibrator) before their driver calls: such a thread takes part in
     /// no graph capture, so a backend with capture modes makes it relaxed

@@ -64,3 +64,28 @@ fn a_chained_window_costs_two_allocations() {
     drop(closed);
     assert!(per_window < 2.01, "{per_window} allocations per window");
 }
+
+/// A window, opened and closed, costs the submitting thread one
+/// allocation once warm: the `ProfileDuration` cubecl boxes.
+#[test]
+fn a_window_costs_one_allocation_the_boxed_duration() {
+    const WINDOWS: u64 = 1000;
+    let s = OwnedStream::<Sim>::new().unwrap();
+    let mut profiler = EventProfiler::<Sim>::new();
+    let mut closed = Vec::with_capacity(2 * WINDOWS as usize);
+    let window = |profiler: &mut EventProfiler<Sim>| {
+        let token = profiler.start(s.get());
+        profiler.stop(s.get(), token).unwrap()
+    };
+    // Warm: the pool and the windows' slots are made once.
+    for _ in 0..WINDOWS {
+        closed.push(window(&mut profiler));
+    }
+    let before = allocations();
+    for _ in 0..WINDOWS {
+        closed.push(window(&mut profiler));
+    }
+    let per_window = (allocations() - before) as f64 / WINDOWS as f64;
+    drop(closed);
+    assert!(per_window < 1.01, "{per_window} allocations per window");
+}

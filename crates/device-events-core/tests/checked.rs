@@ -184,3 +184,57 @@ fn an_event_dropped_without_a_destroy_releases_itself_once() {
     );
     assert_eq!(Tally::faults(), 0);
 }
+
+/// A record on the caller's word that the stream's context is current
+/// asks the driver nothing else; an unvouched one asks which context is
+/// current first.
+#[test]
+fn a_record_on_the_callers_word_asks_no_current_context() {
+    use device_events_core::ThreadApi;
+    let _one = exclusive();
+    Tally::set_current(Some(1));
+    let s = Tally::stream_create_non_blocking().unwrap();
+    let event = Tally::event_create().unwrap();
+    let (asked, faults) = (Tally::calls("current"), Tally::faults());
+    Tally::event_record_in_current(&event, s).unwrap();
+    assert_eq!(Tally::calls("current"), asked);
+    Tally::event_record(&event, s).unwrap();
+    assert_eq!(Tally::calls("current"), asked + 1);
+    assert_eq!(Tally::faults(), faults);
+    drop(event);
+    Tally::stream_destroy(s).unwrap();
+}
+
+/// The caller's word covers the context, never a mismatch: an event of
+/// another context is refused before the driver, as without it.
+#[test]
+fn a_record_on_the_callers_word_still_refuses_an_event_of_another_context() {
+    use device_events_core::ThreadApi;
+    let _one = exclusive();
+    Tally::set_current(Some(1));
+    let s = Tally::stream_create_non_blocking().unwrap();
+    Tally::set_current(Some(2));
+    let event = Tally::event_create().unwrap();
+    Tally::set_current(Some(1));
+    let records = Tally::calls("record_event");
+    let err = Tally::event_record_in_current(&event, s).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidHandle, "{err}");
+    assert_eq!(Tally::calls("record_event"), records);
+    drop(event);
+    Tally::stream_destroy(s).unwrap();
+}
+
+/// A destroyed stream is refused on the caller's word too.
+#[test]
+fn a_record_on_the_callers_word_refuses_a_destroyed_stream() {
+    use device_events_core::ThreadApi;
+    let _one = exclusive();
+    Tally::set_current(Some(1));
+    let s = Tally::stream_create_non_blocking().unwrap();
+    let event = Tally::event_create().unwrap();
+    Tally::stream_destroy(s).unwrap();
+    let records = Tally::calls("record_event");
+    let err = Tally::event_record_in_current(&event, s).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidHandle, "{err}");
+    assert_eq!(Tally::calls("record_event"), records);
+}

@@ -1,6 +1,7 @@
 //! CubeCL's profiling calls over an [`EventProfiler`].
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use cubecl_runtime::server::{ProfileError, ProfilingToken, ServerError};
 use device_events_core::profile::ProfileDuration;
@@ -8,6 +9,29 @@ use device_events_core::{AnchorApi, EventProfiler, ProfileToken, ProfilerConfig}
 
 use crate::StreamOf;
 use crate::errors::{not_registered, profile_error, server_error};
+
+/// The windows' hasher: their ids are this profiler's own count, never an
+/// adversary's, so a multiply spreads them for the map, where SipHash cost
+/// a window more than the rest of its bookkeeping.
+#[derive(Default)]
+struct Ids(u64);
+
+impl Hasher for Ids {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.write_u64(u64::from(byte));
+        }
+    }
+
+    fn write_u64(&mut self, id: u64) {
+        // Fibonacci hashing: the high bits, which the map's tags take, vary.
+        self.0 = (self.0 ^ id).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
 
 /// A window, by CubeCL token.
 enum Window<S> {
@@ -32,6 +56,14 @@ enum Window<S> {
 /// to, and it calls [`launching`](Self::launching) right before it
 /// enqueues a kernel, and [`failure`](Self::failure) when a launch fails.
 ///
+/// It takes CubeCL's contract: a server calls it on its thread with the
+/// stream's context current (a CubeCL server's every command makes its
+/// context current first), so a window's records skip asking the driver
+/// which context is current where the backend allows it, and a window on
+/// CUDA costs the driver calls of CubeCL's own profiler, its two records
+/// ([`ProfilerConfig::context_current`], set whatever the configuration
+/// passed says).
+///
 /// ```
 /// use cubecl_runtime::server::ProfileError;
 /// use device_events_core::{OwnedStream, sim::Sim};
@@ -49,7 +81,7 @@ enum Window<S> {
 /// ```
 pub struct CubeProfiler<A: AnchorApi> {
     profiler: EventProfiler<A>,
-    windows: HashMap<u64, Window<A::Stream>>,
+    windows: HashMap<u64, Window<A::Stream>, BuildHasherDefault<Ids>>,
     /// Tokens waiting for a launch; usually none, so a launch costs a check.
     at_launch: Vec<u64>,
     next: u64,
@@ -73,11 +105,15 @@ where
         Self::with_config(ProfilerConfig::default())
     }
 
-    /// A profiler with `config`.
+    /// A profiler with `config`, on CubeCL's contract
+    /// ([`ProfilerConfig::context_current`] on).
     pub fn with_config(config: ProfilerConfig) -> Self {
         Self {
-            profiler: EventProfiler::with_config(config),
-            windows: HashMap::new(),
+            profiler: EventProfiler::with_config(ProfilerConfig {
+                context_current: true,
+                ..config
+            }),
+            windows: HashMap::default(),
             at_launch: Vec::new(),
             next: 0,
         }

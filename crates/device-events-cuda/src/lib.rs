@@ -174,11 +174,23 @@ extern "C" fn stop_driver_calls_at_exit() {
     let _ = device_events_core::stop_driver_calls(std::time::Duration::from_millis(100));
 }
 
+/// The driver's functions, loaded and initialised once per process.
+static API: OnceLock<Result<ffi::Api, DriverError>> = OnceLock::new();
+
 /// The driver's functions, loaded and initialised once per process. cudarc
 /// panics when `libcuda` is absent, so nothing reaches it before the probe.
+/// Every driver call starts here: once loaded, a load and a compare.
 #[inline]
 pub(crate) fn api() -> Result<&'static ffi::Api, DriverError> {
-    static API: OnceLock<Result<ffi::Api, DriverError>> = OnceLock::new();
+    match API.get() {
+        Some(Ok(api)) => Ok(api),
+        _ => load_api(),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn load_api() -> Result<&'static ffi::Api, DriverError> {
     API.get_or_init(|| {
         // SAFETY: the probe only tries to open the library by its names.
         if !unsafe { sys::is_culib_present() } {

@@ -48,9 +48,11 @@ macro_rules! cu {
         // SAFETY: a `RawApi` call's permit says every handle passed is live,
         // of the held context, which is bound (a call whose binding fails
         // is refused, except a destroy, which the driver takes for the
-        // handle's own context, bound or not), and destroyed exactly once
-        // (by value); every
-        // out-pointer passed is a writable local.
+        // handle's own context, bound or not; and a record the caller
+        // vouched for, on a stream `records_in_own_context` says names its
+        // context, which the driver takes for that context), and destroyed
+        // exactly once (by value); every out-pointer passed is a writable
+        // local.
         check(stringify!($f), unsafe { f($($arg),*) })
     }};
 }
@@ -170,6 +172,13 @@ impl RawApi for Cuda {
 
     fn synchronize_stream(_: Permit<Self>, stream: &RawStream) -> Result<(), DriverError> {
         cu!(cuStreamSynchronize(stream.0))
+    }
+
+    /// A stream made by `cuStreamCreate` names its context; the null,
+    /// legacy (`CU_STREAM_LEGACY`, 0x1) and per-thread
+    /// (`CU_STREAM_PER_THREAD`, 0x2) handles name the current context's.
+    fn records_in_own_context(stream: &RawStream) -> bool {
+        stream.0 as usize > 0x2
     }
 
     fn stream_handle(stream: &RawStream) -> CUstream {

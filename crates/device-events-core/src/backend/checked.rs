@@ -131,18 +131,7 @@ impl<R: RawApi> EventApi for R {
     fn event_record(event: &CheckedEvent<R>, stream: CheckedStream<R>) -> Result<(), DriverError> {
         let call = R::CALLS.record_event;
         let raw = event.live(call)?;
-        on_stream(stream, call, |live| {
-            same_context(call, event, &live.held)?;
-            // Before the call: the driver ties the event to the stream even
-            // when the record then fails.
-            let on = if R::asking_reads_stream_of(&live.raw) {
-                stream.handle.to_bits()
-            } else {
-                u64::MAX
-            };
-            event.recorded_on.store(on, Ordering::Relaxed);
-            R::record_event(Permit::new(), raw, &live.raw)
-        })
+        on_stream(stream, call, |live| record(event, raw, stream, live))
     }
 
     fn event_wait(event: &CheckedEvent<R>) -> Result<(), DriverError> {
@@ -262,6 +251,28 @@ impl<R: RawApi> EventApi for R {
     }
 }
 
+/// Record `event` (live as `raw`) on `stream`, `live`, its context
+/// current.
+#[inline]
+fn record<R: RawApi>(
+    event: &CheckedEvent<R>,
+    raw: &R::Event,
+    stream: CheckedStream<R>,
+    live: &Live<R>,
+) -> Result<(), DriverError> {
+    let call = R::CALLS.record_event;
+    same_context(call, event, &live.held)?;
+    // Before the call: the driver ties the event to the stream even
+    // when the record then fails.
+    let on = if R::asking_reads_stream_of(&live.raw) {
+        stream.handle.to_bits()
+    } else {
+        u64::MAX
+    };
+    event.recorded_on.store(on, Ordering::Relaxed);
+    R::record_event(Permit::new(), raw, &live.raw)
+}
+
 /// Why a stream admitted from elsewhere cannot be forgotten now: where the
 /// driver reads an event's stream as it answers, forgetting drains the
 /// stream, which a capture forbids.
@@ -349,6 +360,26 @@ impl<R: RawApi> ThreadApi for R {
 
     fn own_thread() {
         capture::own_thread::<R>();
+    }
+
+    fn event_record_in_current(
+        event: &CheckedEvent<R>,
+        stream: CheckedStream<R>,
+    ) -> Result<(), DriverError> {
+        let call = R::CALLS.record_event;
+        let raw = event.live(call)?;
+        R::state()
+            .streams
+            .with(stream.handle, |live| {
+                if R::records_in_own_context(&live.raw) {
+                    // The caller's word that the context is current, on a
+                    // stream that is not the current context's by name.
+                    record(event, raw, stream, live)
+                } else {
+                    bound::<R, _>(&live.held, || record(event, raw, stream, live))
+                }
+            })
+            .ok_or_else(|| dead::<R>(call, "stream"))?
     }
 
     fn stream_key(stream: CheckedStream<R>) -> Option<u64> {

@@ -22,7 +22,11 @@ use crate::placement::{Gate, HostStamp};
 /// a release, [`RawApi::destroy_event`], [`RawApi::destroy_stream`] and
 /// [`HostWord::free`], which must happen whatever the binding does and is
 /// then made unbound: a backend's release relies on its handle alone), and
-/// each handle is destroyed exactly once.
+/// each handle is destroyed exactly once. One call has the context current
+/// on its caller's word instead of the layer's check:
+/// [`ThreadApi::event_record_in_current`](crate::ThreadApi::event_record_in_current),
+/// a record, and only on a stream for which the backend says
+/// [`RawApi::records_in_own_context`].
 /// A user cannot reach a raw call around it.
 pub struct Permit<R>(PhantomData<fn() -> R>);
 
@@ -265,6 +269,25 @@ pub trait RawApi: Sized + Send + Sync + 'static {
     ) -> Result<Option<CaptureStatus>, DriverError> {
         let _ = (permit, stream);
         Ok(None)
+    }
+
+    /// Whether a record on `stream` is made in the stream's own context,
+    /// whatever context is current: so where a caller vouches that the
+    /// stream's context is current
+    /// ([`ThreadApi::event_record_in_current`](crate::ThreadApi::event_record_in_current)),
+    /// the checked layer records without asking the driver which is. Even
+    /// on a caller's broken word the driver then gets a record of an event
+    /// and a stream of one context, which its documentation allows
+    /// (`cuEventRecord`: "hEvent and hStream must be from the same
+    /// context"), not a stream named by whatever context is current.
+    /// `false`, the default, has every record on `stream` bind its
+    /// context: what a backend says for a handle that the current context
+    /// resolves (CUDA's null, legacy and per-thread streams), and for any
+    /// stream of a driver whose rule for a record on another context's
+    /// stream is not settled (HIP's, for now).
+    fn records_in_own_context(stream: &Self::Stream) -> bool {
+        let _ = stream;
+        false
     }
 
     /// Whether the driver reads `stream` when it is asked (a query or a

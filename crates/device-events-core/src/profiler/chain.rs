@@ -79,7 +79,8 @@ impl<A: AnchorApi> EventProfiler<A> {
         stream: A::Stream,
         token: ProfileToken,
     ) -> Result<(Resolving<A>, ProfileToken), ProfileError> {
-        let opened = self.take(token)?.map_err(|err| *err)?;
+        let opened = self.take(token)?;
+        let opened = opened?;
         let boundary = self.recorded(stream)?;
         let boundary = Arc::new(self.pool.lend(boundary));
         let closed = self.resolving(opened, Point::Shared(Arc::clone(&boundary)), stream);
@@ -87,7 +88,6 @@ impl<A: AnchorApi> EventProfiler<A> {
             start: Point::Shared(boundary),
             anchor,
         });
-        let next = next.map_err(Box::new);
         if let Err(err) = &next {
             self.note_fault(err);
         }

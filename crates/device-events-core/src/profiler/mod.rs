@@ -114,13 +114,15 @@ pub struct EventProfiler<A: AnchorApi> {
     /// lock.
     spare: Vec<OwnedEvent<A>>,
     limits: Limits,
+    /// [`ProfilerConfig::context_current`].
+    context_current: bool,
     /// Keeps the resolver thread up between windows while this lives.
     _resolver: resolver::Hold,
 }
 
-/// An open window: its start event and anchor, or why it has neither
-/// (boxed: rare, and the slots stay small).
-type Window<A> = Result<Opened<A>, Box<DriverError>>;
+/// An open window: its start event and anchor, or why it has neither (a
+/// [`DriverError`] is one pointer wide: the slots stay small).
+type Window<A> = Result<Opened<A>, DriverError>;
 
 struct Opened<A: AnchorApi> {
     start: Point<A>,
@@ -156,6 +158,7 @@ impl<A: AnchorApi> EventProfiler<A> {
                 max_distance: config.max_anchor_distance,
                 resolution: config.timer_resolution,
             },
+            context_current: config.context_current,
             _resolver: resolver::Hold::new(),
         }
     }
@@ -180,7 +183,7 @@ impl<A: AnchorApi> EventProfiler<A> {
     /// error of the call "anchor calibration" that says so and quotes the
     /// failure.
     pub fn start(&mut self, stream: A::Stream) -> ProfileToken {
-        let window = self.open_window(stream).map_err(Box::new);
+        let window = self.open_window(stream);
         if let Err(err) = &window {
             self.note_fault(err);
         }
@@ -295,14 +298,15 @@ impl<A: AnchorApi> EventProfiler<A> {
         stream: A::Stream,
         token: ProfileToken,
     ) -> Result<Resolving<A>, ProfileError> {
-        let opened = self.take(token)?.map_err(|err| *err)?;
+        let opened = self.take(token)?;
+        let opened = opened?;
         let end = self.recorded(stream)?;
         Ok(self.resolving(opened, Point::Own(end), stream))
     }
     /// An event of the pool, recorded on `stream`.
     fn recorded(&mut self, stream: A::Stream) -> Result<OwnedEvent<A>, DriverError> {
         let event = self.event().and_then(|event| {
-            A::event_record(event.raw(), stream)?;
+            self.record(&event, stream)?;
             Ok(event)
         });
         event.inspect_err(|err| self.note_fault(err))
@@ -354,9 +358,9 @@ impl<A: AnchorApi> EventProfiler<A> {
     /// profiler does this itself for faults its own calls meet.
     pub fn fail_open_windows(&mut self, error: &DriverError) {
         for window in self.windows.values_mut() {
-            match std::mem::replace(window, Err(Box::new(error.clone()))) {
+            match std::mem::replace(window, Err(error.clone())) {
                 Ok(mut opened) => self.pool.give_back([opened.start.take_own()]),
-                Err(earlier) if *earlier != *error => {
+                Err(earlier) if earlier != *error => {
                     log::warn!("{}: a failed window failed again: {earlier}", A::BACKEND);
                 }
                 Err(_) => {}
@@ -389,11 +393,22 @@ impl<A: AnchorApi> EventProfiler<A> {
     fn open_window(&mut self, stream: A::Stream) -> Result<Opened<A>, DriverError> {
         let anchor = self.anchoring.for_window(stream)?;
         let start = self.event()?;
-        A::event_record(start.raw(), stream)?;
+        self.record(&start, stream)?;
         Ok(Opened {
             start: Point::Own(start),
             anchor,
         })
+    }
+
+    /// Record a window's `event` on `stream`, on the caller's word that
+    /// the context is current where it gave it.
+    #[inline]
+    fn record(&self, event: &OwnedEvent<A>, stream: A::Stream) -> Result<(), DriverError> {
+        if self.context_current {
+            A::event_record_in_current(event.raw(), stream)
+        } else {
+            A::event_record(event.raw(), stream)
+        }
     }
 
     /// An event for a window, of the profiler's context (its anchor

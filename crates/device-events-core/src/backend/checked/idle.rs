@@ -9,7 +9,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use super::binding::bound;
+use super::binding::{bound, dead};
 use crate::backend::raw::{CheckedEvent, CheckedStream, RawApi, State};
 use crate::driver::DriverError;
 use crate::fence::owned_event::OwnedEvent;
@@ -57,14 +57,16 @@ pub(super) fn fence_event<R: RawApi>(
 ) -> Result<CheckedEvent<R>, DriverError> {
     let state = R::state();
     // A dead stream is refused as the fence's record on it would be.
-    let held = stream.held(R::CALLS.record_event)?;
-    let context = R::context_of(&held);
+    let context = stream
+        .context()
+        .ok_or_else(|| dead::<R>(R::CALLS.record_event, "stream"))?;
     {
         let mut idle = state.idle();
         if let Some(at) = idle.iter().rposition(|e| e.context() == context) {
             return Ok(idle.swap_remove(at));
         }
     }
+    let held = stream.held(R::CALLS.record_event)?;
     bound::<R, _>(&held.clone(), || CheckedEvent::create(held))
 }
 
