@@ -240,7 +240,7 @@ pub fn every_kernel(streams: usize, kernel: Duration, n: usize) -> EveryKernel {
 /// # Panics
 ///
 /// When a window cannot be chained.
-pub fn every_kernel_on<A: device_events_core::AnchorApi>(
+pub fn every_kernel_on<A: device_events_core::Backend>(
     streams: &[A::Stream],
     mut kernel: impl FnMut(usize, A::Stream),
     n: usize,

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use cubecl_common::profile::ProfileTicks;
 use cudarc::driver::{result, sys};
-use device_events_core::{EventApi, EventProfiler, ProfilerConfig, ThreadApi};
+use device_events_core::backend::ThreadApi;
+use device_events_core::{EventApi, EventProfiler, ProfilerConfig};
 use device_events_cuda::{Cuda, CudaStream};
 use serde_json::{Value, json};
 
@@ -231,7 +232,9 @@ pub fn gate(spin: &Spin, kernels: usize, calibrations: usize) -> Value {
                             let mut profiler = EventProfiler::<Cuda>::new();
                             let token = profiler.start(anchor);
                             profiler.abandon(token).unwrap();
-                            if device_events_core::wait_for_calibrations(Duration::from_secs(30)) {
+                            if device_events_core::process::wait_for_calibrations(
+                                Duration::from_secs(30),
+                            ) {
                                 taken.fetch_add(1, Ordering::Relaxed);
                             }
                         }

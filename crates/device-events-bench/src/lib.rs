@@ -31,9 +31,9 @@ pub struct NullEvent;
 #[derive(Clone, Copy, Debug)]
 pub struct NullStream;
 
-impl device_events_core::AnchorApi for Null {}
-impl device_events_core::ThreadApi for Null {}
-impl device_events_core::FenceApi for Null {}
+impl device_events_core::backend::AnchorApi for Null {}
+impl device_events_core::backend::ThreadApi for Null {}
+impl device_events_core::backend::FenceApi for Null {}
 
 impl EventApi for Null {
     type Event = NullEvent;
@@ -96,7 +96,7 @@ pub fn steady() -> device_events_core::ProfilerConfig {
 }
 
 /// A fence lifecycle: create (record), host wait, drop (release).
-pub fn fence<A: device_events_core::FenceApi>(stream: A::Stream) {
+pub fn fence<A: device_events_core::backend::FenceApi>(stream: A::Stream) {
     let fence = EventFence::<A>::new(stream);
     fence.wait_sync().unwrap();
 }
@@ -107,7 +107,7 @@ pub fn pooled_fence<A: EventApi>(pool: &FencePool<A>, stream: A::Stream) {
 }
 
 /// A profiling window: start, stop, resolve.
-pub fn window<A: device_events_core::AnchorApi>(
+pub fn window<A: device_events_core::backend::AnchorApi>(
     profiler: &mut EventProfiler<A>,
     stream: A::Stream,
 ) {

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use device_events_conformance::soft::SoftDriver;
-use device_events_core::{AnchorApi, EventProfiler, ProfilerConfig};
+use device_events_core::{Backend, EventProfiler, ProfilerConfig};
 use device_events_cuda::{Cuda, CudaStream};
 
 /// What a session measured: errors in ns, sorted, of both ends of every
@@ -66,7 +66,7 @@ impl Errors {
 /// # Panics
 ///
 /// When a window cannot be read.
-pub fn take_turns<A: AnchorApi, M: Copy>(
+pub fn take_turns<A: Backend, M: Copy>(
     stream: A::Stream,
     seconds: u64,
     period: Duration,

@@ -12,8 +12,8 @@ use cudarc::driver::{result, sys};
 use crate::work;
 use device_events_conformance::soft::{Held, SoftDriver};
 use device_events_core::{
-    AnchorApi, DriverError, EventApi, EventProfiler, EventQuery, FenceApi, FencePool, OwnedStream,
-    ProfilerConfig, ThreadApi,
+    Backend, DriverError, EventApi, EventProfiler, FencePool, OwnedStream, ProfilerConfig,
+    backend::ThreadApi,
 };
 use device_events_cuda::Cuda;
 use device_events_hip::{Hip, HipStream};
@@ -51,7 +51,7 @@ pub fn start_behind_a_kernel(soft: &SoftDriver) -> (Vec<Duration>, Vec<Duration>
     Cuda::stream_synchronize(s.get()).unwrap();
     Cuda::event_destroy(&mut bare).unwrap();
     drop(s);
-    assert!(device_events_core::wait_for_calibrations(
+    assert!(device_events_core::process::wait_for_calibrations(
         Duration::from_secs(10)
     ));
     soft.set_hw_queues(0);
@@ -62,7 +62,7 @@ pub fn start_behind_a_kernel(soft: &SoftDriver) -> (Vec<Duration>, Vec<Duration>
 }
 
 /// How a backend captures, for [`captures_beside_the_library`].
-pub struct Capturing<A: AnchorApi + FenceApi> {
+pub struct Capturing<A: Backend> {
     /// Begin a capture in GLOBAL mode (the software driver, where it is
     /// the driver).
     pub begin: fn(Option<&SoftDriver>, A::Stream),
@@ -93,7 +93,7 @@ pub struct Captures {
 /// # Panics
 ///
 /// When the software driver cannot run it.
-pub fn captures_beside_the_library<A: AnchorApi + FenceApi + EventQuery>(
+pub fn captures_beside_the_library<A: Backend>(
     soft: Option<&SoftDriver>,
     how: &Capturing<A>,
     captures: usize,
@@ -138,7 +138,7 @@ pub fn captures_beside_the_library<A: AnchorApi + FenceApi + EventQuery>(
         }
         stop.store(true, Ordering::Relaxed);
     });
-    assert!(device_events_core::wait_for_calibrations(
+    assert!(device_events_core::process::wait_for_calibrations(
         Duration::from_secs(10)
     ));
     Captures {
@@ -289,7 +289,7 @@ pub fn gate_on_a_shared_queue(soft: &SoftDriver, calibrations: usize) -> Held {
             let mut profiler = EventProfiler::<Cuda>::new();
             let token = profiler.start(s.get());
             profiler.abandon(token).unwrap();
-            assert!(device_events_core::wait_for_calibrations(
+            assert!(device_events_core::process::wait_for_calibrations(
                 Duration::from_secs(30)
             ));
         }
@@ -349,7 +349,7 @@ pub fn beside_a_hung_device(soft: &SoftDriver, windows: usize) -> (Vec<Duration>
     bind(0);
     Cuda::stream_synchronize(a.get()).unwrap();
     drop(hung);
-    let calibrated = device_events_core::wait_for_calibrations(Duration::from_secs(10));
+    let calibrated = device_events_core::process::wait_for_calibrations(Duration::from_secs(10));
     drop(a);
     soft.set_hw_queues(0);
     took.sort_unstable();

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use device_events_core::{AnchorApi, EventProfiler, FenceApi, ProfilerConfig};
+use device_events_core::{Backend, EventProfiler, ProfilerConfig};
 
 use crate::Streams;
 use crate::soft::SoftDriver;
@@ -23,7 +23,7 @@ pub struct GateCalls {
 
 /// A profiler that re-anchors every few milliseconds, so that a handful of
 /// windows meet several calibrations.
-fn refreshing<A: AnchorApi + FenceApi>() -> EventProfiler<A> {
+fn refreshing<A: Backend>() -> EventProfiler<A> {
     EventProfiler::with_config(ProfilerConfig {
         anchor_max_age: Duration::from_millis(2),
         ..ProfilerConfig::default()
@@ -32,7 +32,7 @@ fn refreshing<A: AnchorApi + FenceApi>() -> EventProfiler<A> {
 
 /// One window on `s`: each end's distance from the driver's truth, checked
 /// against the window's stated bound.
-fn window_errors<A: AnchorApi + FenceApi>(
+fn window_errors<A: Backend>(
     driver: &SoftDriver,
     epoch: Instant,
     profiler: &mut EventProfiler<A>,
@@ -68,7 +68,7 @@ fn window_errors<A: AnchorApi + FenceApi>(
 
 /// `n` windows on `s`, each end checked against the driver's truth within
 /// the window's stated bound.
-fn windows_inside_their_bound<A: AnchorApi + FenceApi>(
+fn windows_inside_their_bound<A: Backend>(
     driver: &SoftDriver,
     profiler: &mut EventProfiler<A>,
     s: A::Stream,
@@ -94,9 +94,7 @@ fn quantile(errors: &mut [Duration], q: f64) -> Duration {
 /// as many brackets, wide and narrow, from the same machine), on a device
 /// whose clock does not drift (where rate 1, the unfitted guess, is exact:
 /// the fit's hardest case). Every end lies inside its stated bound.
-pub fn the_drift_fit_never_places_worse_than_anchors_alone<A: AnchorApi + FenceApi>(
-    driver: &SoftDriver,
-) {
+pub fn the_drift_fit_never_places_worse_than_anchors_alone<A: Backend>(driver: &SoftDriver) {
     let streams = Streams::<A>::new(1);
     let s = streams.get(0);
     let epoch = driver.host_instant(0);
@@ -142,10 +140,7 @@ pub fn the_drift_fit_never_places_worse_than_anchors_alone<A: AnchorApi + FenceA
 
 /// Where the device has stream memory operations, the anchor is recorded
 /// behind a gate, and windows stay inside their bound.
-pub fn the_anchor_is_recorded_behind_a_gate<A: AnchorApi + FenceApi>(
-    driver: &SoftDriver,
-    calls: GateCalls,
-) {
+pub fn the_anchor_is_recorded_behind_a_gate<A: Backend>(driver: &SoftDriver, calls: GateCalls) {
     let streams = Streams::<A>::new(1);
     let mut profiler = refreshing::<A>();
     windows_inside_their_bound(driver, &mut profiler, streams.get(0), 20);
@@ -161,7 +156,7 @@ pub fn the_anchor_is_recorded_behind_a_gate<A: AnchorApi + FenceApi>(
 /// attribute (HIP; CUDA's V1 entry point) never tries; one whose driver
 /// refuses the wait (CUDA's V2, documented as always there) tries once and
 /// is not asked again.
-pub fn without_stream_memory_operations_the_anchor_is_bracketed<A: AnchorApi + FenceApi>(
+pub fn without_stream_memory_operations_the_anchor_is_bracketed<A: Backend>(
     driver: &SoftDriver,
     calls: GateCalls,
 ) {
@@ -181,7 +176,7 @@ pub fn without_stream_memory_operations_the_anchor_is_bracketed<A: AnchorApi + F
 /// A record that fails behind a closed gate, in an anchor refresh, leaves
 /// no stream waiting: the gate opens on the error path, while the profiler
 /// that holds it lives on.
-pub fn a_failure_behind_a_closed_gate_leaves_no_stream_waiting<A: AnchorApi + FenceApi>(
+pub fn a_failure_behind_a_closed_gate_leaves_no_stream_waiting<A: Backend>(
     driver: &SoftDriver,
     calls: GateCalls,
 ) {
@@ -197,7 +192,7 @@ pub fn a_failure_behind_a_closed_gate_leaves_no_stream_waiting<A: AnchorApi + Fe
     // profiler keeps its previous anchor.
     assert!(driver.fail_call_elsewhere(calls.record, 2, 2));
     let token = profiler.start(s);
-    assert!(device_events_core::wait_for_calibrations(
+    assert!(device_events_core::process::wait_for_calibrations(
         Duration::from_secs(10)
     ));
     assert_eq!(

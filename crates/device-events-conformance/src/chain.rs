@@ -4,7 +4,7 @@
 use std::cell::Cell;
 use std::time::{Duration, Instant};
 
-use device_events_core::{AnchorApi, ErrorKind, EventApi, EventProfiler, FenceApi, ProfileError};
+use device_events_core::{Backend, ErrorKind, EventApi, EventProfiler, ProfileError};
 
 use crate::noting::{Note, Noting};
 use crate::{Harness, Streams, at};
@@ -28,7 +28,7 @@ impl<A: EventApi> Note<A> for CountRecords {
 /// be read; their durations add up to the chain's span (its first start to
 /// its last end, as placed) within the readings' resolution and the two
 /// ends' stated bounds; and the chain made one record per window.
-pub fn a_chain_of_windows_adds_up_to_its_span<A: AnchorApi + FenceApi>(h: &Harness<A>) {
+pub fn a_chain_of_windows_adds_up_to_its_span<A: Backend>(h: &Harness<A>) {
     let streams = Streams::<A>::new(1);
     let s = streams.get(0);
     let mut profiler = EventProfiler::<Noting<A, CountRecords>>::new();
@@ -44,7 +44,7 @@ pub fn a_chain_of_windows_adds_up_to_its_span<A: AnchorApi + FenceApi>(h: &Harne
 }
 
 /// A chain of windows on `s`, checked; how many.
-fn chain<A: AnchorApi + FenceApi>(
+fn chain<A: Backend>(
     h: &Harness<A>,
     profiler: &mut EventProfiler<Noting<A, CountRecords>>,
     s: A::Stream,
@@ -101,7 +101,7 @@ fn chain<A: AnchorApi + FenceApi>(
 /// A boundary whose record fails (here on a destroyed stream) fails the
 /// window it would close and the one it would open, and nothing else: the
 /// windows before it read, and a new chain starts.
-pub fn a_failed_boundary_fails_only_the_windows_it_bounds<A: AnchorApi + FenceApi>(h: &Harness<A>) {
+pub fn a_failed_boundary_fails_only_the_windows_it_bounds<A: Backend>(h: &Harness<A>) {
     let streams = Streams::<A>::new(1);
     let s = streams.get(0);
     let mut profiler = EventProfiler::<A>::new();

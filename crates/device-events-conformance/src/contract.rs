@@ -5,7 +5,7 @@
 
 use cubecl_runtime::server::ProfileError;
 use device_events_core::{
-    AnchorApi, ErrorKind, EventFence, EventProfiler, EventQuery, FenceApi, ProfilerConfig,
+    Backend, ErrorKind, EventFence, EventProfiler, ProfilerConfig, backend::AnchorApi,
 };
 use device_events_cubecl::{CubeFence, CubeProfiler, StreamOf};
 
@@ -37,7 +37,7 @@ pub struct Abi {
 /// A status becomes a `DriverError` naming the backend, the call, the
 /// status's name and number, and its class: a poisoning fault is
 /// `DevicePoisoned`, out of memory (2 in both ABIs) `OutOfResources`.
-pub fn a_status_becomes_a_driver_error_with_call_code_name_and_class<A: AnchorApi + FenceApi>(
+pub fn a_status_becomes_a_driver_error_with_call_code_name_and_class<A: Backend>(
     soft: &SoftDriver,
     abi: Abi,
 ) {
@@ -68,7 +68,7 @@ pub fn a_status_becomes_a_driver_error_with_call_code_name_and_class<A: AnchorAp
 
 /// Calls on an event bind its own context (device), whatever the calling
 /// thread's is, and give the caller's back.
-pub fn an_event_is_bound_to_its_context_and_the_callers_restored<A: AnchorApi + FenceApi>(
+pub fn an_event_is_bound_to_its_context_and_the_callers_restored<A: Backend>(
     _: &SoftDriver,
     abi: Abi,
 ) {
@@ -94,9 +94,7 @@ pub fn an_event_is_bound_to_its_context_and_the_callers_restored<A: AnchorApi + 
 
 /// A record of an event on a stream of another context (device) is refused
 /// before the driver sees it.
-pub fn recording_on_another_contexts_stream_is_refused_before_the_driver<
-    A: AnchorApi + FenceApi,
->(
+pub fn recording_on_another_contexts_stream_is_refused_before_the_driver<A: Backend>(
     soft: &SoftDriver,
     abi: Abi,
 ) {
@@ -114,10 +112,7 @@ pub fn recording_on_another_contexts_stream_is_refused_before_the_driver<
 
 /// Every copy of a destroyed stream is refused before the driver: no
 /// synchronize, no second destroy, no record reaches it.
-pub fn a_destroyed_stream_is_refused_before_the_driver<A: AnchorApi + FenceApi>(
-    soft: &SoftDriver,
-    abi: Abi,
-) {
+pub fn a_destroyed_stream_is_refused_before_the_driver<A: Backend>(soft: &SoftDriver, abi: Abi) {
     (abi.bind)(0);
     let s = A::stream_create_non_blocking().unwrap();
     A::stream_destroy(s).unwrap();
@@ -150,10 +145,7 @@ pub fn a_destroyed_stream_is_refused_before_the_driver<A: AnchorApi + FenceApi>(
 /// A dropped fence's event is kept, and the next fence on a stream of its
 /// context records it again: one event created for a fence made again and
 /// again. Kept ones are few, and all are released on demand.
-pub fn a_dropped_fences_event_serves_the_next_fence<A: AnchorApi + FenceApi>(
-    soft: &SoftDriver,
-    abi: Abi,
-) {
+pub fn a_dropped_fences_event_serves_the_next_fence<A: Backend>(soft: &SoftDriver, abi: Abi) {
     (abi.bind)(0);
     let s = A::stream_create_non_blocking().unwrap();
     let base = soft.counts().events;
@@ -176,7 +168,7 @@ pub fn a_dropped_fences_event_serves_the_next_fence<A: AnchorApi + FenceApi>(
 /// A fence's event is of its stream's context, whichever context the
 /// thread has current: a fence on a device-1 stream made with device 0
 /// current works, and device 0 is current again afterwards.
-pub fn a_fence_follows_its_streams_context<A: AnchorApi + FenceApi>(soft: &SoftDriver, abi: Abi) {
+pub fn a_fence_follows_its_streams_context<A: Backend>(soft: &SoftDriver, abi: Abi) {
     (abi.bind)(1);
     let s = A::stream_create_non_blocking().unwrap();
     (abi.bind)(0);
@@ -196,7 +188,7 @@ pub fn a_fence_follows_its_streams_context<A: AnchorApi + FenceApi>(soft: &SoftD
 /// user's records on the one hardware queue the anchor's stream shares wait
 /// behind it for well under that, in every calibration sample.
 pub fn a_closed_gate_holds_work_on_its_hardware_queue_only_until_the_stream_reaches_it<
-    A: AnchorApi + FenceApi,
+    A: Backend,
 >(
     soft: &SoftDriver,
     abi: Abi,
@@ -234,7 +226,7 @@ pub fn a_closed_gate_holds_work_on_its_hardware_queue_only_until_the_stream_reac
         let token = profiler.start(s);
         profiler.abandon(token).unwrap();
         let begun = Instant::now();
-        assert!(device_events_core::wait_for_calibrations(
+        assert!(device_events_core::process::wait_for_calibrations(
             Duration::from_secs(30)
         ));
         // The user's records went on past the calibration.
@@ -266,10 +258,8 @@ pub fn a_closed_gate_holds_work_on_its_hardware_queue_only_until_the_stream_reac
 /// it, and the server's error says the device is poisoned, as CubeCL's own
 /// backends say (its drop queue then frees, where it would keep memory
 /// for any other failure).
-pub fn cubecl_a_sticky_fault_reads_as_a_poisoned_device<A: AnchorApi + FenceApi>(
-    soft: &SoftDriver,
-    abi: Abi,
-) where
+pub fn cubecl_a_sticky_fault_reads_as_a_poisoned_device<A: Backend>(soft: &SoftDriver, abi: Abi)
+where
     A::Stream: StreamOf<A>,
 {
     (abi.bind)(0);
@@ -290,7 +280,7 @@ where
     let mut profiler = CubeProfiler::<A>::new();
     let token = profiler.start(s).unwrap();
     profiler.abandon(token);
-    assert!(device_events_core::wait_for_calibrations(
+    assert!(device_events_core::process::wait_for_calibrations(
         std::time::Duration::from_secs(10)
     ));
     profiler
@@ -299,10 +289,8 @@ where
 /// A start the driver refuses is an `Err` at `start_profile`, before the
 /// server queues the work to profile, and no window is left open; the
 /// next start measures.
-pub fn cubecl_a_refused_start_fails_start_profile<A: AnchorApi + FenceApi>(
-    soft: &SoftDriver,
-    abi: Abi,
-) where
+pub fn cubecl_a_refused_start_fails_start_profile<A: Backend>(soft: &SoftDriver, abi: Abi)
+where
     A::Stream: PartialEq + StreamOf<A>,
 {
     (abi.bind)(0);
@@ -324,10 +312,8 @@ pub fn cubecl_a_refused_start_fails_start_profile<A: AnchorApi + FenceApi>(
 
 /// A window whose closing record the driver refuses reads as that error,
 /// `ProfileError::Server`, and a poisoning fault there stays poisoned.
-pub fn cubecl_a_refused_end_reads_as_the_servers_error<A: AnchorApi + FenceApi>(
-    soft: &SoftDriver,
-    abi: Abi,
-) where
+pub fn cubecl_a_refused_end_reads_as_the_servers_error<A: Backend>(soft: &SoftDriver, abi: Abi)
+where
     A::Stream: PartialEq + StreamOf<A>,
 {
     (abi.bind)(0);
@@ -350,9 +336,7 @@ pub fn cubecl_a_refused_end_reads_as_the_servers_error<A: AnchorApi + FenceApi>(
 /// A fence whose record the driver refuses (out of memory) synchronizes
 /// its stream there and then, as CubeCL's own fence does: its waits then
 /// succeed without the driver.
-pub fn cubecl_a_fence_whose_record_is_refused_synchronizes_its_stream<
-    A: AnchorApi + FenceApi + EventQuery,
->(
+pub fn cubecl_a_fence_whose_record_is_refused_synchronizes_its_stream<A: Backend>(
     soft: &SoftDriver,
     abi: Abi,
 ) where
@@ -378,10 +362,8 @@ pub fn cubecl_a_fence_whose_record_is_refused_synchronizes_its_stream<
 /// A stream wait the driver refuses (out of memory) becomes a host wait
 /// for the fence, as CubeCL's own fence does: the work is ordered just the
 /// same.
-pub fn cubecl_a_refused_stream_wait_waits_on_the_host<A: AnchorApi + FenceApi>(
-    soft: &SoftDriver,
-    abi: Abi,
-) where
+pub fn cubecl_a_refused_stream_wait_waits_on_the_host<A: Backend>(soft: &SoftDriver, abi: Abi)
+where
     A::Stream: StreamOf<A>,
 {
     (abi.bind)(0);
@@ -401,7 +383,7 @@ pub fn cubecl_a_refused_stream_wait_waits_on_the_host<A: AnchorApi + FenceApi>(
 /// No fallback where it would not be sound: a record refused with a
 /// poisoning fault is returned as it is, poisoned, and the stream is not
 /// synchronized.
-pub fn cubecl_a_fence_on_a_poisoned_device_falls_back_to_nothing<A: AnchorApi + FenceApi>(
+pub fn cubecl_a_fence_on_a_poisoned_device_falls_back_to_nothing<A: Backend>(
     soft: &SoftDriver,
     abi: Abi,
 ) where

@@ -9,14 +9,14 @@ use std::time::Duration;
 use cubecl_environment::backtrace::BackTrace;
 use cubecl_runtime::server::{ProfileError, ProfilingToken, ServerError};
 use device_events_core::profile::ProfileDuration;
-use device_events_core::{AnchorApi, FenceApi, OwnedStream};
+use device_events_core::{Backend, OwnedStream};
 use device_events_cubecl::{CubeFence, CubeProfiler, StreamOf};
 
 use crate::Harness;
 
 /// The server: its streams, by index as CubeCL's `StreamId`s, and its
 /// profiler.
-struct MiniServer<'h, A: AnchorApi + FenceApi>
+struct MiniServer<'h, A: Backend>
 where
     A::Stream: PartialEq + StreamOf<A>,
 {
@@ -25,7 +25,7 @@ where
     profiler: CubeProfiler<A>,
 }
 
-impl<'h, A: AnchorApi + FenceApi> MiniServer<'h, A>
+impl<'h, A: Backend> MiniServer<'h, A>
 where
     A::Stream: PartialEq + StreamOf<A>,
 {
@@ -79,7 +79,7 @@ fn read(duration: ProfileDuration) -> Duration {
 /// driver stamped (exactly, where the truth is known), and the quickest of
 /// twenty is under a millisecond (a device on a loaded CPU, as PoCL's is,
 /// can be descheduled between two stamps; that is its truth, not noise).
-pub fn cubecl_an_empty_window_measures_under_a_millisecond<A: AnchorApi + FenceApi>(h: &Harness<A>)
+pub fn cubecl_an_empty_window_measures_under_a_millisecond<A: Backend>(h: &Harness<A>)
 where
     A::Stream: PartialEq + StreamOf<A>,
 {
@@ -102,7 +102,7 @@ where
 /// Autotune's loop: an outer window around inner ones, each around a
 /// candidate's launch. The outer window is at least the sum of the inner
 /// ones, and under twice it.
-pub fn cubecl_an_outer_window_holds_its_inner_windows<A: AnchorApi + FenceApi>(h: &Harness<A>)
+pub fn cubecl_an_outer_window_holds_its_inner_windows<A: Backend>(h: &Harness<A>)
 where
     A::Stream: PartialEq + StreamOf<A>,
 {
@@ -128,7 +128,7 @@ where
 /// A launch that fails inside a window makes it read as that failure
 /// (`ProfileError::Server`, as CubeCL's servers report it), not a zero;
 /// windows opened afterwards measure again.
-pub fn cubecl_a_failed_launch_reads_as_the_servers_error<A: AnchorApi + FenceApi>(h: &Harness<A>)
+pub fn cubecl_a_failed_launch_reads_as_the_servers_error<A: Backend>(h: &Harness<A>)
 where
     A::Stream: PartialEq + StreamOf<A>,
 {
@@ -157,9 +157,8 @@ where
 /// launch (an idle device counts it as device time): the window is the
 /// launch, exactly as the driver stamped it (its truth, where known),
 /// while a window opened where the stream was holds the preparation too.
-pub fn cubecl_a_window_at_launch_leaves_out_the_host_before_it<A: AnchorApi + FenceApi>(
-    h: &Harness<A>,
-) where
+pub fn cubecl_a_window_at_launch_leaves_out_the_host_before_it<A: Backend>(h: &Harness<A>)
+where
     A::Stream: PartialEq + StreamOf<A>,
 {
     const PREPARING: Duration = Duration::from_millis(50);
@@ -187,7 +186,7 @@ pub fn cubecl_a_window_at_launch_leaves_out_the_host_before_it<A: AnchorApi + Fe
 /// fence, so a window on stream 1 around the wait holds all of that
 /// kernel, as stream 0's own window measured it; `sync` then returns with
 /// both done.
-pub fn cubecl_a_fence_hands_one_stream_over_to_the_other<A: AnchorApi + FenceApi>(h: &Harness<A>)
+pub fn cubecl_a_fence_hands_one_stream_over_to_the_other<A: Backend>(h: &Harness<A>)
 where
     A::Stream: PartialEq + StreamOf<A>,
 {

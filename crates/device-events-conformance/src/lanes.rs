@@ -13,7 +13,7 @@
 
 use std::time::{Duration, Instant};
 
-use device_events_core::{AnchorApi, EventProfiler, FenceApi};
+use device_events_core::{Backend, EventProfiler};
 
 use crate::Workload;
 use crate::soft::SoftDriver;
@@ -31,7 +31,7 @@ const LATER: usize = 5;
 const BYTES_PER_SECOND: f64 = 1e6;
 
 /// What a check needs of the backend's ABI.
-pub struct LaneAbi<A: AnchorApi + FenceApi> {
+pub struct LaneAbi<A: Backend> {
     /// Make device `n`'s context current on this thread.
     pub bind: fn(i32),
     /// A memset workload of at least `bytes` bytes, made on this thread.
@@ -51,11 +51,11 @@ fn bytes_for(d: Duration) -> usize {
 
 /// A profiler whose first anchor is taken: later windows wait for
 /// nothing of the calibrator's.
-fn anchored<A: AnchorApi + FenceApi>(s: A::Stream) -> EventProfiler<A> {
+fn anchored<A: Backend>(s: A::Stream) -> EventProfiler<A> {
     let mut profiler = EventProfiler::<A>::new();
     let token = profiler.start(s);
     profiler.abandon(token).unwrap();
-    assert!(device_events_core::wait_for_calibrations(
+    assert!(device_events_core::process::wait_for_calibrations(
         Duration::from_secs(30)
     ));
     profiler
@@ -64,7 +64,7 @@ fn anchored<A: AnchorApi + FenceApi>(s: A::Stream) -> EventProfiler<A> {
 /// `LATER` windows on `lane`, each around `SHORT` of work, each pending
 /// when first read: how long they took to be answered, all of them, from
 /// the first one's stop.
-fn later_windows<A: AnchorApi + FenceApi>(
+fn later_windows<A: Backend>(
     profiler: &mut EventProfiler<A>,
     lane: A::Stream,
     work: &dyn Workload<A>,
@@ -88,9 +88,7 @@ fn later_windows<A: AnchorApi + FenceApi>(
 /// A window that starts on stream A behind [`LONG`] of work and ends on
 /// stream B after a little work there: B's later windows are answered as
 /// their ends come, not when A gets to the first one's start.
-pub fn a_window_started_on_a_busy_stream_holds_back_no_other_window_of_its_lane<
-    A: AnchorApi + FenceApi,
->(
+pub fn a_window_started_on_a_busy_stream_holds_back_no_other_window_of_its_lane<A: Backend>(
     soft: &SoftDriver,
     abi: &LaneAbi<A>,
 ) {
@@ -128,9 +126,7 @@ pub fn a_window_started_on_a_busy_stream_holds_back_no_other_window_of_its_lane<
 /// stream A, behind [`LONG`] of work): B's later windows are answered as
 /// their ends come, and the window itself reads `None`, never a zero, once
 /// A gets to its start.
-pub fn a_reversed_window_holds_back_no_other_window_of_its_lane_and_reads_none<
-    A: AnchorApi + FenceApi,
->(
+pub fn a_reversed_window_holds_back_no_other_window_of_its_lane_and_reads_none<A: Backend>(
     soft: &SoftDriver,
     abi: &LaneAbi<A>,
 ) {
@@ -164,9 +160,7 @@ pub fn a_reversed_window_holds_back_no_other_window_of_its_lane_and_reads_none<
 /// thread's window behind [`LONG`] of work on its per-thread stream holds
 /// back no window another thread ends on its own, through the same handle
 /// and the same profiler.
-pub fn windows_of_threads_sharing_a_per_thread_handle_are_answered_each_on_its_own<
-    A: AnchorApi + FenceApi,
->(
+pub fn windows_of_threads_sharing_a_per_thread_handle_are_answered_each_on_its_own<A: Backend>(
     soft: &SoftDriver,
     abi: &LaneAbi<A>,
 ) where

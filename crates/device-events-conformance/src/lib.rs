@@ -50,13 +50,13 @@ use std::time::{Duration, Instant};
 
 use device_events_core::profile::{ProfileDuration, ProfileTicks};
 use device_events_core::{
-    AnchorApi, CaptureStatus, DriverError, ErrorKind, EventFence, EventProfiler, EventQuery,
-    FenceApi, OwnedStream, ProfilerConfig,
+    Backend, CaptureStatus, DriverError, ErrorKind, EventFence, EventProfiler, OwnedStream,
+    ProfilerConfig,
 };
 
 /// Device work a backend's tests can queue: a memset of a sized buffer works
 /// on CUDA, HIP and the software driver.
-pub trait Workload<A: AnchorApi + FenceApi> {
+pub trait Workload<A: Backend> {
     /// Queue an operation touching `bytes` bytes on `stream`.
     ///
     /// # Errors
@@ -68,7 +68,7 @@ pub trait Workload<A: AnchorApi + FenceApi> {
 }
 
 /// The backend calls the suite needs beyond [`EventApi`](device_events_core::EventApi).
-pub struct Capture<A: AnchorApi + FenceApi> {
+pub struct Capture<A: Backend> {
     /// Begin capturing a graph on the stream.
     pub begin: fn(A::Stream) -> Result<(), DriverError>,
     /// End the capture and release the graph.
@@ -80,7 +80,7 @@ pub struct Capture<A: AnchorApi + FenceApi> {
 }
 
 /// What a backend's suite runs against.
-pub struct Harness<A: AnchorApi + FenceApi> {
+pub struct Harness<A: Backend> {
     workload: Box<dyn Workload<A>>,
     bytes_per_second: f64,
     /// The driver's elapsed-time resolution.
@@ -106,9 +106,9 @@ pub struct Harness<A: AnchorApi + FenceApi> {
 }
 
 /// Streams a check owns, released when it ends.
-pub(crate) struct Streams<A: AnchorApi + FenceApi>(Vec<OwnedStream<A>>);
+pub(crate) struct Streams<A: Backend>(Vec<OwnedStream<A>>);
 
-impl<A: AnchorApi + FenceApi> Streams<A> {
+impl<A: Backend> Streams<A> {
     pub(crate) fn new(n: usize) -> Self {
         Self(
             (0..n)
@@ -122,7 +122,7 @@ impl<A: AnchorApi + FenceApi> Streams<A> {
     }
 }
 
-impl<A: AnchorApi + FenceApi> Harness<A> {
+impl<A: Backend> Harness<A> {
     /// A harness whose workload's speed is measured here, with events.
     ///
     /// # Panics
@@ -312,12 +312,12 @@ const SOFT_BANDWIDTH: f64 = 10e9;
 
 /// A [`Harness`] on the driver under test, holding the software driver (when
 /// it is the one) for the test alone.
-pub struct Suite<A: AnchorApi + FenceApi> {
+pub struct Suite<A: Backend> {
     harness: Harness<A>,
     _soft: Option<soft::Exclusive<'static>>,
 }
 
-impl<A: AnchorApi + FenceApi> Suite<A> {
+impl<A: Backend> Suite<A> {
     /// Take the software driver unless the real one is under test
     /// ([`soft::SoftDriver::unless_real`]), run `prepare` (bind a context,
     /// say), then build the harness with `make`, which is told whether the
@@ -336,7 +336,7 @@ impl<A: AnchorApi + FenceApi> Suite<A> {
     }
 }
 
-impl<A: AnchorApi + FenceApi> std::ops::Deref for Suite<A> {
+impl<A: Backend> std::ops::Deref for Suite<A> {
     type Target = Harness<A>;
     fn deref(&self) -> &Harness<A> {
         &self.harness
@@ -357,7 +357,7 @@ pub(crate) fn at(epoch: Instant, ticks: &ProfileTicks) -> (Duration, Duration) {
 
 /// A fence orders two streams: the waiting stream's work starts after the
 /// fenced work ends, as measured by events.
-pub fn fence_orders_two_streams<A: AnchorApi + FenceApi>(h: &Harness<A>) {
+pub fn fence_orders_two_streams<A: Backend>(h: &Harness<A>) {
     let streams = Streams::<A>::new(2);
     let (a, b) = (streams.get(0), streams.get(1));
     let mut profiler = EventProfiler::<A>::new();
@@ -381,7 +381,7 @@ pub fn fence_orders_two_streams<A: AnchorApi + FenceApi>(h: &Harness<A>) {
 }
 
 /// `wait_sync` returns only once the fenced work is done.
-pub fn wait_sync_returns_after_the_fenced_work<A: AnchorApi + FenceApi>(h: &Harness<A>) {
+pub fn wait_sync_returns_after_the_fenced_work<A: Backend>(h: &Harness<A>) {
     let streams = Streams::<A>::new(1);
     let s = streams.get(0);
     let mut profiler = EventProfiler::<A>::new();
@@ -404,24 +404,24 @@ pub fn wait_sync_returns_after_the_fenced_work<A: AnchorApi + FenceApi>(h: &Harn
 
 /// Dropping a fence that was never waited on, while its work is in flight,
 /// is safe: the stream finishes and nothing fails.
-pub fn dropping_an_unwaited_fence_in_flight_is_safe<A: AnchorApi + FenceApi>(h: &Harness<A>) {
+pub fn dropping_an_unwaited_fence_in_flight_is_safe<A: Backend>(h: &Harness<A>) {
     let streams = Streams::<A>::new(1);
     let s = streams.get(0);
     let before = h.live_events.map(|live| {
-        device_events_core::release_idle_events();
+        device_events_core::process::release_idle_events();
         live()
     });
     h.enqueue(s, Duration::from_millis(20));
     drop(EventFence::<A>::new(s));
     A::stream_synchronize(s).unwrap();
     if let (Some(live), Some(before)) = (h.live_events, before) {
-        device_events_core::release_idle_events();
+        device_events_core::process::release_idle_events();
         assert_eq!(live(), before, "the fence's event was released");
     }
 }
 
 /// A window around work of duration D measures D within the stated tolerance.
-pub fn window_measures_the_work_inside_it<A: AnchorApi + FenceApi>(h: &Harness<A>) {
+pub fn window_measures_the_work_inside_it<A: Backend>(h: &Harness<A>) {
     let streams = Streams::<A>::new(1);
     let s = streams.get(0);
     let mut profiler = EventProfiler::<A>::new();
@@ -446,7 +446,7 @@ pub fn window_measures_the_work_inside_it<A: AnchorApi + FenceApi>(h: &Harness<A
 }
 
 /// Nested windows: each inner window lies inside its outer one.
-pub fn nested_windows_lie_inside_their_outer_window<A: AnchorApi + FenceApi>(h: &Harness<A>) {
+pub fn nested_windows_lie_inside_their_outer_window<A: Backend>(h: &Harness<A>) {
     let streams = Streams::<A>::new(1);
     let s = streams.get(0);
     let mut profiler = EventProfiler::<A>::new();
@@ -483,7 +483,7 @@ pub fn nested_windows_lie_inside_their_outer_window<A: AnchorApi + FenceApi>(h: 
 }
 
 /// Overlapping windows on one stream are each measured, in order.
-pub fn overlapping_windows_are_consistent<A: AnchorApi + FenceApi>(h: &Harness<A>) {
+pub fn overlapping_windows_are_consistent<A: Backend>(h: &Harness<A>) {
     let streams = Streams::<A>::new(1);
     let s = streams.get(0);
     let mut profiler = EventProfiler::<A>::new();
@@ -522,7 +522,7 @@ pub fn overlapping_windows_are_consistent<A: AnchorApi + FenceApi>(h: &Harness<A
 /// Each window's host-clock placement lies inside the host interval in which
 /// its work could have run, widened by the anchor's stated uncertainty: the
 /// test of anchoring.
-pub fn placement_lies_inside_the_host_interval<A: AnchorApi + FenceApi>(h: &Harness<A>) {
+pub fn placement_lies_inside_the_host_interval<A: Backend>(h: &Harness<A>) {
     let streams = Streams::<A>::new(2);
     let mut profiler = EventProfiler::<A>::new();
     for round in 0..6 {
@@ -547,12 +547,12 @@ pub fn placement_lies_inside_the_host_interval<A: AnchorApi + FenceApi>(h: &Harn
 
 /// Thousands of fences and windows in flight, resolved from several threads:
 /// nothing lost, nothing leaked, no deadlock.
-pub fn thousands_in_flight_resolve_from_several_threads<A: AnchorApi + FenceApi>(h: &Harness<A>) {
+pub fn thousands_in_flight_resolve_from_several_threads<A: Backend>(h: &Harness<A>) {
     const EACH: usize = 2000;
     const THREADS: usize = 4;
     let streams = Streams::<A>::new(2);
     let before = h.live_events.map(|live| {
-        device_events_core::release_idle_events();
+        device_events_core::process::release_idle_events();
         live()
     });
     let mut profiler = EventProfiler::<A>::new();
@@ -607,13 +607,13 @@ pub fn thousands_in_flight_resolve_from_several_threads<A: AnchorApi + FenceApi>
     );
     drop(profiler);
     if let (Some(live), Some(before)) = (h.live_events, before) {
-        device_events_core::release_idle_events();
+        device_events_core::process::release_idle_events();
         assert_eq!(live(), before, "every event released");
     }
 }
 
 /// Elapsed time on an event never recorded is refused, as invalid.
-pub fn elapsed_on_an_unrecorded_event_is_refused<A: AnchorApi + FenceApi>(_: &Harness<A>) {
+pub fn elapsed_on_an_unrecorded_event_is_refused<A: Backend>(_: &Harness<A>) {
     let streams = Streams::<A>::new(1);
     let s = streams.get(0);
     let recorded = A::event_create().unwrap();
@@ -629,7 +629,7 @@ pub fn elapsed_on_an_unrecorded_event_is_refused<A: AnchorApi + FenceApi>(_: &Ha
 }
 
 /// Elapsed time on an event not yet reached is "not ready".
-pub fn elapsed_on_an_unreached_event_is_not_ready<A: AnchorApi + FenceApi>(h: &Harness<A>) {
+pub fn elapsed_on_an_unreached_event_is_not_ready<A: Backend>(h: &Harness<A>) {
     let streams = Streams::<A>::new(1);
     let s = streams.get(0);
     let mut start = A::event_create().unwrap();
@@ -650,7 +650,7 @@ pub fn elapsed_on_an_unreached_event_is_not_ready<A: AnchorApi + FenceApi>(h: &H
 /// synchronized; each error is of the capture class. The synchronize is
 /// refused before the driver; the wait reaches it (CUDA), which refuses it
 /// and invalidates the capture, as it would the caller's own wait.
-pub fn a_capturing_stream_gives_capture_errors<A: AnchorApi + FenceApi>(h: &Harness<A>) {
+pub fn a_capturing_stream_gives_capture_errors<A: Backend>(h: &Harness<A>) {
     let capture = h.capture.as_ref().expect("the backend has graph capture");
     let streams = Streams::<A>::new(1);
     let s = streams.get(0);
@@ -681,9 +681,7 @@ pub fn a_capturing_stream_gives_capture_errors<A: AnchorApi + FenceApi>(h: &Harn
 /// fork/join), so ending the capture without joining back fails with a
 /// capture error; a window opened and closed inside it resolves to `None`,
 /// never to a duration read from a graph node; nothing panics.
-pub fn a_fence_out_of_a_capture_forks_and_its_windows_read_none<A: AnchorApi + FenceApi>(
-    h: &Harness<A>,
-) {
+pub fn a_fence_out_of_a_capture_forks_and_its_windows_read_none<A: Backend>(h: &Harness<A>) {
     let capture = h.capture.as_ref().expect("the backend has graph capture");
     let streams = Streams::<A>::new(2);
     let (a, b) = (streams.get(0), streams.get(1));
@@ -713,11 +711,7 @@ pub fn a_fence_out_of_a_capture_forks_and_its_windows_read_none<A: AnchorApi + F
 
 /// A fence says it is complete only once the device passed it, and asking
 /// never waits: [`EventFence::is_complete`] where the backend can query.
-pub fn a_fence_is_complete_only_once_the_device_passes_it<
-    A: device_events_core::EventQuery + AnchorApi + FenceApi,
->(
-    h: &Harness<A>,
-) {
+pub fn a_fence_is_complete_only_once_the_device_passes_it<A: Backend>(h: &Harness<A>) {
     let streams = Streams::<A>::new(1);
     let s = streams.get(0);
     h.enqueue(s, Duration::from_millis(30));
@@ -733,7 +727,7 @@ pub fn a_fence_is_complete_only_once_the_device_passes_it<
 }
 
 /// A window is read on a thread other than the one that opened it.
-pub fn windows_resolve_on_other_threads<A: AnchorApi + FenceApi>(h: &Harness<A>) {
+pub fn windows_resolve_on_other_threads<A: Backend>(h: &Harness<A>) {
     let streams = Streams::<A>::new(1);
     let s = streams.get(0);
     let mut profiler = EventProfiler::<A>::new();
@@ -755,7 +749,7 @@ pub fn windows_resolve_on_other_threads<A: AnchorApi + FenceApi>(h: &Harness<A>)
 /// On the software driver: a fence, pooled fences, a profiler with a window
 /// abandoned and one read leave no event or stream behind and release
 /// nothing twice.
-pub fn fences_and_profilers_leak_nothing<A: AnchorApi + FenceApi>(driver: &soft::SoftDriver) {
+pub fn fences_and_profilers_leak_nothing<A: Backend>(driver: &soft::SoftDriver) {
     let before = driver.counts();
     {
         let streams = Streams::<A>::new(1);
@@ -779,7 +773,7 @@ pub fn fences_and_profilers_leak_nothing<A: AnchorApi + FenceApi>(driver: &soft:
 
 /// On the software driver: a fence, a window and a capture query reach only
 /// the driver functions the backend documents.
-pub fn only_documented_functions_are_called<A: AnchorApi + FenceApi>(
+pub fn only_documented_functions_are_called<A: Backend>(
     driver: &soft::SoftDriver,
     documented: &[&str],
     capture_status: fn(A::Stream) -> Result<CaptureStatus, DriverError>,
@@ -834,11 +828,7 @@ pub fn run_without_driver(child: &str, hide: &[&str], set: &[(&str, &str)]) {
 /// as it began. A real driver refuses a query from another GLOBAL-mode
 /// thread during such a capture and invalidates it; the library's own
 /// threads are relaxed, and its queries on a caller's thread run relaxed.
-pub fn a_global_capture_ends_while_the_library_works_elsewhere<
-    A: AnchorApi + FenceApi + EventQuery,
->(
-    h: &Harness<A>,
-) {
+pub fn a_global_capture_ends_while_the_library_works_elsewhere<A: Backend>(h: &Harness<A>) {
     const WORKERS: usize = 4;
     const CAPTURES: usize = 50;
     let capture = h.capture.as_ref().expect("the backend has graph capture");
@@ -892,9 +882,7 @@ pub fn a_global_capture_ends_while_the_library_works_elsewhere<
 /// RELAXED mode, so the capture ends as it began. (A real driver refuses a
 /// GLOBAL-mode thread's memory release during such a capture, and
 /// invalidates it.)
-pub fn a_profiler_dropped_during_a_global_capture_elsewhere_leaves_it_valid<
-    A: AnchorApi + FenceApi,
->(
+pub fn a_profiler_dropped_during_a_global_capture_elsewhere_leaves_it_valid<A: Backend>(
     h: &Harness<A>,
 ) {
     let capture = h.capture.as_ref().expect("the backend has graph capture");
@@ -904,7 +892,7 @@ pub fn a_profiler_dropped_during_a_global_capture_elsewhere_leaves_it_valid<
     let token = profiler.start(s);
     let window = profiler.stop(s, token).unwrap();
     pollster::block_on(window.resolve()).expect("the window was read");
-    assert!(device_events_core::wait_for_calibrations(
+    assert!(device_events_core::process::wait_for_calibrations(
         Duration::from_secs(10)
     ));
     let (begun, ended) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
@@ -918,7 +906,7 @@ pub fn a_profiler_dropped_during_a_global_capture_elsewhere_leaves_it_valid<
         });
         begun.wait();
         drop(profiler);
-        assert!(device_events_core::wait_for_calibrations(
+        assert!(device_events_core::process::wait_for_calibrations(
             Duration::from_secs(10)
         ));
         ended.wait();
@@ -934,9 +922,7 @@ pub fn a_profiler_dropped_during_a_global_capture_elsewhere_leaves_it_valid<
 /// the truth or a capture error, and the capture ends as it began. (ROCm's
 /// runtime before 7.2 invalidates the capture of the stream an event was
 /// last recorded on when the event is asked, in any mode.)
-pub fn asking_a_fence_recorded_before_its_stream_captures_leaves_the_capture_valid<
-    A: AnchorApi + FenceApi + EventQuery,
->(
+pub fn asking_a_fence_recorded_before_its_stream_captures_leaves_the_capture_valid<A: Backend>(
     h: &Harness<A>,
 ) {
     let capture = h.capture.as_ref().expect("the backend has graph capture");

@@ -4,7 +4,8 @@
 use std::marker::PhantomData;
 use std::time::Duration;
 
-use device_events_core::{AnchorApi, DriverError, EventApi, FenceApi, Gate, HostStamp, ThreadApi};
+use device_events_core::backend::{AnchorApi, EventQuery, FenceApi, Gate, HostStamp, ThreadApi};
+use device_events_core::{DriverError, EventApi};
 
 /// Told of each event right after the backend recorded it.
 pub trait Note<A: EventApi>: Send + Sync + 'static {
@@ -64,6 +65,12 @@ impl<A: AnchorApi, N: Note<A>> AnchorApi for Noting<A, N> {
     }
 }
 
+impl<A: EventQuery, N: Note<A>> EventQuery for Noting<A, N> {
+    fn event_query(event: &A::Event) -> Result<bool, DriverError> {
+        A::event_query(event)
+    }
+}
+
 /// Fences make a new event each, as the default does.
 impl<A: EventApi, N: Note<A>> FenceApi for Noting<A, N> {}
 
@@ -85,11 +92,11 @@ impl<A: ThreadApi, N: Note<A>> ThreadApi for Noting<A, N> {
 /// A noting backend takes its inner backend's checked streams where a
 /// CubeCL server passes one.
 impl<R, N> device_events_cubecl::StreamOf<Noting<R, N>>
-    for device_events_core::raw::CheckedStream<R>
+    for device_events_core::backend::CheckedStream<R>
 where
-    R: device_events_core::raw::RawApi,
+    R: device_events_core::backend::RawApi,
     N: Note<R>,
-    Noting<R, N>: device_events_core::AnchorApi<Stream = Self> + device_events_core::FenceApi,
+    Noting<R, N>: device_events_core::Backend<Stream = Self>,
 {
     fn stream(self) -> Result<Self, cubecl_runtime::server::ServerError> {
         Ok(self)

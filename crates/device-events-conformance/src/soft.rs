@@ -235,10 +235,10 @@ impl SoftDriver {
     /// kept for reuse are released first too.
     pub fn counts(&self) -> Counts {
         type F = unsafe extern "C" fn(*mut Counts) -> i32;
-        if !device_events_core::wait_for_calibrations(std::time::Duration::from_secs(30)) {
+        if !device_events_core::process::wait_for_calibrations(std::time::Duration::from_secs(30)) {
             eprintln!("a calibration did not end within 30 s");
         }
-        device_events_core::release_idle_events();
+        device_events_core::process::release_idle_events();
         let mut counts = Counts::default();
         let f = self.symbol::<F>(b"soft_driver_counts\0");
         // SAFETY: `counts` is a live, writable value of the mirrored layout.

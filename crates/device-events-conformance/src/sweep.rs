@@ -13,9 +13,7 @@ use std::sync::mpsc;
 use std::sync::{Mutex, Once, PoisonError};
 use std::time::{Duration, Instant};
 
-use device_events_core::{
-    AnchorApi, EventFence, EventProfiler, FenceApi, OwnedStream, ProfilerConfig,
-};
+use device_events_core::{Backend, EventFence, EventProfiler, OwnedStream, ProfilerConfig};
 
 use crate::Streams;
 use crate::soft::{Counts, SoftDriver};
@@ -59,7 +57,7 @@ fn note<T, E: std::fmt::Display>(seen: &mut Seen, result: Result<T, E>) -> Optio
     result.map_err(|e| seen.push(e.to_string())).ok()
 }
 
-fn streams<A: AnchorApi + FenceApi>(n: usize, seen: &mut Seen) -> Option<Streams<A>> {
+fn streams<A: Backend>(n: usize, seen: &mut Seen) -> Option<Streams<A>> {
     let mut made = Streams::<A>(Vec::new());
     for _ in 0..n {
         made.0.push(note(seen, OwnedStream::new())?);
@@ -75,7 +73,7 @@ fn resolve_all(pending: Vec<device_events_core::profile::ProfileDuration>) {
 }
 
 /// A fence made, waited on by the host, dropped.
-pub fn fence_lifecycle<A: AnchorApi + FenceApi>() -> Seen {
+pub fn fence_lifecycle<A: Backend>() -> Seen {
     let mut seen = Seen::new();
     if let Some(s) = streams::<A>(1, &mut seen) {
         let fence = EventFence::<A>::new(s.get(0));
@@ -85,7 +83,7 @@ pub fn fence_lifecycle<A: AnchorApi + FenceApi>() -> Seen {
 }
 
 /// One stream made to wait for another's point, then the host for it.
-pub fn cross_stream_fence<A: AnchorApi + FenceApi>() -> Seen {
+pub fn cross_stream_fence<A: Backend>() -> Seen {
     let mut seen = Seen::new();
     if let Some(s) = streams::<A>(2, &mut seen) {
         let fence = EventFence::<A>::new(s.get(0));
@@ -96,7 +94,7 @@ pub fn cross_stream_fence<A: AnchorApi + FenceApi>() -> Seen {
 }
 
 /// A profiler with a window nested in another, both read.
-pub fn nested_windows<A: AnchorApi + FenceApi>() -> Seen {
+pub fn nested_windows<A: Backend>() -> Seen {
     let mut seen = Seen::new();
     if let Some(s) = streams::<A>(1, &mut seen) {
         let s = s.get(0);
@@ -113,7 +111,7 @@ pub fn nested_windows<A: AnchorApi + FenceApi>() -> Seen {
 }
 
 /// Two windows with a fresh anchor each, chained by the drift fit.
-pub fn anchor_refresh<A: AnchorApi + FenceApi>() -> Seen {
+pub fn anchor_refresh<A: Backend>() -> Seen {
     let mut seen = Seen::new();
     if let Some(s) = streams::<A>(1, &mut seen) {
         let s = s.get(0);
@@ -134,7 +132,7 @@ pub fn anchor_refresh<A: AnchorApi + FenceApi>() -> Seen {
 }
 
 /// A profiler dropped with windows open and a reading never awaited.
-pub fn teardown_with_windows_open<A: AnchorApi + FenceApi>() -> Seen {
+pub fn teardown_with_windows_open<A: Backend>() -> Seen {
     let mut seen = Seen::new();
     if let Some(s) = streams::<A>(1, &mut seen) {
         let s = s.get(0);
@@ -150,7 +148,7 @@ pub fn teardown_with_windows_open<A: AnchorApi + FenceApi>() -> Seen {
 }
 
 /// The scenarios of the sweep, by name.
-pub fn scenarios<A: AnchorApi + FenceApi>() -> [(&'static str, Scenario); 5] {
+pub fn scenarios<A: Backend>() -> [(&'static str, Scenario); 5] {
     [
         ("fence lifecycle", fence_lifecycle::<A>),
         ("cross-stream fence", cross_stream_fence::<A>),
@@ -268,7 +266,7 @@ pub fn sweep(
 /// Whether none of the library's threads is up, waiting at most `limit`.
 fn threads_gone_within(limit: Duration) -> bool {
     let deadline = Instant::now() + limit;
-    while device_events_core::library_threads_running() {
+    while device_events_core::process::library_threads_running() {
         if Instant::now() > deadline {
             return false;
         }
@@ -298,7 +296,7 @@ fn runs_clean_again(driver: &SoftDriver, scenario: Scenario, tally: &mut Tally, 
     settle();
     // Each run starts as the learning run did: no fence event kept from
     // the one before.
-    device_events_core::release_idle_events();
+    device_events_core::process::release_idle_events();
     if !again.is_empty() {
         eprintln!("{what}, a clean run fails: {again:?}");
         tally.lost += 1;
@@ -323,11 +321,11 @@ pub fn sweep_thread_starts(driver: &SoftDriver, scenarios: &[(&'static str, Scen
         }
         driver.reset();
         take_logs();
-        device_events_core::refuse_thread_starts(true);
+        device_events_core::process::refuse_thread_starts(true);
         tally.points += 1;
         let outcome = catch_unwind(AssertUnwindSafe(scenario));
         settle();
-        let refused = device_events_core::refuse_thread_starts(false);
+        let refused = device_events_core::process::refuse_thread_starts(false);
         let logs = take_logs();
         let Ok(seen) = outcome else {
             tally.panics += 1;
@@ -353,7 +351,7 @@ pub fn sweep_thread_starts(driver: &SoftDriver, scenarios: &[(&'static str, Scen
 /// Let calibrations in flight end: a profiler dropped meanwhile releases
 /// its anchor's events and stream as its calibration ends.
 fn settle() {
-    if !device_events_core::wait_for_calibrations(Duration::from_secs(30)) {
+    if !device_events_core::process::wait_for_calibrations(Duration::from_secs(30)) {
         eprintln!("a calibration did not end within 30 s");
     }
 }
@@ -365,7 +363,7 @@ fn settle() {
 /// # Errors
 ///
 /// A sentence naming what was lost, leaked or stuck.
-pub fn stress<A: AnchorApi + FenceApi>(
+pub fn stress<A: Backend>(
     threads: usize,
     each: usize,
     prepare_thread: fn(),
@@ -453,7 +451,7 @@ pub fn stress<A: AnchorApi + FenceApi>(
 /// # Panics
 ///
 /// When the software driver cannot be loaded.
-pub fn main<A: AnchorApi + FenceApi>(statuses: fn(&str) -> &'static [i32], prepare_thread: fn()) {
+pub fn main<A: Backend>(statuses: fn(&str) -> &'static [i32], prepare_thread: fn()) {
     let driver = SoftDriver::exclusive();
     prepare_thread();
     let mut total = Tally::default();

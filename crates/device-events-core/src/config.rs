@@ -33,14 +33,14 @@ pub struct ProfilerConfig {
     /// Default: on.
     pub drift_correction: bool,
     /// Record the anchor behind a gate where the backend has one
-    /// ([`AnchorApi::gate`](crate::AnchorApi::gate)), so that the record call and the launch
+    /// ([`AnchorApi::gate`](crate::backend::AnchorApi::gate)), so that the record call and the launch
     /// latency fall before the bracket opens. Default: on.
     pub gated_anchor: bool,
     /// The longest the host waits for a gated anchor's stream to reach the
     /// gate before opening it. The gate opens as soon as a mark recorded
     /// ahead of it is reached, so this bounds the wait for a stream behind
     /// other work, whose bracket is then wide and weighs little. Default:
-    /// `None`, the gate's own ([`Gate::settle`](crate::Gate::settle): 50 µs
+    /// `None`, the gate's own ([`Gate::settle`](crate::backend::Gate::settle): 50 µs
     /// on CUDA and HIP; none on OpenCL, which opens at once).
     ///
     /// A soft bound on how long a closed gate holds work sharing its
@@ -51,7 +51,7 @@ pub struct ProfilerConfig {
     /// latency.
     pub gate_settle: Option<Duration>,
     /// Take the anchor's time from the driver's own host-clock stamp where
-    /// it has one ([`AnchorApi::host_stamp`](crate::AnchorApi::host_stamp)), instead of a bracket.
+    /// it has one ([`AnchorApi::host_stamp`](crate::backend::AnchorApi::host_stamp)), instead of a bracket.
     /// Default: on.
     pub driver_clock: bool,
     /// The caller opens and closes windows (`start`, `stop`, `split`) only

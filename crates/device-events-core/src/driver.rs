@@ -257,7 +257,7 @@ impl std::error::Error for DriverError {}
 /// panic.
 ///
 /// ```
-/// use device_events_core::driver::elapsed_from_ms;
+/// use device_events_core::backend::elapsed_from_ms;
 /// use std::time::Duration;
 ///
 /// assert_eq!(elapsed_from_ms("hip", "hipEventElapsedTime", 1.5), Ok(Duration::from_micros(1500)));
@@ -306,6 +306,9 @@ pub enum CaptureStatus {
 /// HIP device), then bind back what was bound before: the backends' rule for
 /// calls on an event or stream from any thread.
 ///
+/// For tests of that rule (feature `sim`): the checked layer applies it to
+/// every backend, so no backend calls it.
+///
 /// `current` reads what is bound, `bind` binds a value and `restore` puts
 /// back the previous one (given what `current` read). If binding fails,
 /// `call` runs unbound and the failure is logged: a release must happen
@@ -314,7 +317,7 @@ pub enum CaptureStatus {
 /// call whose binding fails.
 ///
 /// ```
-/// use device_events_core::driver::with_bound;
+/// use device_events_core::backend::with_bound;
 /// use std::cell::Cell;
 ///
 /// let bound = Cell::new(1);
@@ -336,6 +339,7 @@ pub enum CaptureStatus {
 /// # Errors
 ///
 /// `call`'s error.
+#[cfg(feature = "sim")]
 pub fn with_bound<H: PartialEq + Copy, T>(
     backend: &'static str,
     wanted: H,

@@ -10,13 +10,14 @@
 //!   an estimate of the device clock's drift.
 //!
 //! They are generic over a backend: `device-events-cuda`,
-//! `device-events-hip` or `device-events-opencl`. Code generic over a
-//! backend that makes fences and profilers bounds it by
-//! `A: AnchorApi + FenceApi`. A backend implements [`raw::RawApi`], its
-//! driver calls alone; this crate implements [`EventApi`], [`EventQuery`],
-//! [`FenceApi`], [`ThreadApi`] and [`AnchorApi`] over it once, with the
-//! checked handles, the refusals, the context binding and the capture
-//! modes.
+//! `device-events-hip` or `device-events-opencl`. Code generic over one
+//! bounds it by [`Backend`], the one bound a user writes. The root holds
+//! what a user names; [`process`] what a process does around a context
+//! torn down by hand and its exit; [`profile`] the `cubecl-common` types
+//! windows resolve to. A backend author reads [`backend`]: a backend
+//! implements [`backend::RawApi`], its driver calls alone, and this crate
+//! makes it a [`Backend`] once, with the checked handles, the refusals, the
+//! context binding and the capture modes.
 //!
 //! The repository's `README.md` says what has been tested where and how to
 //! start; its `docs/design.md` explains the threads, graph capture, fork,
@@ -51,9 +52,9 @@
 
 mod api;
 mod arena;
-mod backend;
+pub mod backend;
 mod config;
-pub mod driver;
+mod driver;
 mod errors;
 mod fence;
 mod owned_stream;
@@ -64,51 +65,82 @@ mod testing;
 mod threads;
 mod waiting;
 
-pub use api::{EventApi, EventQuery};
-pub use backend::checked::release_idle_events;
+pub use api::EventApi;
 pub use config::ProfilerConfig;
 pub use driver::{CaptureStatus, DriverError, ErrorKind};
 pub use errors::ProfileError;
-pub use fence::FenceApi;
 pub use fence::event_fence::{EventFence, FencePool};
 pub use owned_stream::OwnedStream;
-pub use placement::calibrator::wait_for_calibrations;
-pub use placement::{AnchorApi, Gate, HostStamp};
 pub use profiler::EventProfiler;
 pub use profiler::token::ProfileToken;
 #[cfg(feature = "sim")]
 pub use testing::{sim, tally};
-#[cfg(feature = "sim")]
-pub use threads::refuse_thread_starts;
-pub use threads::{ThreadApi, stop_driver_calls};
 pub use waiting::placed_window::PlacedWindow;
 pub use waiting::reading::Placement;
-pub use waiting::resolver::resolver_running;
 
-/// The seam a backend implements: its driver calls, each turning a status
-/// into a [`DriverError`], and nothing else. Liveness, binding, refusals and
-/// capture modes are the checked layer's, written once.
-pub mod raw {
-    pub use crate::backend::checked::IDLE_EVENTS;
-    pub use crate::backend::raw::{
-        CallNames, CheckedEvent, CheckedStream, HostWord, Live, Permit, RawApi, State,
-    };
+/// What code generic over a backend bounds it by: every backend
+/// (`Cuda`, `Hip`, `OpenCl`, any [`backend::RawApi`]) is one, through the
+/// blanket impl below, so a user never implements it.
+///
+/// [`EventProfiler`] and [`EventFence`] ask only the parts they use
+/// ([`backend::AnchorApi`], [`backend::FenceApi`]), so that a type made
+/// over [`EventApi`] alone, a test double or a wrapper, can stand in where
+/// those suffice.
+///
+/// ```
+/// use device_events_core::{Backend, EventFence, EventProfiler, OwnedStream, sim::Sim};
+///
+/// /// A window on `stream`, and a fence after it: the one bound serves both.
+/// fn fenced_window<A: Backend>(
+///     profiler: &mut EventProfiler<A>,
+///     stream: A::Stream,
+/// ) -> Result<EventFence<A>, Box<dyn std::error::Error>> {
+///     let window = profiler.start(stream);
+///     let fence = EventFence::new(stream);
+///     let _timing = profiler.stop(stream, window)?;
+///     Ok(fence)
+/// }
+///
+/// let stream = OwnedStream::<Sim>::new()?;
+/// let mut profiler = EventProfiler::new();
+/// let fence = fenced_window::<Sim>(&mut profiler, stream.get())?;
+/// fence.wait_sync()?;
+/// assert!(fence.is_complete()?);
+/// # drop((fence, profiler));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub trait Backend: backend::EventQuery + backend::AnchorApi + backend::FenceApi {}
+
+impl<A: backend::EventQuery + backend::AnchorApi + backend::FenceApi> Backend for A {}
+
+/// What a process does around the library's threads: before a context is
+/// torn down by hand, and at its exit. The CUDA and HIP backends call
+/// [`stop_driver_calls`](process::stop_driver_calls) from an exit handler
+/// of their own.
+pub mod process {
+    pub use crate::backend::checked::release_idle_events;
+    pub use crate::placement::calibrator::wait_for_calibrations;
+    #[cfg(feature = "sim")]
+    pub use crate::threads::refuse_thread_starts;
+    pub use crate::threads::stop_driver_calls;
+    #[cfg(feature = "sim")]
+    pub use crate::waiting::resolver::resolver_running;
+
+    /// Whether any of the library's threads is up in this process: a few
+    /// seconds after the last profiler is dropped and its work is done,
+    /// none is.
+    ///
+    /// ```
+    /// // No profiler yet, so no thread.
+    /// assert!(!device_events_core::process::library_threads_running());
+    /// ```
+    pub fn library_threads_running() -> bool {
+        crate::placement::calibrator::running() || crate::waiting::resolver::resolver_running()
+    }
 }
 
 /// The `cubecl-common` profiling types windows resolve to, re-exported so a
 /// user need not match its version.
 pub mod profile {
     pub use cubecl_common::profile::{Duration, Instant, ProfileDuration, ProfileTicks};
-}
-
-/// Whether any of the library's threads is up in this process: a few
-/// seconds after the last profiler is dropped and its work is done, none
-/// is.
-///
-/// ```
-/// // No profiler yet, so no thread.
-/// assert!(!device_events_core::library_threads_running());
-/// ```
-pub fn library_threads_running() -> bool {
-    placement::calibrator::running() || waiting::resolver::resolver_running()
 }

@@ -7,12 +7,14 @@ use crate::EventApi;
 use crate::driver::DriverError;
 
 /// What the library's threads need of a backend: its contexts and capture
-/// modes, and who a stream and its device are. Every method has a default
-/// for a backend without contexts, so such a backend is `impl ThreadApi for
-/// MyBackend {}`.
+/// modes, and who a stream and its device are. Every
+/// [`RawApi`](crate::backend::RawApi) backend has it from the checked
+/// layer. A type made over [`EventApi`] directly (a test double, a
+/// wrapper) implements it itself; every method has a default, for a
+/// backend without contexts.
 ///
 /// ```
-/// use device_events_core::{EventApi, ThreadApi, sim::Sim};
+/// use device_events_core::{EventApi, backend::ThreadApi, sim::Sim};
 ///
 /// let stream = Sim::stream_create_non_blocking()?;
 /// // A simulated stream has an identity, and its calls need no context.
@@ -149,7 +151,7 @@ pub(crate) fn stopping() -> bool {
 /// use std::time::Duration;
 ///
 /// // At the end of `main`, or in an exit handler of your own:
-/// assert!(device_events_core::stop_driver_calls(Duration::from_millis(100)));
+/// assert!(device_events_core::process::stop_driver_calls(Duration::from_millis(100)));
 /// ```
 pub fn stop_driver_calls(timeout: std::time::Duration) -> bool {
     STOPPING.store(true, Ordering::SeqCst);
@@ -185,7 +187,8 @@ pub(crate) fn start(name: &str, body: impl FnOnce() + Send + 'static) -> std::io
 /// how many starts were refused since the last call.
 ///
 /// ```
-/// use device_events_core::{EventApi, EventProfiler, refuse_thread_starts, sim::Sim};
+/// use device_events_core::process::refuse_thread_starts;
+/// use device_events_core::{EventApi, EventProfiler, sim::Sim};
 ///
 /// let _sim = Sim::exclusive();
 /// let stream = Sim::stream_create_non_blocking()?;

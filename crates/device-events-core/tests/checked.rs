@@ -5,8 +5,9 @@
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
+use device_events_core::backend::EventQuery;
 use device_events_core::tally::Tally;
-use device_events_core::{ErrorKind, EventApi, EventQuery};
+use device_events_core::{ErrorKind, EventApi};
 
 /// The counts are process-wide: one test at a time.
 fn exclusive() -> MutexGuard<'static, ()> {
@@ -75,7 +76,7 @@ fn a_call_binds_the_handles_context_and_gives_the_caller_its_own_back() {
         assert!(Tally::event_query(&event).unwrap());
         Tally::event_elapsed(&event, &event).unwrap();
         assert_eq!(
-            device_events_core::raw::CheckedStream::context(s),
+            device_events_core::backend::CheckedStream::context(s),
             Some(1),
             "the stream keeps its context"
         );
@@ -123,7 +124,7 @@ fn recording_on_another_contexts_stream_is_refused_before_the_driver() {
 
 #[test]
 fn a_panic_in_a_closure_run_in_a_streams_context_restores_the_callers() {
-    use device_events_core::ThreadApi;
+    use device_events_core::backend::ThreadApi;
     let _one = exclusive();
     Tally::set_current(Some(1));
     let s = Tally::stream_create_non_blocking().unwrap();

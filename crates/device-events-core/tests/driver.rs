@@ -5,7 +5,7 @@ mod support;
 
 use std::cell::Cell;
 
-use device_events_core::driver::with_bound;
+use device_events_core::backend::with_bound;
 use device_events_core::sim::Sim;
 use device_events_core::{DriverError, ErrorKind, OwnedStream};
 use support::{logged, setup};

@@ -7,8 +7,9 @@ mod support;
 
 use std::time::Duration;
 
+use device_events_core::process::{stop_driver_calls, wait_for_calibrations};
 use device_events_core::sim::Sim;
-use device_events_core::{EventApi, EventProfiler, stop_driver_calls, wait_for_calibrations};
+use device_events_core::{EventApi, EventProfiler};
 
 #[test]
 fn after_stop_driver_calls_the_librarys_threads_call_the_driver_no_more() {

@@ -93,7 +93,7 @@ fn sweep(scenario: fn() -> Seen) -> Tally {
                 continue;
             };
             // A calibration still running holds the anchor's stream.
-            assert!(device_events_core::wait_for_calibrations(
+            assert!(device_events_core::process::wait_for_calibrations(
                 Duration::from_secs(5)
             ));
             let counts = Sim::counts();

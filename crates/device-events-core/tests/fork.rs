@@ -10,14 +10,15 @@ mod support;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use device_events_core::process::{resolver_running, wait_for_calibrations};
 use device_events_core::sim::Sim;
-use device_events_core::{EventApi, EventProfiler, resolver_running, wait_for_calibrations};
+use device_events_core::{EventApi, EventProfiler};
 use support::{OnWait, WaitHook};
 
 /// Start a window behind `work` and read it, within two seconds.
 fn read_late_window<
-    A: device_events_core::AnchorApi<Stream = device_events_core::sim::SimStream>
-        + device_events_core::FenceApi,
+    A: device_events_core::backend::AnchorApi<Stream = device_events_core::sim::SimStream>
+        + device_events_core::backend::FenceApi,
 >(
     profiler: &mut EventProfiler<A>,
     work: Duration,

@@ -21,8 +21,9 @@ fn on_sim_clock() -> EventProfiler<Sim> {
 }
 
 /// The same, over a wrapper of the simulated backend.
-fn on_sim_clock_of<A: device_events_core::AnchorApi + device_events_core::FenceApi>()
--> EventProfiler<A> {
+fn on_sim_clock_of<
+    A: device_events_core::backend::AnchorApi + device_events_core::backend::FenceApi,
+>() -> EventProfiler<A> {
     EventProfiler::with_config(ProfilerConfig {
         host_clock: Sim::host_now,
         ..ProfilerConfig::default()
@@ -47,7 +48,7 @@ fn on_still_clock() -> EventProfiler<Sim> {
 /// Wait for the anchor calibrations in flight, which run off the
 /// caller's thread.
 fn settle() {
-    assert!(device_events_core::wait_for_calibrations(
+    assert!(device_events_core::process::wait_for_calibrations(
         Duration::from_secs(10)
     ));
 }

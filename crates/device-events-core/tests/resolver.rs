@@ -12,9 +12,10 @@ use std::rc::Rc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use device_events_core::process::resolver_running;
 use device_events_core::profile::ProfileDuration;
 use device_events_core::sim::Sim;
-use device_events_core::{EventApi, EventProfiler, resolver_running};
+use device_events_core::{EventApi, EventProfiler};
 use futures::executor::LocalPool;
 use futures::task::LocalSpawnExt as _;
 use support::setup;
@@ -221,9 +222,9 @@ impl EventApi for Panicky {
     }
 }
 
-impl device_events_core::AnchorApi for Panicky {}
-impl device_events_core::ThreadApi for Panicky {}
-impl device_events_core::FenceApi for Panicky {}
+impl device_events_core::backend::AnchorApi for Panicky {}
+impl device_events_core::backend::ThreadApi for Panicky {}
+impl device_events_core::backend::FenceApi for Panicky {}
 
 /// A window whose resolution panics on the resolver thread reads as `None`
 /// (logged), and promptly: its future is answered, not left pending.
@@ -291,7 +292,7 @@ fn a_thousand_windows_pending_on_one_stream_are_asked_one_at_a_time() {
     let mut profiler = EventProfiler::<Sim>::new();
     let first = profiler.start(s);
     pollster::block_on(profiler.stop_placed(s, first).unwrap().resolve()).unwrap();
-    assert!(device_events_core::wait_for_calibrations(
+    assert!(device_events_core::process::wait_for_calibrations(
         Duration::from_secs(10)
     ));
     // Far past the 100 ms counted, so a stalled machine still counts

@@ -7,10 +7,11 @@ mod support;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use device_events_core::sim::Sim;
-use device_events_core::{
-    EventApi, EventProfiler, library_threads_running, refuse_thread_starts, wait_for_calibrations,
+use device_events_core::process::{
+    library_threads_running, refuse_thread_starts, wait_for_calibrations,
 };
+use device_events_core::sim::Sim;
+use device_events_core::{EventApi, EventProfiler};
 
 /// Refuses thread starts while it lives, once the library's threads from
 /// earlier tests are gone.

@@ -1,7 +1,8 @@
 //! The fence behind a CubeCL server's `flush` and `sync`.
 
 use cubecl_runtime::server::ServerError;
-use device_events_core::{DriverError, ErrorKind, EventFence, EventQuery, FenceApi};
+use device_events_core::backend::{EventQuery, FenceApi};
+use device_events_core::{DriverError, ErrorKind, EventFence};
 
 use crate::StreamOf;
 use crate::errors::server_error;

@@ -4,8 +4,9 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
 use cubecl_runtime::server::{ProfileError, ProfilingToken, ServerError};
+use device_events_core::backend::AnchorApi;
 use device_events_core::profile::ProfileDuration;
-use device_events_core::{AnchorApi, EventProfiler, ProfileToken, ProfilerConfig};
+use device_events_core::{EventProfiler, ProfileToken, ProfilerConfig};
 
 use crate::StreamOf;
 use crate::errors::{not_registered, profile_error, server_error};

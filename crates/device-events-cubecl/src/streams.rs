@@ -4,14 +4,14 @@ use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
 use cubecl_runtime::server::ServerError;
-use device_events_core::raw::{CheckedStream, RawApi};
-use device_events_core::{AnchorApi, DriverError, ErrorKind, EventApi, FenceApi};
+use device_events_core::backend::{CheckedStream, RawApi};
+use device_events_core::{Backend, DriverError, ErrorKind, EventApi};
 
 use crate::errors::server_error;
 
 /// A backend whose raw streams a CubeCL server keeps as they are
 /// (`CUstream`, `hipStream_t`), with what admits one.
-pub trait RawStreams: AnchorApi + FenceApi + Sized {
+pub trait RawStreams: Backend + Sized {
     /// The driver's stream handle.
     type Raw: Copy;
     /// What a stream belongs to (CUDA: its context; HIP: its device).

@@ -5,8 +5,9 @@
 use std::time::{Duration, Instant};
 
 use cubecl_runtime::server::{ProfileError, ProfilingToken};
+use device_events_core::OwnedStream;
+use device_events_core::process::wait_for_calibrations;
 use device_events_core::sim::Sim;
-use device_events_core::{OwnedStream, wait_for_calibrations};
 use device_events_cubecl::CubeProfiler;
 
 /// The driver's waits so far: event and stream synchronizations.

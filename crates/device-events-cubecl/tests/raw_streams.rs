@@ -159,8 +159,8 @@ fn a_refused_forget_keeps_the_entry_and_a_dead_entry_is_admitted_again<R>(
     make: impl Fn() -> R::Raw,
     destroy: impl Fn(R::Raw),
 ) where
-    R: RawStreams<Stream = device_events_core::raw::CheckedStream<R>>
-        + device_events_core::raw::RawApi,
+    R: RawStreams<Stream = device_events_core::backend::CheckedStream<R>>
+        + device_events_core::backend::RawApi,
     R::Raw: StreamOf<R>,
 {
     let raw = make();

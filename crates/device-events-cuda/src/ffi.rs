@@ -13,7 +13,7 @@ use std::ffi::{c_char, c_int, c_uint, c_void};
 use cudarc::driver::sys::{CUcontext, CUdevice, CUevent, CUstream};
 use device_events_core::{DriverError, ErrorKind};
 
-device_events_core::driver_functions! {
+device_events_core::backend::driver_functions! {
     /// The resolved functions; see the module's docs for their ABI.
     pub(crate) struct Api {
         cuInit(c_uint) -> u32;

@@ -17,8 +17,8 @@ use std::sync::atomic::AtomicU32;
 
 use cudarc::driver::sys::{CUdevice, CUdeviceptr, CUstream};
 use device_events_core::DriverError;
+use device_events_core::backend::{HostWord, Permit, RawApi};
 use device_events_core::profile::Duration;
-use device_events_core::raw::{HostWord, Permit, RawApi};
 
 use crate::{Cuda, api, check};
 
@@ -29,7 +29,7 @@ const DEVICEMAP: c_uint = 0x2;
 /// `CU_STREAM_WAIT_VALUE_GEQ`.
 const WAIT_GEQ: c_uint = 0x0;
 
-device_events_core::driver_functions! {
+device_events_core::backend::driver_functions! {
     /// The optional host-memory functions, each with its status as a plain
     /// `u32` (see `ffi`).
     struct HostMem {
@@ -40,14 +40,14 @@ device_events_core::driver_functions! {
     }
 }
 
-device_events_core::driver_functions! {
+device_events_core::backend::driver_functions! {
     /// The wait, CUDA 11.7 on: the entry point CUDA 12's header names.
     struct WaitV2 {
         cuStreamWaitValue32_v2(CUstream, CUdeviceptr, u32, c_uint) -> u32;
     }
 }
 
-device_events_core::driver_functions! {
+device_events_core::backend::driver_functions! {
     /// The first version of the wait.
     struct WaitV1 {
         cuStreamWaitValue32(CUstream, CUdeviceptr, u32, c_uint) -> u32;

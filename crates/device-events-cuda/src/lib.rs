@@ -116,7 +116,7 @@ use std::sync::OnceLock;
 
 use cudarc::driver::result;
 use cudarc::driver::sys::{self, CUcontext, CUstream};
-use device_events_core::raw::{CheckedEvent, CheckedStream, RawApi};
+use device_events_core::backend::{CheckedEvent, CheckedStream, RawApi};
 use device_events_core::{CaptureStatus, DriverError, ErrorKind};
 
 pub use context::Context;
@@ -171,7 +171,7 @@ fn error_of(api: Option<&ffi::Api>, call: &'static str, status: u32) -> DriverEr
 /// At the process's exit: the library's threads leave the driver before its
 /// exit handlers tear it down.
 extern "C" fn stop_driver_calls_at_exit() {
-    let _ = device_events_core::stop_driver_calls(std::time::Duration::from_millis(100));
+    let _ = device_events_core::process::stop_driver_calls(std::time::Duration::from_millis(100));
 }
 
 /// The driver's functions, loaded and initialised once per process.

@@ -5,9 +5,9 @@ use std::ffi::c_uint;
 use std::sync::Arc;
 
 use cudarc::driver::sys::{CUevent, CUstream};
-use device_events_core::driver::elapsed_from_ms;
+use device_events_core::backend::elapsed_from_ms;
+use device_events_core::backend::{CallNames, HostWord, Permit, RawApi, State};
 use device_events_core::profile::Duration;
-use device_events_core::raw::{CallNames, HostWord, Permit, RawApi, State};
 use device_events_core::{CaptureStatus, DriverError};
 
 use crate::context::{Context, retain_current};

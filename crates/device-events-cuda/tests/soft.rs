@@ -452,9 +452,14 @@ fn a_driver_laid_out_as_libcuda_so_1_only_is_found() {
 /// The CUDA backend with one deliberate bug: it never releases an event.
 struct SkipsReleases;
 
-impl device_events_core::AnchorApi for SkipsReleases {}
-impl device_events_core::ThreadApi for SkipsReleases {}
-impl device_events_core::FenceApi for SkipsReleases {}
+impl device_events_core::backend::AnchorApi for SkipsReleases {}
+impl device_events_core::backend::ThreadApi for SkipsReleases {}
+impl device_events_core::backend::FenceApi for SkipsReleases {}
+impl device_events_core::backend::EventQuery for SkipsReleases {
+    fn event_query(event: &Self::Event) -> Result<bool, device_events_core::DriverError> {
+        Cuda::event_query(event)
+    }
+}
 
 impl EventApi for SkipsReleases {
     /// Never dropped: an event released itself on drop.
@@ -586,7 +591,7 @@ fn a_device_stuck_behind_a_long_kernel_delays_no_other_devices_windows() {
     bind(0);
     Cuda::stream_synchronize(s0).unwrap();
     drop(stuck);
-    assert!(device_events_core::wait_for_calibrations(
+    assert!(device_events_core::process::wait_for_calibrations(
         std::time::Duration::from_secs(10)
     ));
     Cuda::stream_destroy(s0).unwrap();

@@ -6,15 +6,15 @@ use std::ffi::{CStr, c_void};
 
 use cubecl_hip_sys as hip;
 use cudarc::driver::result;
+use device_events_core::Backend;
 use device_events_core::OwnedStream;
-use device_events_core::{AnchorApi, FenceApi};
 use device_events_cuda::{Cuda, CudaStream, driver_error};
 use device_events_hip::{Hip, HipStream, check};
 use device_events_opencl::ClStream;
 
 pub type Failure = Box<dyn Error>;
 
-pub trait Device: AnchorApi + FenceApi {
+pub trait Device: Backend {
     type Buffer;
     /// Initialise, bind device 0 to this thread, and name it.
     fn open() -> Result<String, Failure>;

@@ -11,8 +11,8 @@ use std::ffi::{c_int, c_uint, c_void};
 use std::sync::atomic::AtomicU32;
 
 use device_events_core::DriverError;
+use device_events_core::backend::{HostWord, Permit, RawApi};
 use device_events_core::profile::Duration;
-use device_events_core::raw::{HostWord, Permit, RawApi};
 
 use crate::runtime::MemOps;
 use crate::{Hip, check, runtime_initialised};

@@ -89,7 +89,7 @@ use std::ffi::{CStr, c_int};
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use device_events_core::raw::{CheckedEvent, CheckedStream, RawApi};
+use device_events_core::backend::{CheckedEvent, CheckedStream, RawApi};
 use device_events_core::{CaptureStatus, DriverError, ErrorKind};
 use runtime::{RawStream, Runtime};
 

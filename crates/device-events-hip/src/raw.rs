@@ -4,9 +4,9 @@
 use std::ffi::c_int;
 use std::sync::OnceLock;
 
-use device_events_core::driver::elapsed_from_ms;
+use device_events_core::backend::elapsed_from_ms;
+use device_events_core::backend::{CallNames, HostWord, Permit, RawApi, State};
 use device_events_core::profile::Duration;
-use device_events_core::raw::{CallNames, HostWord, Permit, RawApi, State};
 use device_events_core::{CaptureStatus, DriverError};
 
 use crate::runtime::{self, RawEvent, RawStream};

@@ -68,7 +68,7 @@ pub fn search_path() -> Vec<PathBuf> {
     paths
 }
 
-device_events_core::driver_functions! {
+device_events_core::backend::driver_functions! {
     /// The runtime's functions this crate calls, resolved when it loads;
     /// each status is a plain integer.
     pub(crate) struct Functions {
@@ -93,7 +93,7 @@ device_events_core::driver_functions! {
     }
 }
 
-device_events_core::driver_functions! {
+device_events_core::backend::driver_functions! {
     /// Stream memory operations, which a runtime may lack (they came in
     /// ROCm 4.2-4.4 and are marked beta): resolved apart, so that a runtime
     /// without them still loads and has no gate.
@@ -125,7 +125,7 @@ pub(crate) fn loaded() -> Result<&'static Runtime, &'static str> {
 /// At the process's exit: the library's threads leave the runtime before
 /// its exit handlers tear it down.
 pub(crate) extern "C" fn stop_driver_calls_at_exit() {
-    let _ = device_events_core::stop_driver_calls(std::time::Duration::from_millis(100));
+    let _ = device_events_core::process::stop_driver_calls(std::time::Duration::from_millis(100));
 }
 
 /// `RTLD_NOLOAD` (glibc and musl): open only a library already loaded.

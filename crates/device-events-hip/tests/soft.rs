@@ -228,7 +228,7 @@ fn a_fence_asked_after_its_stream_was_destroyed_is_complete_without_asking() {
             "the runtime was asked about an event whose stream it freed"
         );
     }
-    device_events_core::release_idle_events();
+    device_events_core::process::release_idle_events();
     assert_eq!(soft.counts().misuses, misuses);
 }
 
@@ -277,7 +277,7 @@ fn a_fence_on_a_forgotten_stream_that_still_lives_leaves_its_capture_alone() {
     }
     assert_eq!(soft.capture_violations(), violations);
     drop(fence);
-    device_events_core::release_idle_events();
+    device_events_core::process::release_idle_events();
     // SAFETY: forgotten above, destroyed once.
     device_events_hip::check("hipStreamDestroy", unsafe {
         cubecl_hip_sys::hipStreamDestroy(raw)

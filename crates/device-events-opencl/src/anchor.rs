@@ -4,9 +4,10 @@
 use std::sync::Arc;
 
 use cl3::types::cl_event;
+use device_events_core::DriverError;
+use device_events_core::backend::RawApi;
+use device_events_core::backend::{Gate, HostStamp};
 use device_events_core::profile::{Duration, Instant};
-use device_events_core::raw::RawApi;
-use device_events_core::{DriverError, Gate, HostStamp};
 
 use crate::context::ClContext;
 use crate::status::{check, error};

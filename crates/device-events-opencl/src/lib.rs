@@ -57,7 +57,7 @@ mod raw;
 mod status;
 
 use device_events_core::DriverError;
-use device_events_core::raw::{CheckedEvent, CheckedStream};
+use device_events_core::backend::{CheckedEvent, CheckedStream};
 
 pub use context::{ClContext, DEVICE_VAR, DeviceInfo};
 pub use raw::{ClMarker, ClQueue};

@@ -5,9 +5,11 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use cl3::types::{cl_command_queue, cl_event};
+use device_events_core::backend::{
+    CallNames, CheckedStream, Gate, HostStamp, Permit, RawApi, State,
+};
 use device_events_core::profile::Duration;
-use device_events_core::raw::{CallNames, CheckedStream, Permit, RawApi, State};
-use device_events_core::{DriverError, ErrorKind, Gate, HostStamp};
+use device_events_core::{DriverError, ErrorKind};
 
 use crate::anchor::{self, end_time};
 use crate::context::{self, ClContext};

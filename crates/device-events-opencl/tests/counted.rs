@@ -21,7 +21,7 @@ fn a_dropped_fences_event_serves_the_next_fence() {
     let _one = counting();
     OpenCl::probe().expect("an OpenCL platform with a device");
     let s = OwnedStream::<OpenCl>::new().unwrap();
-    device_events_core::release_idle_events();
+    device_events_core::process::release_idle_events();
     let before = OpenCl::live_events();
     for _ in 0..3 {
         EventFence::<OpenCl>::new(s.get()).wait_sync().unwrap();
@@ -31,7 +31,7 @@ fn a_dropped_fences_event_serves_the_next_fence() {
         before + 1,
         "one kept, none made again"
     );
-    device_events_core::release_idle_events();
+    device_events_core::process::release_idle_events();
     assert_eq!(OpenCl::live_events(), before);
 }
 
@@ -62,7 +62,7 @@ fn the_current_device_is_the_threads_selection() {
 fn stress_on_the_real_runtime_releases_everything() {
     let _one = counting();
     OpenCl::probe().expect("an OpenCL platform with a device");
-    device_events_core::release_idle_events();
+    device_events_core::process::release_idle_events();
     let before = OpenCl::live_events();
     {
         let s = OwnedStream::<OpenCl>::new().unwrap();
@@ -81,7 +81,7 @@ fn stress_on_the_real_runtime_releases_everything() {
         10_000,
         || {},
         || {
-            device_events_core::release_idle_events();
+            device_events_core::process::release_idle_events();
             (OpenCl::live_events(), 0)
         },
     )
@@ -90,6 +90,6 @@ fn stress_on_the_real_runtime_releases_everything() {
         "opencl stress: 8 threads x 10000 fences and windows, read on other threads, in {:.1} s",
         took.as_secs_f64()
     );
-    device_events_core::release_idle_events();
+    device_events_core::process::release_idle_events();
     assert_eq!(OpenCl::live_events(), before, "every event released");
 }

@@ -9,14 +9,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use cubecl_common::profile::Duration;
 
+use crate::api::{EventApi, EventQuery};
 use crate::backend::capture;
 use crate::backend::handle_table::Handle;
 use crate::backend::raw::{CheckedEvent, CheckedStream, Live, Permit, RawApi};
 use crate::driver::{CaptureStatus, DriverError, ErrorKind};
 use crate::fence::FenceApi;
-use crate::placement::{Gate, HostStamp};
+use crate::placement::{AnchorApi, Gate, HostStamp};
 use crate::threads::ThreadApi;
-use crate::{AnchorApi, EventApi, EventQuery};
 
 mod binding;
 mod idle;
@@ -24,7 +24,7 @@ mod stream;
 mod word_gate;
 
 use binding::{bound, dead, on_stream, releasing, same_context};
-pub use idle::{IDLE_EVENTS, release_idle_events};
+pub use idle::release_idle_events;
 
 impl<R: RawApi> CheckedEvent<R> {
     /// The driver's event, for calls this crate does not wrap; `None` once

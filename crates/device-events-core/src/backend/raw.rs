@@ -73,9 +73,9 @@ pub struct CallNames {
 }
 
 /// A backend's driver calls. Implementing it makes the backend an
-/// [`EventApi`](crate::EventApi), [`EventQuery`](crate::EventQuery),
-/// [`FenceApi`](crate::FenceApi), [`ThreadApi`](crate::ThreadApi) and
-/// [`AnchorApi`](crate::AnchorApi), whose streams and events are the
+/// [`EventApi`](crate::EventApi), [`EventQuery`](crate::backend::EventQuery),
+/// [`FenceApi`](crate::backend::FenceApi), [`ThreadApi`](crate::backend::ThreadApi) and
+/// [`AnchorApi`](crate::backend::AnchorApi), whose streams and events are the
 /// checked [`CheckedStream`] and [`CheckedEvent`].
 ///
 /// # Soundness
@@ -343,7 +343,7 @@ pub trait RawApi: Sized + Send + Sync + 'static {
     }
 
     /// A gate of the backend's own on `stream` (see
-    /// [`AnchorApi::gate`](crate::AnchorApi::gate)). `Ok(None)`, the
+    /// [`AnchorApi::gate`](crate::backend::AnchorApi::gate)). `Ok(None)`, the
     /// default, has the checked layer make one over
     /// [`host_word`](Self::host_word), which gives none where that is
     /// `None` too.
@@ -360,7 +360,7 @@ pub trait RawApi: Sized + Send + Sync + 'static {
     }
 
     /// Where the device stamped `event` on the host clock, if the driver
-    /// says (see [`AnchorApi::host_stamp`](crate::AnchorApi::host_stamp)).
+    /// says (see [`AnchorApi::host_stamp`](crate::backend::AnchorApi::host_stamp)).
     ///
     /// # Errors
     ///
@@ -410,7 +410,7 @@ pub struct State<R: RawApi> {
     pub(crate) blocking_sync: AtomicBool,
     /// Fences' events kept for reuse, each of its own context.
     pub(crate) idle: Mutex<Vec<CheckedEvent<R>>>,
-    /// Whether [`crate::release_idle_events`] knows this backend.
+    /// Whether [`crate::process::release_idle_events`] knows this backend.
     pub(crate) registered: AtomicBool,
 }
 

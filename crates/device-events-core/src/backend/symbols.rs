@@ -17,7 +17,7 @@
 /// ```
 /// use std::ffi::{c_int, c_void};
 ///
-/// device_events_core::driver_functions! {
+/// device_events_core::backend::driver_functions! {
 ///     /// Two functions of the C library.
 ///     struct Libc {
 ///         abs(c_int) -> c_int;
@@ -35,6 +35,9 @@
 /// assert_eq!(unsafe { (libc.abs)(-3) }, 3);
 /// # }
 /// ```
+// Exported at the crate's root, as every exported macro is; shown and
+// named under `backend`, with the rest of a backend author's part.
+#[doc(hidden)]
 #[macro_export]
 macro_rules! driver_functions {
     (

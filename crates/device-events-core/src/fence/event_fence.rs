@@ -60,9 +60,9 @@ impl<A: FenceApi> EventFence<A> {
     ///
     /// Its event is of the stream's context, whatever the thread's current
     /// one: an idle one of that context, kept from a fence dropped before,
-    /// where the backend keeps them (CUDA, HIP, OpenCL keep up to
-    /// [`IDLE_EVENTS`](crate::raw::IDLE_EVENTS) per backend; see
-    /// [`release_idle_events`](crate::release_idle_events)), else a new one.
+    /// where the backend keeps them (CUDA, HIP, OpenCL keep a bounded
+    /// number per backend; see
+    /// [`release_idle_events`](crate::process::release_idle_events)), else a new one.
     pub fn new(stream: A::Stream) -> Self {
         Self::record(KeptEvent::for_stream(stream).map(FenceEvent::Owned), stream)
     }
@@ -149,7 +149,7 @@ impl<A: EventApi> Default for FencePool<A> {
     }
 }
 
-impl<A: crate::EventQuery> EventFence<A> {
+impl<A: crate::api::EventQuery> EventFence<A> {
     /// Whether the device has passed the fence, without waiting: for a
     /// server that polls instead of parking a thread.
     ///

@@ -9,12 +9,14 @@ pub(crate) mod point;
 use crate::EventApi;
 use crate::driver::DriverError;
 
-/// How a backend reuses fences' events. The defaults make a new event for
-/// each fence and destroy it after, so a backend without reuse is `impl
-/// FenceApi for MyBackend {}`.
+/// How a backend reuses fences' events. Every [`RawApi`](crate::backend::RawApi)
+/// backend has it from the checked layer, which keeps idle events per
+/// context. A type made over [`EventApi`] directly (a test double, a
+/// wrapper) implements it itself; the defaults make a new event for each
+/// fence and destroy it after.
 ///
 /// ```
-/// use device_events_core::{EventApi, EventFence, FenceApi, sim::Sim};
+/// use device_events_core::{EventApi, EventFence, backend::FenceApi, sim::Sim};
 ///
 /// let stream = Sim::stream_create_non_blocking()?;
 /// let mut event = Sim::fence_event(stream)?;

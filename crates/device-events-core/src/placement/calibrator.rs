@@ -174,7 +174,7 @@ fn serve(device: Device) {
 /// ```
 /// use std::time::Duration;
 ///
-/// assert!(device_events_core::wait_for_calibrations(Duration::from_secs(1)));
+/// assert!(device_events_core::process::wait_for_calibrations(Duration::from_secs(1)));
 /// ```
 pub fn wait_for_calibrations(timeout: Duration) -> bool {
     let mut q = queue();

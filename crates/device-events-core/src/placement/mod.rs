@@ -14,15 +14,17 @@ use crate::driver::DriverError;
 use crate::threads::ThreadApi;
 
 /// The optional anchoring calls of a backend, for the profiler. Every
-/// method has a default that says "not here", so a backend without them is
-/// `impl AnchorApi for MyBackend {}` (beside its
-/// [`ThreadApi`](crate::ThreadApi)), and the profiler falls back to the
+/// [`RawApi`](crate::backend::RawApi) backend has it from the checked
+/// layer, over the raw seam's optional calls. A type made over
+/// [`EventApi`] directly (a test double, a wrapper) implements it itself,
+/// beside its [`ThreadApi`](crate::backend::ThreadApi); every method has a
+/// default that says "not here", and the profiler then falls back to the
 /// bracket every driver allows.
 ///
 /// Kept apart from [`EventApi`], whose shape is fixed.
 ///
 /// ```
-/// use device_events_core::{AnchorApi, EventApi, sim::Sim};
+/// use device_events_core::{EventApi, backend::AnchorApi, sim::Sim};
 ///
 /// let stream = Sim::stream_create_non_blocking()?;
 /// // The simulated backend offers neither: its profiler brackets.

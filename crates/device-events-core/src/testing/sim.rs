@@ -138,7 +138,7 @@ impl Sim {
         let lock = EXCLUSIVE.lock().unwrap_or_else(PoisonError::into_inner);
         // The previous user's calibrations end first: they would count
         // here, and use handles the reset forgets.
-        if !crate::wait_for_calibrations(Duration::from_secs(10)) {
+        if !crate::process::wait_for_calibrations(Duration::from_secs(10)) {
             log::warn!("sim: a calibration still runs across the reset");
         }
         *state() = State::default();
@@ -240,12 +240,12 @@ impl Sim {
 }
 
 /// No gate and no host-clock stamps: the profiler brackets.
-impl crate::AnchorApi for Sim {}
+impl crate::backend::AnchorApi for Sim {}
 
 /// New events for each fence, none kept.
-impl crate::FenceApi for Sim {}
+impl crate::backend::FenceApi for Sim {}
 
-impl crate::ThreadApi for Sim {
+impl crate::backend::ThreadApi for Sim {
     fn stream_key(stream: SimStream) -> Option<u64> {
         Some(stream.0)
     }
@@ -382,7 +382,7 @@ impl EventApi for Sim {
     }
 }
 
-impl crate::EventQuery for Sim {
+impl crate::backend::EventQuery for Sim {
     fn event_query(event: &SimEvent) -> Result<bool, DriverError> {
         let state = Self::enter("simEventQuery")?;
         match state.events.get(&event.0) {

@@ -428,7 +428,7 @@ enum LaneKey {
 ///
 /// ```
 /// // No profiler yet, so no resolver thread.
-/// assert!(!device_events_core::resolver_running());
+/// assert!(!device_events_core::process::resolver_running());
 /// ```
 pub fn resolver_running() -> bool {
     queue().running == Some(std::process::id())

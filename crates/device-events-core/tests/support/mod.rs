@@ -94,6 +94,6 @@ impl<H: WaitHook> EventApi for OnWait<H> {
     }
 }
 
-impl<H: WaitHook> device_events_core::AnchorApi for OnWait<H> {}
-impl<H: WaitHook> device_events_core::ThreadApi for OnWait<H> {}
-impl<H: WaitHook> device_events_core::FenceApi for OnWait<H> {}
+impl<H: WaitHook> device_events_core::backend::AnchorApi for OnWait<H> {}
+impl<H: WaitHook> device_events_core::backend::ThreadApi for OnWait<H> {}
+impl<H: WaitHook> device_events_core::backend::FenceApi for OnWait<H> {}

@@ -47,9 +47,7 @@ impl Fill {
     }
 }
 
-impl<A: device_events_core::AnchorApi<Stream = ClStream> + device_events_core::FenceApi> Workload<A>
-    for Fill
-{
+impl<A: device_events_core::Backend<Stream = ClStream>> Workload<A> for Fill {
     fn enqueue_bytes(&self, stream: ClStream, bytes: usize) -> Result<(), DriverError> {
         let pattern = 0u32;
         let size = bytes.min(self.bytes) / 4 * 4;
@@ -144,9 +142,7 @@ pub fn harness() -> Harness<Observed> {
 
 /// The harness on the OpenCL backend itself (or `Observed`, which is it),
 /// for checks of what only it offers (its `EventQuery`).
-pub fn plain_harness<
-    A: device_events_core::AnchorApi<Stream = ClStream> + device_events_core::FenceApi,
->() -> Harness<A> {
+pub fn plain_harness<A: device_events_core::Backend<Stream = ClStream>>() -> Harness<A> {
     OpenCl::probe().expect("an OpenCL platform with a device: cargo xtask test installs PoCL");
     Harness::new(
         Box::new(Fill::new(64 << 20)),

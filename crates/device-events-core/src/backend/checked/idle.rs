@@ -25,7 +25,7 @@ static RELEASERS: Mutex<Vec<fn()>> = Mutex::new(Vec::new());
 /// primary context), or before counting live handles.
 ///
 /// ```
-/// device_events_core::release_idle_events();
+/// device_events_core::process::release_idle_events();
 /// ```
 pub fn release_idle_events() {
     let releasers = RELEASERS
