@@ -59,7 +59,7 @@ pub struct ProfilerConfig {
     /// does (each of its commands makes its context current first): each
     /// record then takes that on the caller's word instead of asking the
     /// driver which context is current, one driver call fewer per record
-    /// (see [`ThreadApi::event_record_in_current`](crate::ThreadApi::event_record_in_current)
+    /// (see [`ThreadApi::event_record_in_current`](crate::backend::ThreadApi::event_record_in_current)
     /// for what a wrong word costs). Default: off, each record checks and
     /// binds the context itself, from any thread.
     pub context_current: bool,

@@ -54,11 +54,11 @@ pub trait ThreadApi: EventApi<Stream: Send + Sync> {
     /// context, and some drivers are reported to refuse such a record
     /// (cuda-api-wrappers#314), which then reads as the window's error.
     /// The backend takes the word only for a stream that names its own
-    /// context ([`RawApi::records_in_own_context`](crate::raw::RawApi::records_in_own_context)),
+    /// context ([`RawApi::records_in_own_context`](crate::backend::RawApi::records_in_own_context)),
     /// and never for an event and a stream of different contexts.
     ///
     /// ```
-    /// use device_events_core::{EventApi, ThreadApi, tally::Tally};
+    /// use device_events_core::{EventApi, backend::ThreadApi, tally::Tally};
     ///
     /// Tally::set_current(Some(1));
     /// let stream = Tally::stream_create_non_blocking()?;

@@ -191,7 +191,7 @@ fn an_event_dropped_without_a_destroy_releases_itself_once() {
 /// current first.
 #[test]
 fn a_record_on_the_callers_word_asks_no_current_context() {
-    use device_events_core::ThreadApi;
+    use device_events_core::backend::ThreadApi;
     let _one = exclusive();
     Tally::set_current(Some(1));
     let s = Tally::stream_create_non_blocking().unwrap();
@@ -210,7 +210,7 @@ fn a_record_on_the_callers_word_asks_no_current_context() {
 /// another context is refused before the driver, as without it.
 #[test]
 fn a_record_on_the_callers_word_still_refuses_an_event_of_another_context() {
-    use device_events_core::ThreadApi;
+    use device_events_core::backend::ThreadApi;
     let _one = exclusive();
     Tally::set_current(Some(1));
     let s = Tally::stream_create_non_blocking().unwrap();
@@ -228,7 +228,7 @@ fn a_record_on_the_callers_word_still_refuses_an_event_of_another_context() {
 /// A destroyed stream is refused on the caller's word too.
 #[test]
 fn a_record_on_the_callers_word_refuses_a_destroyed_stream() {
-    use device_events_core::ThreadApi;
+    use device_events_core::backend::ThreadApi;
     let _one = exclusive();
     Tally::set_current(Some(1));
     let s = Tally::stream_create_non_blocking().unwrap();

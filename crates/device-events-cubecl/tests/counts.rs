@@ -171,6 +171,6 @@ fn a_fence_makes_two_driver_calls_and_no_allocation() {
         let (calls, allocations) = per_op(&soft, || fence(s), drop);
         assert_eq!((calls, allocations), (2.0, 0.0), "{name}");
     }
-    device_events_core::release_idle_events();
+    device_events_core::process::release_idle_events();
     Cuda::stream_destroy(s).unwrap();
 }

@@ -24,7 +24,7 @@ use crate::placement::{Gate, HostStamp};
 /// then made unbound: a backend's release relies on its handle alone), and
 /// each handle is destroyed exactly once. One call has the context current
 /// on its caller's word instead of the layer's check:
-/// [`ThreadApi::event_record_in_current`](crate::ThreadApi::event_record_in_current),
+/// [`ThreadApi::event_record_in_current`](crate::backend::ThreadApi::event_record_in_current),
 /// a record, and only on a stream for which the backend says
 /// [`RawApi::records_in_own_context`].
 /// A user cannot reach a raw call around it.
@@ -274,7 +274,7 @@ pub trait RawApi: Sized + Send + Sync + 'static {
     /// Whether a record on `stream` is made in the stream's own context,
     /// whatever context is current: so where a caller vouches that the
     /// stream's context is current
-    /// ([`ThreadApi::event_record_in_current`](crate::ThreadApi::event_record_in_current)),
+    /// ([`ThreadApi::event_record_in_current`](crate::backend::ThreadApi::event_record_in_current)),
     /// the checked layer records without asking the driver which is. Even
     /// on a caller's broken word the driver then gets a record of an event
     /// and a stream of one context, which its documentation allows
