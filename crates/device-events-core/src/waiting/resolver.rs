@@ -284,6 +284,11 @@ impl Track {
         let mut answered = false;
         let mut at = 0;
         while let Some((_, job, handed)) = self.jobs.get(at) {
+            // The process is exiting: no more asks (the round's end
+            // answers every job with nothing).
+            if crate::threads::stopping() {
+                break;
+            }
             match attempt(&**job) {
                 Attempt::Done => {
                     self.behind_work = if now.saturating_duration_since(*handed) > BEHIND_WORK {
