@@ -84,7 +84,9 @@ pub use profiler::token::ProfileToken;
 pub use testing::{sim, tally};
 #[cfg(feature = "sim")]
 pub use threads::refuse_thread_starts;
-pub use threads::{ThreadApi, stop_driver_calls};
+pub use threads::{
+    ThreadApi, after_fork_in_child, after_fork_in_parent, before_fork, stop_driver_calls,
+};
 pub use waiting::placed_window::PlacedWindow;
 pub use waiting::reading::Placement;
 pub use waiting::resolver::resolver_running;

@@ -169,6 +169,20 @@ extern "C" fn stop_driver_calls_at_exit() {
     let _ = device_events_core::stop_driver_calls(std::time::Duration::from_secs(1));
 }
 
+/// Around `fork`: no library thread holds one of the library's locks as the
+/// process forks (see `device_events_core::before_fork`).
+extern "C" fn before_fork() {
+    device_events_core::before_fork();
+}
+
+extern "C" fn after_fork_in_parent() {
+    device_events_core::after_fork_in_parent();
+}
+
+extern "C" fn after_fork_in_child() {
+    device_events_core::after_fork_in_child();
+}
+
 /// The driver's functions, loaded and initialised once per process. cudarc
 /// panics when `libcuda` is absent, so nothing reaches it before the probe.
 #[inline]
@@ -195,6 +209,16 @@ pub(crate) fn api() -> Result<&'static ffi::Api, DriverError> {
                 // SAFETY: registers a function of no arguments that does
                 // not unwind.
                 unsafe { libc::atexit(stop_driver_calls_at_exit) };
+                // SAFETY: registers three functions of no arguments that do
+                // not unwind; each only takes or gives back the library's
+                // locks.
+                unsafe {
+                    libc::pthread_atfork(
+                        Some(before_fork),
+                        Some(after_fork_in_parent),
+                        Some(after_fork_in_child),
+                    )
+                };
                 Ok(api)
             }
             // Named through `api` itself: `api()` is still initialising.

@@ -129,6 +129,20 @@ pub(crate) extern "C" fn stop_driver_calls_at_exit() {
     let _ = device_events_core::stop_driver_calls(std::time::Duration::from_secs(1));
 }
 
+/// Around `fork`: no library thread holds one of the library's locks as the
+/// process forks (see `device_events_core::before_fork`).
+pub(crate) extern "C" fn before_fork() {
+    device_events_core::before_fork();
+}
+
+pub(crate) extern "C" fn after_fork_in_parent() {
+    device_events_core::after_fork_in_parent();
+}
+
+pub(crate) extern "C" fn after_fork_in_child() {
+    device_events_core::after_fork_in_child();
+}
+
 /// `RTLD_NOLOAD` (glibc and musl): open only a library already loaded.
 const RTLD_NOLOAD: std::ffi::c_int = 0x4;
 

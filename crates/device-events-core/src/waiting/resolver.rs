@@ -163,6 +163,12 @@ fn queue() -> MutexGuard<'static, Queue> {
     QUEUE.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// The queue, locked, for [`crate::before_fork`]: no resolver thread
+/// holds it as the process forks.
+pub(crate) fn hold() -> Box<dyn std::any::Any> {
+    Box::new(queue())
+}
+
 /// Hand `job` to the resolver thread, starting it if needed. Where no
 /// thread can be started, every job queued is answered with nothing, at
 /// once: the polling thread is the user's, never blocked or spun here.
