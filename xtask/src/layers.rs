@@ -31,6 +31,7 @@ const CORE_ROOMS: &[&str] = &[
     "profiler",
     "backend",
     "testing",
+    "process",
 ];
 const CORE: &str = "device-events-core";
 

@@ -437,6 +437,69 @@ pub fn events_and_misuses() -> (u64, u64) {
     (counts.events, counts.misuses)
 }
 
+/// What the software driver saw of a process's exit, from its exit
+/// handler: misuses over the process's life, calls in flight as the
+/// handler began, and calls made after. All zero when no thread was in the
+/// driver as it tore itself down.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExitReport {
+    /// Misuses since the process began, the two below among them.
+    pub misuses: u64,
+    /// Calls in flight as the driver's exit handler began.
+    pub in_flight: u64,
+    /// Calls made after it began (refused with DEINITIALIZED).
+    pub after_exit: u64,
+}
+
+/// Run the ignored test `child` of the current test binary in a process
+/// of its own, which ends through `std::process::exit` (its exit handlers
+/// run, the driver's last), and read what the driver saw of that exit.
+///
+/// # Panics
+///
+/// When the child did not exit with status 0 within 60 s, or the driver
+/// wrote no report.
+#[allow(clippy::panic, clippy::expect_used)]
+pub fn exit_report(child: &str) -> ExitReport {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let report =
+        std::env::temp_dir().join(format!("device-events-exit-{}-{n}.txt", std::process::id()));
+    let _ = std::fs::remove_file(&report);
+    let mut process = std::process::Command::new(std::env::current_exe().expect("this test"))
+        .args(["--exact", child, "--ignored", "--test-threads=1"])
+        .env("SOFT_DRIVER_EXIT_REPORT", &report)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("a process for the child test");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = process.try_wait().expect("the child's status") {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = process.kill();
+            let _ = process.wait();
+            panic!("{child} did not exit within 60 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    assert!(status.success(), "{child} failed: {status}");
+    let text = std::fs::read_to_string(&report)
+        .unwrap_or_else(|e| panic!("the driver wrote no exit report for {child}: {e}"));
+    let _ = std::fs::remove_file(&report);
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in the exit report: {text}"))
+    };
+    ExitReport {
+        misuses: field("misuses "),
+        in_flight: field("in_flight "),
+        after_exit: field("after_exit "),
+    }
+}
+
 /// A fresh folder holding the software driver under `names` only, as a
 /// real install lays its driver out (`libcuda.so.1` and no `libcuda.so`,
 /// say): how a backend's search is tested against an install's layout.

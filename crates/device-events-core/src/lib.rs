@@ -59,6 +59,7 @@ mod errors;
 mod fence;
 mod owned_stream;
 mod placement;
+pub mod process;
 mod profiler;
 #[cfg(feature = "sim")]
 mod testing;
@@ -112,32 +113,6 @@ pub use waiting::reading::Placement;
 pub trait Backend: backend::EventQuery + backend::AnchorApi + backend::FenceApi {}
 
 impl<A: backend::EventQuery + backend::AnchorApi + backend::FenceApi> Backend for A {}
-
-/// What a process does around the library's threads: before a context is
-/// torn down by hand, and at its exit. The CUDA and HIP backends call
-/// [`stop_driver_calls`](process::stop_driver_calls) from an exit handler
-/// of their own.
-pub mod process {
-    pub use crate::backend::checked::release_idle_events;
-    pub use crate::placement::calibrator::wait_for_calibrations;
-    #[cfg(feature = "sim")]
-    pub use crate::threads::refuse_thread_starts;
-    pub use crate::threads::stop_driver_calls;
-    #[cfg(feature = "sim")]
-    pub use crate::waiting::resolver::resolver_running;
-
-    /// Whether any of the library's threads is up in this process: a few
-    /// seconds after the last profiler is dropped and its work is done,
-    /// none is.
-    ///
-    /// ```
-    /// // No profiler yet, so no thread.
-    /// assert!(!device_events_core::process::library_threads_running());
-    /// ```
-    pub fn library_threads_running() -> bool {
-        crate::placement::calibrator::running() || crate::waiting::resolver::resolver_running()
-    }
-}
 
 /// The `cubecl-common` profiling types windows resolve to, re-exported so a
 /// user need not match its version.

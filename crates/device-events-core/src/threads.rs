@@ -145,7 +145,14 @@ pub(crate) fn stopping() -> bool {
 /// handlers unload the driver: `device-events-cuda` and `-hip` call it from
 /// an exit handler registered once the driver is loaded. Afterwards
 /// windows not yet read resolve to `None` and calibrations never run;
-/// nothing more is released (the process is ending).
+/// nothing more is released (the process is ending: an anchor stream, a
+/// gate's word or events in use then are left to it).
+///
+/// Where the backend can ask without waiting (CUDA, HIP), the library's
+/// threads make no driver call that waits on the device: they ask, and
+/// sleep at most a millisecond between asks, looking for this stop each
+/// time. A calibration behind a long kernel, or a dropped profiler's
+/// release, is left within that, however long its work.
 ///
 /// ```standalone_crate
 /// use std::time::Duration;
@@ -164,6 +171,12 @@ pub fn stop_driver_calls(timeout: std::time::Duration) -> bool {
         std::thread::sleep(std::time::Duration::from_micros(200));
     }
     true
+}
+
+/// In a fork child: the parent's threads' calls in flight are not the
+/// child's, and none of them will end there.
+pub(crate) fn forget_the_parents_calls() {
+    WORKING.store(0, Ordering::SeqCst);
 }
 
 /// Start `body` on a thread named `name`.

@@ -169,9 +169,24 @@ fn error_of(api: Option<&ffi::Api>, call: &'static str, status: u32) -> DriverEr
 }
 
 /// At the process's exit: the library's threads leave the driver before its
-/// exit handlers tear it down.
+/// exit handlers tear it down. Each leaves within a millisecond of the
+/// stop; the bound covers a thread the system is slow to schedule.
 extern "C" fn stop_driver_calls_at_exit() {
-    let _ = device_events_core::process::stop_driver_calls(std::time::Duration::from_millis(100));
+    let _ = device_events_core::process::stop_driver_calls(std::time::Duration::from_secs(1));
+}
+
+/// Around `fork`: no library thread holds one of the library's locks as the
+/// process forks (see `device_events_core::process::before_fork`).
+extern "C" fn before_fork() {
+    device_events_core::process::before_fork();
+}
+
+extern "C" fn after_fork_in_parent() {
+    device_events_core::process::after_fork_in_parent();
+}
+
+extern "C" fn after_fork_in_child() {
+    device_events_core::process::after_fork_in_child();
 }
 
 /// The driver's functions, loaded and initialised once per process.
@@ -212,6 +227,16 @@ fn load_api() -> Result<&'static ffi::Api, DriverError> {
                 // SAFETY: registers a function of no arguments that does
                 // not unwind.
                 unsafe { libc::atexit(stop_driver_calls_at_exit) };
+                // SAFETY: registers three functions of no arguments that do
+                // not unwind; each only takes or gives back the library's
+                // locks.
+                unsafe {
+                    libc::pthread_atfork(
+                        Some(before_fork),
+                        Some(after_fork_in_parent),
+                        Some(after_fork_in_child),
+                    )
+                };
                 Ok(api)
             }
             // Named through `api` itself: `api()` is still initialising.

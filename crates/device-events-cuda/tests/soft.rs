@@ -622,3 +622,45 @@ fn a_call_whose_context_cannot_be_bound_never_reaches_the_driver() {
     Cuda::stream_destroy(s).unwrap();
     bind(0);
 }
+
+/// In a process of its own: a profiler whose first calibration waits
+/// behind 10 s of work on the one hardware queue it shares with the
+/// user's stream is dropped, and the process exits at once.
+#[test]
+#[ignore = "run in a process of its own by the test below"]
+fn child_exits_with_a_calibration_in_flight() {
+    use device_events_conformance::Workload as _;
+    let soft = SoftDriver::get().unwrap();
+    soft.set_hw_queues(1);
+    bind(0);
+    let s = stream();
+    soft.set_bandwidth(1e9);
+    let work = support::Memset::new(10_000_000_000);
+    work.enqueue_bytes(s, 10_000_000_000).unwrap();
+    soft.set_bandwidth(10e9);
+    let mut profiler = EventProfiler::<Cuda>::new();
+    let token = profiler.start(s);
+    profiler.abandon(token).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    assert!(
+        !device_events_core::process::wait_for_calibrations(std::time::Duration::ZERO),
+        "the calibration waits behind the work"
+    );
+    drop(profiler);
+    std::process::exit(0);
+}
+
+/// NVIDIA: using the driver during the host program's termination is
+/// undefined. A process that exits with a calibration stuck behind long
+/// work leaves no library thread in the driver as the driver's exit
+/// handler tears it down, and none calls it after.
+#[test]
+fn exiting_with_a_calibration_in_flight_leaves_the_driver_before_its_teardown() {
+    let report =
+        device_events_conformance::soft::exit_report("child_exits_with_a_calibration_in_flight");
+    assert_eq!(
+        report,
+        device_events_conformance::soft::ExitReport::default(),
+        "calls in flight as the driver's exit handler began, or made after"
+    );
+}

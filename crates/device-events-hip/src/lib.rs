@@ -178,6 +178,15 @@ pub(crate) fn runtime_initialised() -> Result<&'static Runtime, DriverError> {
         // SAFETY: registers a function of no arguments that does not
         // unwind.
         unsafe { libc::atexit(runtime::stop_driver_calls_at_exit) };
+        // SAFETY: registers three functions of no arguments that do not
+        // unwind; each only takes or gives back the library's locks.
+        unsafe {
+            libc::pthread_atfork(
+                Some(runtime::before_fork),
+                Some(runtime::after_fork_in_parent),
+                Some(runtime::after_fork_in_child),
+            )
+        };
         Ok(())
     })
     .clone()?;

@@ -123,9 +123,24 @@ pub(crate) fn loaded() -> Result<&'static Runtime, &'static str> {
 }
 
 /// At the process's exit: the library's threads leave the runtime before
-/// its exit handlers tear it down.
+/// its exit handlers tear it down. Each leaves within a millisecond of the
+/// stop; the bound covers a thread the system is slow to schedule.
 pub(crate) extern "C" fn stop_driver_calls_at_exit() {
-    let _ = device_events_core::process::stop_driver_calls(std::time::Duration::from_millis(100));
+    let _ = device_events_core::process::stop_driver_calls(std::time::Duration::from_secs(1));
+}
+
+/// Around `fork`: no library thread holds one of the library's locks as the
+/// process forks (see `device_events_core::process::before_fork`).
+pub(crate) extern "C" fn before_fork() {
+    device_events_core::process::before_fork();
+}
+
+pub(crate) extern "C" fn after_fork_in_parent() {
+    device_events_core::process::after_fork_in_parent();
+}
+
+pub(crate) extern "C" fn after_fork_in_child() {
+    device_events_core::process::after_fork_in_child();
 }
 
 /// `RTLD_NOLOAD` (glibc and musl): open only a library already loaded.

@@ -295,3 +295,82 @@ fn the_per_thread_stream_is_not_admitted() {
     let err = unsafe { Hip::stream_from_raw(0x2 as _, 0) }.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidHandle, "{err}");
 }
+
+/// In a process of its own: a profiler whose first calibration waits
+/// behind 10 s of work on the one hardware queue it shares with the
+/// user's stream is dropped, and the process exits at once.
+#[test]
+#[ignore = "run in a process of its own by the test below"]
+fn child_exits_with_a_calibration_in_flight() {
+    let soft = SoftDriver::get().unwrap();
+    soft.set_hw_queues(1);
+    bind(0);
+    let s = support::stream();
+    let work = support::Memset::new(10_000_000_000);
+    queue_ms(soft, &work, s, 10_000);
+    let mut profiler = device_events_core::EventProfiler::<Hip>::new();
+    let token = profiler.start(s);
+    profiler.abandon(token).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    assert!(
+        !device_events_core::process::wait_for_calibrations(std::time::Duration::ZERO),
+        "the calibration waits behind the work"
+    );
+    drop(profiler);
+    std::process::exit(0);
+}
+
+/// Using the runtime during the host program's termination is undefined
+/// (NVIDIA says so of CUDA; clr tears its runtime down in its own exit
+/// handlers). A process that exits with a calibration stuck behind long
+/// work leaves no library thread in the runtime as its exit handler tears
+/// it down, and none calls it after.
+#[test]
+fn exiting_with_a_calibration_in_flight_leaves_the_runtime_before_its_teardown() {
+    let report =
+        device_events_conformance::soft::exit_report("child_exits_with_a_calibration_in_flight");
+    assert_eq!(
+        report,
+        device_events_conformance::soft::ExitReport::default(),
+        "calls in flight as the runtime's exit handler began, or made after"
+    );
+}
+
+/// In a process of its own: a calibrated profiler is dropped while 10 s of
+/// work runs on another stream of its device, and the process exits.
+#[test]
+#[ignore = "run in a process of its own by the test below"]
+fn child_exits_while_a_dropped_profiler_is_released() {
+    let soft = SoftDriver::get().unwrap();
+    bind(0);
+    let s = support::stream();
+    let mut profiler = device_events_core::EventProfiler::<Hip>::new();
+    let token = profiler.start(s);
+    let window = profiler.stop_placed(s, token).unwrap();
+    assert!(pollster::block_on(window.resolve()).is_some());
+    assert!(device_events_core::process::wait_for_calibrations(
+        std::time::Duration::from_secs(10)
+    ));
+    let busy = support::stream();
+    let work = support::Memset::new(10_000_000_000);
+    queue_ms(soft, &work, busy, 10_000);
+    // Its anchor stream and gate are released on the calibrator thread.
+    drop(profiler);
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    std::process::exit(0);
+}
+
+/// clr's `hipFree` waits for every stream of the device: a dropped
+/// profiler's release never waits so, and the process exits with no
+/// library thread in the runtime however long the device's work.
+#[test]
+fn exiting_while_a_dropped_profiler_is_released_leaves_the_runtime_first() {
+    let report = device_events_conformance::soft::exit_report(
+        "child_exits_while_a_dropped_profiler_is_released",
+    );
+    assert_eq!(
+        report,
+        device_events_conformance::soft::ExitReport::default(),
+        "calls in flight as the runtime's exit handler began, or made after"
+    );
+}

@@ -2,7 +2,7 @@
 //! test chose so through the control API.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
 
 use crate::codes;
@@ -53,7 +53,10 @@ static OWNER: AtomicU32 = AtomicU32::new(0);
 fn refuse_fork_child() -> Result<(), i32> {
     let me = std::process::id();
     match OWNER.compare_exchange(0, me, Ordering::AcqRel, Ordering::Acquire) {
-        Ok(_) => Ok(()),
+        Ok(_) => {
+            register_exit_handler();
+            Ok(())
+        }
         Err(owner) if owner == me => Ok(()),
         Err(_) => {
             engine::count_misuse();
@@ -62,10 +65,88 @@ fn refuse_fork_child() -> Result<(), i32> {
     }
 }
 
+/// Set for good as the driver's exit handler begins: the process is
+/// ending, and the driver tears its state down.
+static EXITING: AtomicBool = AtomicBool::new(false);
+/// Exported calls in flight (entered, not yet returned).
+static INSIDE: AtomicU64 = AtomicU64::new(0);
+/// Calls in flight as the exit handler began, and calls made after.
+static IN_FLIGHT_AT_EXIT: AtomicU64 = AtomicU64::new(0);
+static AFTER_EXIT: AtomicU64 = AtomicU64::new(0);
+
+/// Registered at the process's first driver call, before the caller's
+/// own exit handlers (a library registers its own once the driver is
+/// initialised): it runs after them, as a real driver's teardown does.
+fn register_exit_handler() {
+    // SAFETY: registers a function of no arguments that does not unwind.
+    unsafe { libc::atexit(exit_handler) };
+}
+
+/// The driver's exit handler. NVIDIA: the driver's state is destroyed
+/// during the host program's termination, and any use of the driver then is
+/// undefined (CUDA C++ Guidelines for Robust and Safety Critical
+/// Programming, rule 1.1); clr tears its runtime down in its own exit
+/// handlers likewise. So a call in flight as this handler begins, or made
+/// after it, is a counted misuse (and refused with DEINITIALIZED).
+///
+/// With `SOFT_DRIVER_EXIT_REPORT` set to a path, the teardown takes 100 ms,
+/// as a real driver's does, during which late calls are counted, and then
+/// writes `misuses N`, `in_flight N` and `after_exit N` lines there: what a
+/// test reads of a process that has exited.
+extern "C" fn exit_handler() {
+    EXITING.store(true, Ordering::SeqCst);
+    let inside = INSIDE.load(Ordering::SeqCst);
+    IN_FLIGHT_AT_EXIT.store(inside, Ordering::SeqCst);
+    for _ in 0..inside {
+        engine::count_misuse();
+    }
+    let Some(path) = std::env::var_os("SOFT_DRIVER_EXIT_REPORT") else {
+        return;
+    };
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let report = format!(
+        "misuses {}\nin_flight {}\nafter_exit {}\n",
+        engine::misuses(),
+        IN_FLIGHT_AT_EXIT.load(Ordering::SeqCst),
+        AFTER_EXIT.load(Ordering::SeqCst),
+    );
+    let _ = std::fs::write(path, report);
+}
+
+/// `Err(DEINITIALIZED)` for a call made once the driver's exit handler
+/// began ([`exit_handler`]), counted as a misuse.
+fn refuse_after_exit() -> Result<(), i32> {
+    if EXITING.load(Ordering::SeqCst) {
+        AFTER_EXIT.fetch_add(1, Ordering::SeqCst);
+        engine::count_misuse();
+        return Err(codes::status(Fault::Deinitialized));
+    }
+    Ok(())
+}
+
+/// An exported call in flight, from its entry to its return: what the
+/// exit handler counts.
+struct InFlight;
+
+impl InFlight {
+    fn enter() -> Self {
+        INSIDE.fetch_add(1, Ordering::SeqCst);
+        Self
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        INSIDE.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// Count a call of `name`; `Err(status)` when a test chose it to fail, or
-/// when it is made in a fork child ([`refuse_fork_child`]).
+/// when it is made in a fork child ([`refuse_fork_child`]) or once the
+/// process's exit handlers reached the driver's ([`refuse_after_exit`]).
 pub(crate) fn enter(name: &'static str) -> Result<(), i32> {
     refuse_fork_child()?;
+    refuse_after_exit()?;
     THREAD_CALLS.set(THREAD_CALLS.get() + 1);
     let mut control = control();
     control.total += 1;
@@ -96,6 +177,7 @@ pub(crate) fn call(
     code: fn(Fault) -> i32,
     body: impl FnOnce() -> Outcome<()>,
 ) -> i32 {
+    let _in_flight = InFlight::enter();
     if let Err(status) = enter(name) {
         return status;
     }
@@ -114,6 +196,11 @@ pub(crate) fn release(
 ) -> i32 {
     // A fork child frees nothing: the handle is the parent's.
     if let Err(status) = refuse_fork_child() {
+        return status;
+    }
+    let _in_flight = InFlight::enter();
+    // Nor does a release after the driver's teardown began.
+    if let Err(status) = refuse_after_exit() {
         return status;
     }
     let injected = enter(name).err();

@@ -10,6 +10,7 @@ pub(crate) fn status(fault: Fault) -> i32 {
     match fault {
         Fault::InvalidValue => 1,
         Fault::NotInitialized => 3,
+        Fault::Deinitialized => 4,
         Fault::InvalidDevice => 101,
         Fault::InvalidContext => 201,
         Fault::InvalidHandle => 400,
@@ -288,6 +289,7 @@ mod tests {
         for fault in [
             Fault::InvalidValue,
             Fault::NotInitialized,
+            Fault::Deinitialized,
             Fault::InvalidDevice,
             Fault::InvalidContext,
             Fault::InvalidHandle,

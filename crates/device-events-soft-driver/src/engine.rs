@@ -42,6 +42,8 @@ pub(crate) enum Fault {
     InvalidContext,
     InvalidDevice,
     NotInitialized,
+    /// A call once the driver's exit handler began.
+    Deinitialized,
     NotReady,
     CapturedEvent,
     /// The device does not offer the operation.

@@ -25,7 +25,9 @@
 //!   contexts torn down at their last release, and per-thread HIP devices
 //!   follow the drivers' documentation.
 //! - Any use of a handle that is not live is refused and counted as a
-//!   misuse, where a real driver would act on freed state.
+//!   misuse, where a real driver would act on freed state; so is a call in
+//!   a fork child, and one in flight or made once the driver's exit handler
+//!   began.
 //! - A control API ([`control`], `soft_driver_*`, C ABI) injects failures,
 //!   counts live handles, misuses and calls, sets the clock, bandwidth and
 //!   launch latency, and reports the ground-truth time of each event.

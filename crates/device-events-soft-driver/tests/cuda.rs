@@ -866,3 +866,54 @@ fn a_call_in_a_fork_child_is_refused_and_counted_not_hung() {
         "1: the child's call was not refused with NOT_INITIALIZED; 2: refused but not counted"
     );
 }
+
+/// In a process of its own: one thread waits in the driver for a stream
+/// behind 10 s of work, another asks an event every millisecond, and the
+/// process exits.
+#[test]
+#[ignore = "run in a process of its own by the test below"]
+fn child_exits_with_threads_in_the_driver() {
+    let soft = SoftDriver::get().unwrap();
+    context(0);
+    let s = stream();
+    soft.set_bandwidth(1e9);
+    let _work = memset(s, 10_000_000_000);
+    soft.set_bandwidth(10e9);
+    let e = event();
+    // SAFETY: both are live, of the current context.
+    unsafe { result::event::record(e, s).unwrap() };
+    let (s, e) = (s as usize, e as usize);
+    std::thread::spawn(move || {
+        context(0);
+        // SAFETY: a live stream; the process exits while it waits.
+        let _ = unsafe { result::stream::synchronize(s as sys::CUstream) };
+    });
+    std::thread::spawn(move || {
+        context(0);
+        loop {
+            // SAFETY: a live event, never destroyed.
+            let _ = unsafe { result::event::query(e as sys::CUevent) };
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    std::process::exit(0);
+}
+
+/// NVIDIA: using the driver during the host program's termination is
+/// undefined (CUDA C++ Guidelines for Robust and Safety Critical
+/// Programming, rule 1.1). A call in flight as the driver's exit handler
+/// begins, and a call made after, is a counted misuse; the later one is
+/// refused with DEINITIALIZED.
+#[test]
+fn calls_in_flight_or_made_as_the_driver_tears_down_at_exit_are_counted() {
+    let report =
+        device_events_conformance::soft::exit_report("child_exits_with_threads_in_the_driver");
+    assert_eq!(report.in_flight, 1, "{report:?}");
+    assert!(report.after_exit > 0, "{report:?}");
+    assert_eq!(
+        report.misuses,
+        report.in_flight + report.after_exit,
+        "{report:?}"
+    );
+}

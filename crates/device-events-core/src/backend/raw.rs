@@ -376,7 +376,8 @@ pub trait RawApi: Sized + Send + Sync + 'static {
 }
 
 /// A mapped word of host memory made by [`RawApi::host_word`]. The checked
-/// layer drains the stream before it frees the word.
+/// layer drains the stream before it keeps the word for another gate, and
+/// frees it only in [`release_idle_events`](crate::process::release_idle_events).
 pub trait HostWord<R: RawApi>: Send {
     /// The word, as the host writes it.
     fn word(&self) -> &AtomicU32;
@@ -410,6 +411,10 @@ pub struct State<R: RawApi> {
     pub(crate) blocking_sync: AtomicBool,
     /// Fences' events kept for reuse, each of its own context.
     pub(crate) idle: Mutex<Vec<CheckedEvent<R>>>,
+    /// Gates' words kept for reuse, each with its context (held): no
+    /// stream waits on them any more.
+    #[allow(clippy::type_complexity)]
+    pub(crate) words: Mutex<Vec<(R::Held, Box<dyn HostWord<R>>)>>,
     /// Whether [`crate::process::release_idle_events`] knows this backend.
     pub(crate) registered: AtomicBool,
 }

@@ -86,6 +86,9 @@ impl<A: AnchorApi> Bracket<A> {
         let mut best: Option<Self> = None;
         let gated = how.gate.is_some();
         for _ in 0..how.samples.max(1) {
+            if crate::threads::stopping() {
+                return Err(exiting::<A>());
+            }
             let event = pool.take()?;
             let sample = Self::sample(pool, &event, stream, &mut how);
             let (before, width) = match sample {
@@ -224,6 +227,9 @@ const SLEEP_UP_TO: std::time::Duration = std::time::Duration::from_millis(1);
 fn arrive<A: AnchorApi>(mark: &PooledEvent<A>, bound: Duration) -> Result<(), DriverError> {
     let started = std::time::Instant::now();
     while started.elapsed() < bound {
+        if crate::threads::stopping() {
+            return Err(exiting::<A>());
+        }
         match A::poll(mark.raw()) {
             Some(reached) => {
                 if reached? {
@@ -246,11 +252,18 @@ fn arrive<A: AnchorApi>(mark: &PooledEvent<A>, bound: Duration) -> Result<(), Dr
 const ARRIVE_SLEEP: std::time::Duration = std::time::Duration::from_micros(50);
 
 /// Return once the device has reached `event`: polling where the backend
-/// can, tightly for [`POLL_FOR`] and then from a sleep, else waiting.
+/// can, tightly for [`POLL_FOR`] and then from a sleep, else waiting. Left
+/// with an error between asks once the process began exiting
+/// ([`stop_driver_calls`](crate::process::stop_driver_calls)): an anchor stream
+/// behind a long kernel must not keep this thread in the driver through
+/// the driver's own exit handlers.
 fn reach<A: AnchorApi>(event: &PooledEvent<A>) -> Result<(), DriverError> {
     let started = std::time::Instant::now();
     let mut interval = std::time::Duration::from_micros(50);
     while let Some(reached) = A::poll(event.raw()) {
+        if crate::threads::stopping() {
+            return Err(exiting::<A>());
+        }
         if reached? {
             return Ok(());
         }
@@ -264,6 +277,16 @@ fn reach<A: AnchorApi>(event: &PooledEvent<A>) -> Result<(), DriverError> {
         }
     }
     A::event_wait(event.raw())
+}
+
+/// A calibration left because the process is exiting.
+fn exiting<A: EventApi>() -> DriverError {
+    DriverError::refused(
+        A::BACKEND,
+        "anchor calibration",
+        crate::ErrorKind::Other,
+        "the process is exiting (stop_driver_calls): the calibration was left",
+    )
 }
 
 impl<A: EventApi> Bracket<A> {

@@ -116,6 +116,17 @@ fn forget_the_parents(q: &mut Queue) {
     }
 }
 
+/// The queue, locked, for [`crate::process::before_fork`]: no calibrator thread
+/// holds it as the process forks.
+pub(crate) fn hold() -> Box<dyn std::any::Any> {
+    Box::new(queue())
+}
+
+/// [`forget_the_parents`], at once: in a child made by `fork`.
+pub(crate) fn forget_the_parents_now() {
+    forget_the_parents(&mut queue());
+}
+
 /// Whether a calibrator thread is up in this process.
 pub(crate) fn running() -> bool {
     let q = queue();

@@ -86,6 +86,42 @@ pub trait AnchorApi: ThreadApi {
     }
 }
 
+/// How long [`drained`] sleeps between asks, at most: a release waiting
+/// behind a long kernel costs no core, and the process's exit waits no
+/// longer than this for it to leave.
+const DRAIN_SLEEP_UP_TO: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// Wait until `stream` has done its work, by recording `event` behind it
+/// and asking, from sleeps, whether the device got there: `Some(true)` once
+/// it has, `Some(false)` when the process began exiting first
+/// ([`stop_driver_calls`](crate::process::stop_driver_calls)), `None` where the
+/// backend cannot ask without waiting. A release drains so rather than by
+/// a stream synchronize, which holds the thread in the driver for as long
+/// as the work takes, the process's exit included. The caller has the
+/// stream's context bound.
+pub(crate) fn drained<A: AnchorApi>(
+    event: &A::Event,
+    stream: A::Stream,
+) -> Result<Option<bool>, DriverError> {
+    A::event_record(event, stream)?;
+    let mut interval = std::time::Duration::from_micros(50);
+    loop {
+        if crate::threads::stopping() {
+            return Ok(Some(false));
+        }
+        match A::poll(event) {
+            None => return Ok(None),
+            Some(reached) => {
+                if reached? {
+                    return Ok(Some(true));
+                }
+            }
+        }
+        std::thread::sleep(interval);
+        interval = (interval * 2).min(DRAIN_SLEEP_UP_TO);
+    }
+}
+
 /// An event's stamp on the host clock, and how far the mapping between the
 /// driver's clock and [`Instant`]'s can be off.
 #[derive(Clone, Copy, Debug)]

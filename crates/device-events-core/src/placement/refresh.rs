@@ -338,12 +338,12 @@ impl<A: AnchorApi> Shared<A> {
 
 impl<A: AnchorApi> Drop for Shared<A> {
     /// The gate and the anchor stream are released on the calibrator
-    /// thread, in RELAXED mode: draining the stream and freeing the gate's
-    /// memory are calls another thread's graph capture forbids, and a free
-    /// may wait for the whole device (`hipFree`). Here only without a
-    /// thread.
+    /// thread, in RELAXED mode: draining the stream is a call another
+    /// thread's graph capture forbids, and the stream's destroy may wait
+    /// for its work (`hipStreamDestroy`). Here only without a thread.
     fn drop(&mut self) {
         let release = Release {
+            pool: Arc::clone(&self.pool),
             gate: self
                 .work
                 .get_mut()
@@ -375,10 +375,42 @@ impl<A: AnchorApi> Drop for Shared<A> {
 }
 
 /// What a profiler's anchoring holds of the driver's, in the order it is
-/// released: the gate before the stream that waits on it, dropped open.
+/// released: the gate before the stream that waits on it, dropped open;
+/// the stream drained first by polling (an event of `pool`), so that its
+/// destroy does not wait for its work in the driver (`hipStreamDestroy`
+/// does). Once the process is exiting ([`stop_driver_calls`](crate::process::stop_driver_calls))
+/// the stream is left to the process's end, not destroyed.
 struct Release<A: AnchorApi> {
+    pool: Arc<EventPool<A>>,
     gate: Option<Box<dyn Gate>>,
     stream: Option<OwnedStream<A>>,
+}
+
+impl<A: AnchorApi> Drop for Release<A> {
+    fn drop(&mut self) {
+        drop(self.gate.take());
+        let Some(stream) = self.stream.take() else {
+            return;
+        };
+        let raw = stream.get();
+        let drained = A::in_context_of(raw, || {
+            let event = self.pool.take()?;
+            crate::placement::drained::<A>(event.raw(), raw)
+        })
+        .and_then(|drained| drained);
+        match drained {
+            // The process is exiting: the destroy could wait in the driver.
+            Ok(Some(false)) => std::mem::forget(stream),
+            Ok(_) => drop(stream),
+            Err(err) => {
+                log::warn!(
+                    "{}: an anchor stream is destroyed undrained: {err}",
+                    A::BACKEND
+                );
+                drop(stream);
+            }
+        }
+    }
 }
 
 /// Device time from the start of the anchor chain to `bracket`'s event,
@@ -452,6 +484,8 @@ impl<A: AnchorApi> Task<A> {
                         );
                         Ok(Arc::clone(old))
                     }
+                    // Left for the process's exit: nothing to say.
+                    _ if crate::threads::stopping() => Err(err),
                     _ => {
                         // Off the caller's thread, with nowhere else to go:
                         // the windows waiting for it read `None`.

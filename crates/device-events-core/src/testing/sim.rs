@@ -71,6 +71,11 @@ static SKEW_NANOS: AtomicU64 = AtomicU64::new(0);
 /// How much faster the device clock runs, in parts per billion.
 static DRIFT_PPB: AtomicI64 = AtomicI64::new(0);
 
+/// The device's state, locked, for [`crate::process::before_fork`].
+pub(crate) fn hold() -> Box<dyn std::any::Any> {
+    Box::new(state())
+}
+
 fn state() -> MutexGuard<'static, State> {
     STATE.lock().unwrap_or_else(PoisonError::into_inner)
 }

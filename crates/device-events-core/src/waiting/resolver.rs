@@ -163,6 +163,12 @@ fn queue() -> MutexGuard<'static, Queue> {
     QUEUE.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// The queue, locked, for [`crate::process::before_fork`]: no resolver thread
+/// holds it as the process forks.
+pub(crate) fn hold() -> Box<dyn std::any::Any> {
+    Box::new(queue())
+}
+
 /// Hand `job` to the resolver thread, starting it if needed. Where no
 /// thread can be started, every job queued is answered with nothing, at
 /// once: the polling thread is the user's, never blocked or spun here.
@@ -284,6 +290,11 @@ impl Track {
         let mut answered = false;
         let mut at = 0;
         while let Some((_, job, handed)) = self.jobs.get(at) {
+            // The process is exiting: no more asks (the round's end
+            // answers every job with nothing).
+            if crate::threads::stopping() {
+                break;
+            }
             match attempt(&**job) {
                 Attempt::Done => {
                     self.behind_work = if now.saturating_duration_since(*handed) > BEHIND_WORK {

@@ -5,12 +5,19 @@
 //! they are released beyond the cap, when the wait mode changes, and by
 //! [`release_idle_events`], which a server calls before it tears a context
 //! down and leak checks call before they count.
+//!
+//! Gates' words too: a dropped profiler's gate gives its word back for the
+//! next gate of that context, since freeing it can wait for the whole
+//! device (`hipFree`), which the calibrator thread must not do (it could
+//! still be waiting as the process exits). As many as gates were ever live
+//! at once; freed by [`release_idle_events`], on the caller's thread.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use super::binding::{bound, dead};
-use crate::backend::raw::{CheckedEvent, CheckedStream, RawApi, State};
+use super::binding::{bound, dead, releasing};
+use crate::backend::capture;
+use crate::backend::raw::{CheckedEvent, CheckedStream, HostWord, Permit, RawApi, State};
 use crate::driver::DriverError;
 use crate::fence::owned_event::OwnedEvent;
 
@@ -20,9 +27,10 @@ pub const IDLE_EVENTS: usize = 64;
 /// Every backend that has kept an event: how to release its idle ones.
 static RELEASERS: Mutex<Vec<fn()>> = Mutex::new(Vec::new());
 
-/// Destroy every fence event kept for reuse, in every backend. Call it
-/// before tearing a context down by hand (an idle CUDA event holds its
-/// primary context), or before counting live handles.
+/// Destroy every fence event, and free every gate's word, kept for reuse,
+/// in every backend. Call it before tearing a context down by hand (an idle
+/// CUDA event holds its primary context), or before counting live handles.
+/// A word's free may wait for its device's work (`hipFree`).
 ///
 /// ```
 /// device_events_core::process::release_idle_events();
@@ -43,11 +51,62 @@ impl<R: RawApi> State<R> {
         self.idle.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Destroy this backend's idle fence events.
+    /// Destroy this backend's idle fence events, and free its idle gate
+    /// words.
     pub fn release_idle(&self) {
+        self.release_idle_events();
+        let words = std::mem::take(&mut *self.words());
+        for (held, word) in words {
+            // Freeing is among the calls another thread's GLOBAL capture
+            // forbids: in RELAXED mode.
+            let freed = releasing::<R, _>(&held, || {
+                capture::relaxed::<R, _>(|| word.free(Permit::new()))
+            });
+            if let Err(err) = freed {
+                log::error!("{}: could not free a gate's host word: {err}", R::BACKEND);
+            }
+        }
+    }
+
+    /// Destroy this backend's idle fence events.
+    pub(super) fn release_idle_events(&self) {
         let idle = std::mem::take(&mut *self.idle());
         idle.into_iter()
             .for_each(|event| drop(OwnedEvent::<R>::adopt(event)));
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn words(&self) -> MutexGuard<'_, Vec<(R::Held, Box<dyn HostWord<R>>)>> {
+        // A push or a pop either happened or did not.
+        self.words.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A gate's word kept for `context`, if there is one.
+pub(super) fn take_word<R: RawApi>(context: R::Context) -> Option<Box<dyn HostWord<R>>> {
+    let mut words = R::state().words();
+    let at = words
+        .iter()
+        .rposition(|(held, _)| R::context_of(held) == context)?;
+    Some(words.swap_remove(at).1)
+}
+
+/// Keep a gate's word, which no stream waits on any more, for the next
+/// gate of its context.
+pub(super) fn keep_word<R: RawApi>(held: R::Held, word: Box<dyn HostWord<R>>) {
+    register::<R>();
+    R::state().words().push((held, word));
+}
+
+/// Have [`release_idle_events`] know this backend.
+fn register<R: RawApi>() {
+    let state = R::state();
+    if !state.registered.load(Ordering::Relaxed) && !state.registered.swap(true, Ordering::Relaxed)
+    {
+        RELEASERS
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(|| R::state().release_idle());
     }
 }
 
@@ -76,13 +135,7 @@ pub(super) fn keep_event<R: RawApi>(event: CheckedEvent<R>) -> Option<CheckedEve
     if event.raw().is_none() {
         return Some(event);
     }
-    if !state.registered.load(Ordering::Relaxed) && !state.registered.swap(true, Ordering::Relaxed)
-    {
-        RELEASERS
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(|| R::state().release_idle());
-    }
+    register::<R>();
     let mut idle = state.idle();
     if idle.len() >= IDLE_EVENTS {
         return Some(event);

@@ -19,6 +19,7 @@ impl<R: RawApi> State<R> {
             streams: HandleTable::new(),
             blocking_sync: AtomicBool::new(false),
             idle: Mutex::new(Vec::new()),
+            words: Mutex::new(Vec::new()),
             registered: AtomicBool::new(false),
         }
     }
@@ -29,7 +30,7 @@ impl<R: RawApi> State<R> {
     pub fn set_blocking_sync(&self, blocking: bool) {
         if self.blocking_sync.swap(blocking, Ordering::Relaxed) != blocking {
             // Idle events wait the old way.
-            self.release_idle();
+            self.release_idle_events();
         }
     }
 

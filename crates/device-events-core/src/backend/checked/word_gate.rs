@@ -2,16 +2,18 @@
 
 use cubecl_common::profile::Duration;
 
-use super::binding::{bound, releasing};
+use super::binding::bound;
+use super::idle;
 use crate::EventApi;
-use crate::backend::capture;
 use crate::backend::raw::{CheckedStream, HostWord, Permit, RawApi};
 use crate::driver::DriverError;
+use crate::fence::owned_event::OwnedEvent;
 use crate::placement::Gate;
 
 /// A gate over the backend's [`HostWord`]: each close waits for the next
 /// count, each open writes the count, and dropping it opens it, drains the
-/// stream and only then frees the word. (The count wraps after 2³² closes:
+/// stream (polling) and only then gives the word back to its context's
+/// idle words, for the next gate there. (The count wraps after 2³² closes:
 /// at five a second, after 27 years.)
 struct WordGate<R: RawApi> {
     stream: CheckedStream<R>,
@@ -26,10 +28,16 @@ pub(crate) fn word_gate<R: RawApi>(
     stream: CheckedStream<R>,
 ) -> Result<Option<Box<dyn Gate>>, DriverError> {
     let held = stream.held(R::CALLS.bind)?;
-    let Some(word) = bound::<R, _>(&held, || R::host_word(permit, &held))? else {
-        return Ok(None);
+    let word = match idle::take_word::<R>(R::context_of(&held)) {
+        Some(word) => word,
+        None => match bound::<R, _>(&held, || R::host_word(permit, &held))? {
+            Some(word) => word,
+            None => return Ok(None),
+        },
     };
-    // Not always zero: ROCm's signal memory starts at 1.
+    // Not always zero: ROCm's signal memory starts at 1, and a word kept
+    // from an earlier gate holds that gate's last count, which every wait
+    // queued on it before is satisfied by.
     let count = word.word().load(std::sync::atomic::Ordering::Acquire);
     Ok(Some(Box::new(WordGate {
         stream,
@@ -65,28 +73,38 @@ impl<R: RawApi> Gate for WordGate<R> {
 }
 
 impl<R: RawApi> Drop for WordGate<R> {
-    /// Open, let the stream pass every wait, then free the word: the device
-    /// must not read it after it is freed.
+    /// Open, let the stream pass every wait, then keep the word for the
+    /// next gate of its context: the device must not read a word once it
+    /// is freed, and a free is never made on the library's threads, since
+    /// it can wait for the whole device (`hipFree`) past the process's
+    /// exit. The stream is drained by polling; once the process is exiting
+    /// ([`stop_driver_calls`](crate::process::stop_driver_calls)) the word is left
+    /// to the process's end.
     fn drop(&mut self) {
         let _ = self.open();
         let Some(word) = self.word.take() else { return };
-        if let Err(err) = <R as EventApi>::stream_synchronize(self.stream) {
-            // The stream is gone or failed: its waits are satisfied or will
-            // never run; keeping four bytes is the safe side.
-            log::warn!(
-                "{}: a gate's word is kept, its stream could not be drained: {err}",
-                R::BACKEND
-            );
-            std::mem::forget(word);
-            return;
-        }
-        // Freeing is among the calls another thread's GLOBAL capture
-        // forbids: in RELAXED mode.
-        let freed = releasing::<R, _>(&self.held, || {
-            capture::relaxed::<R, _>(|| word.free(Permit::new()))
+        let drained = bound::<R, _>(&self.held, || {
+            let event = OwnedEvent::<R>::create()?;
+            crate::placement::drained::<R>(event.raw(), self.stream)
         });
-        if let Err(err) = freed {
-            log::error!("{}: could not free a gate's host word: {err}", R::BACKEND);
+        let drained = match drained {
+            Ok(Some(drained)) => drained,
+            // No polling here: a synchronize, as the only way.
+            Ok(None) => <R as EventApi>::stream_synchronize(self.stream).is_ok(),
+            Err(err) => {
+                // The stream is gone or failed: its waits are satisfied or
+                // will never run; keeping eight bytes is the safe side.
+                log::warn!(
+                    "{}: a gate's word is kept, its stream could not be drained: {err}",
+                    R::BACKEND
+                );
+                false
+            }
+        };
+        if drained {
+            idle::keep_word::<R>(self.held.clone(), word);
+        } else {
+            std::mem::forget(word);
         }
     }
 }
