@@ -19,7 +19,19 @@ fn core_alone(c: &mut Criterion) {
 
 /// `n` windows opened, all stopped, then all resolved: the time of one
 /// such round, which `xtask bench` divides by `n`.
+///
+/// The heap is held between rounds, as `cargo xtask bench` holds it (its
+/// `MALLOC_TRIM_THRESHOLD_`), so that a hand run reads the same: glibc
+/// would hand a freed heap top back to the kernel and fault it in again
+/// the next round, which at a million windows is a quarter of the round's
+/// cycles in the page-fault path, the kernel's cost, not the library's.
 fn scale(c: &mut Criterion) {
+    // SAFETY: `mallopt` only tunes the allocator, with a value it accepts;
+    // called before this bench allocates anything it measures.
+    unsafe {
+        libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX);
+        libc::mallopt(libc::M_TOP_PAD, 512 << 20);
+    }
     let mut group = c.benchmark_group("scale");
     group
         .sample_size(10)
