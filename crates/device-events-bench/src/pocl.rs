@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use device_events_conformance::noting::{Note, Noting};
 use device_events_core::{OwnedStream, ProfilerConfig};
-use device_events_opencl::{ClEvent, OpenCl};
+use device_events_opencl::{OpenCl, OpenClEvent};
 
 pub use crate::placement::Errors;
 
@@ -29,7 +29,7 @@ thread_local! {
 }
 
 impl Note<OpenCl> for LastMarker {
-    fn recorded(event: &ClEvent) {
+    fn recorded(event: &OpenClEvent) {
         let Some(slot) = event.raw() else { return };
         slot.with_marker(|marker| {
             if marker.is_null() {

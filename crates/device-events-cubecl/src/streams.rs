@@ -210,7 +210,7 @@ impl RawStreams for device_events_cuda::Cuda {
 
 #[cfg(feature = "hip")]
 impl RawStreams for device_events_hip::Hip {
-    type Raw = device_events_hip::runtime::RawStream;
+    type Raw = device_events_hip::runtime::hipStream_t;
     type Owner = std::ffi::c_int;
 
     unsafe fn admit(raw: Self::Raw, owner: Self::Owner) -> Result<Self::Stream, DriverError> {

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use cudarc::driver::sys::{CUcontext, CUdevice};
 use device_events_core::{DriverError, ErrorKind};
 
-use crate::{BACKEND, api, check};
+use crate::{BACKEND, api, check_status};
 
 /// One retain of a device's primary context, released when dropped.
 #[derive(Debug)]
@@ -29,7 +29,7 @@ impl Drop for Context {
         // SAFETY: this value holds one retain of `device`'s primary context,
         // taken in `retain_current`, and releases it once.
         let status = unsafe { (api.cuDevicePrimaryCtxRelease_v2)(self.device) };
-        if let Err(err) = check("cuDevicePrimaryCtxRelease_v2", status) {
+        if let Err(err) = check_status("cuDevicePrimaryCtxRelease_v2", status) {
             log::error!("{BACKEND}: could not release a primary context: {err}");
         }
     }
@@ -43,7 +43,7 @@ static RETAINED: Mutex<Vec<Weak<Context>>> = Mutex::new(Vec::new());
 pub(crate) fn current() -> Result<Option<CUcontext>, DriverError> {
     let mut ctx = std::ptr::null_mut();
     // SAFETY: `ctx` is writable.
-    check("cuCtxGetCurrent", unsafe {
+    check_status("cuCtxGetCurrent", unsafe {
         (api()?.cuCtxGetCurrent)(&mut ctx)
     })?;
     Ok((!ctx.is_null()).then_some(ctx))
@@ -53,7 +53,7 @@ pub(crate) fn current() -> Result<Option<CUcontext>, DriverError> {
 pub(crate) fn push(ctx: CUcontext) -> Result<(), DriverError> {
     // SAFETY: `ctx` is retained by the handle the call is for (or live by
     // `Cuda::stream_from_raw`'s contract).
-    check("cuCtxPushCurrent_v2", unsafe {
+    check_status("cuCtxPushCurrent_v2", unsafe {
         (api()?.cuCtxPushCurrent_v2)(ctx)
     })
 }
@@ -62,7 +62,7 @@ pub(crate) fn push(ctx: CUcontext) -> Result<(), DriverError> {
 pub(crate) fn pop() -> Result<(), DriverError> {
     let mut popped = std::ptr::null_mut();
     // SAFETY: pops the context pushed before; `popped` is writable.
-    check("cuCtxPopCurrent_v2", unsafe {
+    check_status("cuCtxPopCurrent_v2", unsafe {
         (api()?.cuCtxPopCurrent_v2)(&mut popped)
     })
 }
@@ -97,12 +97,12 @@ pub(crate) fn retain_current(call: &'static str) -> Result<Arc<Context>, DriverE
     }
     let mut device = 0;
     // SAFETY: `device` is writable; `ctx` is current.
-    check("cuCtxGetDevice", unsafe {
+    check_status("cuCtxGetDevice", unsafe {
         (api.cuCtxGetDevice)(&mut device)
     })?;
     let mut primary = std::ptr::null_mut();
     // SAFETY: `primary` is writable; `device` is the current context's.
-    check("cuDevicePrimaryCtxRetain", unsafe {
+    check_status("cuDevicePrimaryCtxRetain", unsafe {
         (api.cuDevicePrimaryCtxRetain)(&mut primary, device)
     })?;
     let context = Arc::new(Context {

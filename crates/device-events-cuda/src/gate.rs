@@ -20,7 +20,7 @@ use device_events_core::DriverError;
 use device_events_core::backend::{HostWord, Permit, RawApi};
 use device_events_core::profile::Duration;
 
-use crate::{Cuda, api, check};
+use crate::{Cuda, api, check_status};
 
 /// `CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS` (`_V1` in CUDA 12's header).
 const CAN_USE_STREAM_MEM_OPS: c_int = 92;
@@ -117,7 +117,7 @@ pub(crate) fn word(device: CUdevice) -> Result<Option<Box<dyn HostWord<Cuda>>>, 
     if ops.v1 {
         let mut can = 0;
         // SAFETY: `can` is writable; the device is the bound context's.
-        check("cuDeviceGetAttribute", unsafe {
+        check_status("cuDeviceGetAttribute", unsafe {
             (ops.mem.cuDeviceGetAttribute)(&mut can, CAN_USE_STREAM_MEM_OPS, device)
         })?;
         if can == 0 {
@@ -126,7 +126,7 @@ pub(crate) fn word(device: CUdevice) -> Result<Option<Box<dyn HostWord<Cuda>>>, 
     }
     let mut host = std::ptr::null_mut();
     // SAFETY: `host` is writable; the context is bound.
-    check("cuMemHostAlloc", unsafe {
+    check_status("cuMemHostAlloc", unsafe {
         (ops.mem.cuMemHostAlloc)(&mut host, size_of::<u32>(), DEVICEMAP)
     })?;
     let mut word = CudaWord {
@@ -135,7 +135,7 @@ pub(crate) fn word(device: CUdevice) -> Result<Option<Box<dyn HostWord<Cuda>>>, 
         device: 0,
     };
     // SAFETY: `device` is writable; `host` was mapped just above.
-    let mapped = check("cuMemHostGetDevicePointer_v2", unsafe {
+    let mapped = check_status("cuMemHostGetDevicePointer_v2", unsafe {
         (ops.mem.cuMemHostGetDevicePointer_v2)(&mut word.device, host, 0)
     });
     if let Err(err) = mapped {
@@ -152,7 +152,7 @@ impl CudaWord {
     fn release(self) -> Result<(), DriverError> {
         // SAFETY: allocated by `cuMemHostAlloc` in `word`, freed once (by
         // value), after any stream has passed every wait on it.
-        check("cuMemFreeHost", unsafe {
+        check_status("cuMemFreeHost", unsafe {
             (self.ops.mem.cuMemFreeHost)(self.host)
         })
     }
@@ -174,7 +174,7 @@ impl HostWord<Cuda> for CudaWord {
         // SAFETY: the stream is live and its context bound (the permit);
         // `device` maps this value's host word, freed only once the stream
         // has passed every wait.
-        check(self.ops.wait_value_name, unsafe {
+        check_status(self.ops.wait_value_name, unsafe {
             (self.ops.wait_value)(stream.0, self.device, value, WAIT_GEQ)
         })
     }

@@ -109,7 +109,7 @@
 mod context;
 mod ffi;
 mod gate;
-mod raw;
+pub mod raw;
 
 use std::ffi::CStr;
 use std::sync::OnceLock;
@@ -119,8 +119,7 @@ use cudarc::driver::sys::{self, CUcontext, CUstream};
 use device_events_core::backend::{CheckedEvent, CheckedStream, RawApi};
 use device_events_core::{CaptureStatus, DriverError, ErrorKind};
 
-pub use context::Context;
-pub use raw::{RawEvent, RawStream};
+use raw::RawStream;
 
 const BACKEND: &str = "cuda";
 
@@ -135,16 +134,37 @@ pub type CudaStream = CheckedStream<Cuda>;
 /// retained until the event is dropped.
 pub type CudaEvent = CheckedEvent<Cuda>;
 
-/// A cudarc error as a [`DriverError`] naming `call`, classified; for code
-/// that mixes cudarc calls with this crate's.
-pub fn driver_error(call: &'static str, err: result::DriverError) -> DriverError {
-    let code = err.0 as u32;
-    DriverError::from_c_status(BACKEND, call, i64::from(code), Some(format!("{:?}", err.0)))
+/// A cudarc result with its error as a classified [`DriverError`] naming
+/// `call`: for code that mixes its own cudarc calls with this crate's.
+///
+/// ```
+/// use cudarc::driver::{DriverError as CudarcError, sys::CUresult};
+/// use device_events_core::ErrorKind;
+///
+/// assert_eq!(device_events_cuda::check("cuMemAlloc_v2", Ok::<_, CudarcError>(7))?, 7);
+/// let oom = Err::<(), _>(CudarcError(CUresult::CUDA_ERROR_OUT_OF_MEMORY));
+/// let err = device_events_cuda::check("cuMemAlloc_v2", oom).unwrap_err();
+/// assert_eq!(err.status(), Some(2));
+/// assert_eq!(err.kind(), ErrorKind::OutOfResources);
+/// # Ok::<(), device_events_core::DriverError>(())
+/// ```
+///
+/// # Errors
+///
+/// The [`DriverError`] for cudarc's error.
+pub fn check<T>(
+    call: &'static str,
+    result: Result<T, result::DriverError>,
+) -> Result<T, DriverError> {
+    result.map_err(|err| {
+        let code = err.0 as u32;
+        DriverError::from_c_status(BACKEND, call, i64::from(code), Some(format!("{:?}", err.0)))
+    })
 }
 
 /// A status as `Ok` or a classified [`DriverError`] naming `call`; the
 /// name comes from the driver, and a code it does not know keeps its number.
-pub(crate) fn check(call: &'static str, status: u32) -> Result<(), DriverError> {
+pub(crate) fn check_status(call: &'static str, status: u32) -> Result<(), DriverError> {
     if status == 0 {
         return Ok(());
     }

@@ -1,5 +1,8 @@
-//! The driver calls: each one the checked layer of `device-events-core`
-//! makes on live handles, with the handle's context bound.
+//! The driver's handles behind [`CudaEvent`](crate::CudaEvent) and
+//! [`CudaStream`](crate::CudaStream) (`event.raw()`, for calls this crate
+//! does not wrap), and the driver calls: each one the checked layer of
+//! `device-events-core` makes on live handles, with the handle's context
+//! bound.
 
 use std::ffi::c_uint;
 use std::sync::Arc;
@@ -10,8 +13,9 @@ use device_events_core::backend::{CallNames, HostWord, Permit, RawApi, State};
 use device_events_core::profile::Duration;
 use device_events_core::{CaptureStatus, DriverError};
 
-use crate::context::{Context, retain_current};
-use crate::{BACKEND, Cuda, api, check, ffi, gate};
+pub use crate::context::Context;
+use crate::context::retain_current;
+use crate::{BACKEND, Cuda, api, check_status, ffi, gate};
 
 /// A `CUevent` this crate created; not `Clone`, so destroyed once.
 #[derive(Debug)]
@@ -53,7 +57,7 @@ macro_rules! cu {
         // context, which the driver takes for that context), and destroyed
         // exactly once (by value); every out-pointer passed is a writable
         // local.
-        check(stringify!($f), unsafe { f($($arg),*) })
+        check_status(stringify!($f), unsafe { f($($arg),*) })
     }};
 }
 
@@ -142,7 +146,7 @@ impl RawApi for Cuda {
         // SAFETY: the permit's, as for `cu!`.
         match unsafe { (api()?.cuEventQuery)(event.0) } {
             ffi::NOT_READY => Ok(false),
-            status => check("cuEventQuery", status).map(|()| true),
+            status => check_status("cuEventQuery", status).map(|()| true),
         }
     }
 

@@ -8,9 +8,9 @@ use cubecl_hip_sys as hip;
 use cudarc::driver::result;
 use device_events_core::Backend;
 use device_events_core::OwnedStream;
-use device_events_cuda::{Cuda, CudaStream, driver_error};
+use device_events_cuda::{Cuda, CudaStream};
 use device_events_hip::{Hip, HipStream, check};
-use device_events_opencl::ClStream;
+use device_events_opencl::OpenClStream;
 
 pub type Failure = Box<dyn Error>;
 
@@ -37,22 +37,23 @@ impl Device for Cuda {
 
     fn open() -> Result<String, Failure> {
         Cuda::probe()?;
-        let device = result::device::get(0).map_err(|e| driver_error("cuDeviceGet", e))?;
+        let device = device_events_cuda::check("cuDeviceGet", result::device::get(0))?;
         // SAFETY: `device` exists; the primary context lives until exit.
         unsafe {
-            let ctx = result::primary_ctx::retain(device)
-                .map_err(|e| driver_error("cuDevicePrimaryCtxRetain", e))?;
-            result::ctx::set_current(ctx).map_err(|e| driver_error("cuCtxSetCurrent", e))?;
+            let ctx = device_events_cuda::check(
+                "cuDevicePrimaryCtxRetain",
+                result::primary_ctx::retain(device),
+            )?;
+            device_events_cuda::check("cuCtxSetCurrent", result::ctx::set_current(ctx))?;
         }
-        let name =
-            result::device::get_name(device).map_err(|e| driver_error("cuDeviceGetName", e))?;
+        let name = device_events_cuda::check("cuDeviceGetName", result::device::get_name(device))?;
         Ok(name)
     }
 
     fn buffer(bytes: usize) -> Result<CudaBuffer, Failure> {
         // SAFETY: freed by `CudaBuffer`'s `Drop`; only memset.
         let ptr =
-            unsafe { result::malloc_sync(bytes) }.map_err(|e| driver_error("cuMemAlloc_v2", e))?;
+            device_events_cuda::check("cuMemAlloc_v2", unsafe { result::malloc_sync(bytes) })?;
         Ok(CudaBuffer(ptr))
     }
 
@@ -60,8 +61,9 @@ impl Device for Cuda {
         stream.with_raw(|raw| {
             // SAFETY: the demo never asks for more than the buffer holds;
             // the stream is held live meanwhile.
-            unsafe { result::memset_d8_async(buffer.0, 0, bytes, raw) }
-                .map_err(|e| driver_error("cuMemsetD8Async", e))
+            device_events_cuda::check("cuMemsetD8Async", unsafe {
+                result::memset_d8_async(buffer.0, 0, bytes, raw)
+            })
         })??;
         Ok(())
     }
@@ -172,7 +174,7 @@ impl Device for device_events_opencl::OpenCl {
         Ok(ClBuffer(mem))
     }
 
-    fn work(stream: ClStream, buffer: &ClBuffer, bytes: usize) -> Result<(), Failure> {
+    fn work(stream: OpenClStream, buffer: &ClBuffer, bytes: usize) -> Result<(), Failure> {
         let pattern = 0u32;
         stream.with_raw(|queue| {
             // SAFETY: a live queue and buffer of one context; the pattern is

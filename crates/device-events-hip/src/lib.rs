@@ -82,7 +82,7 @@
 //! `docs/design.md`.
 
 mod gate;
-mod raw;
+pub mod raw;
 pub mod runtime;
 
 use std::ffi::{CStr, c_int};
@@ -91,12 +91,11 @@ use std::sync::OnceLock;
 
 use device_events_core::backend::{CheckedEvent, CheckedStream, RawApi};
 use device_events_core::{CaptureStatus, DriverError, ErrorKind};
-use runtime::{RawStream, Runtime};
+use raw::RawStream;
+use runtime::{Runtime, hipStream_t};
 
 /// `hipStreamPerThread`: the calling thread's own default stream.
 const HIP_STREAM_PER_THREAD: usize = 0x2;
-
-pub use raw::{HipRawEvent, HipRawStream};
 
 /// The HIP backend.
 #[derive(Debug)]
@@ -300,7 +299,10 @@ impl Hip {
     /// # Errors
     ///
     /// When the runtime is missing or `device` does not exist.
-    pub unsafe fn stream_from_raw(raw: RawStream, device: c_int) -> Result<HipStream, DriverError> {
+    pub unsafe fn stream_from_raw(
+        raw: hipStream_t,
+        device: c_int,
+    ) -> Result<HipStream, DriverError> {
         let rt = runtime_initialised()?;
         let mut count = 0;
         // SAFETY: `count` is writable.
@@ -324,7 +326,7 @@ impl Hip {
                  thread exits; admit a stream you made, or the null stream",
             ));
         }
-        Ok(HipStream::admit_foreign(HipRawStream(raw), device))
+        Ok(HipStream::admit_foreign(RawStream(raw), device))
     }
 
     /// Whether a HIP runtime can be loaded and initialised here, with a

@@ -1,5 +1,8 @@
-//! The runtime calls: each one the checked layer of `device-events-core`
-//! makes on live handles, with the handle's device bound.
+//! The runtime's handles behind [`HipEvent`](crate::HipEvent) and
+//! [`HipStream`](crate::HipStream) (`event.raw()`, for calls this crate
+//! does not wrap), and the runtime calls: each one the checked layer of
+//! `device-events-core` makes on live handles, with the handle's device
+//! bound.
 
 use std::ffi::c_int;
 use std::sync::OnceLock;
@@ -9,32 +12,32 @@ use device_events_core::backend::{CallNames, HostWord, Permit, RawApi, State};
 use device_events_core::profile::Duration;
 use device_events_core::{CaptureStatus, DriverError};
 
-use crate::runtime::{self, RawEvent, RawStream};
+use crate::runtime::{self, hipEvent_t, hipStream_t};
 use crate::{Hip, check, gate, runtime as rt};
 
 /// A `hipEvent_t` this crate created; not `Clone`, so destroyed once.
 #[derive(Debug)]
-pub struct HipRawEvent(RawEvent);
+pub struct RawEvent(hipEvent_t);
 
 /// A `hipStream_t`: one this crate created, or one admitted by
 /// [`Hip::stream_from_raw`].
 #[derive(Debug)]
-pub struct HipRawStream(pub(crate) RawStream);
+pub struct RawStream(pub(crate) hipStream_t);
 
 // SAFETY: opaque runtime handles, never dereferenced here. The HIP runtime
 // is thread-safe: an event or stream may be used from any host thread given
 // its device is current, which the checked layer arranges.
-unsafe impl Send for HipRawEvent {}
-// SAFETY: as for `Send`; `&HipRawEvent` only hands the handle to calls.
-unsafe impl Sync for HipRawEvent {}
-// SAFETY: as for `HipRawEvent`.
-unsafe impl Send for HipRawStream {}
-// SAFETY: as for `HipRawEvent`.
-unsafe impl Sync for HipRawStream {}
+unsafe impl Send for RawEvent {}
+// SAFETY: as for `Send`; `&RawEvent` only hands the handle to calls.
+unsafe impl Sync for RawEvent {}
+// SAFETY: as for `RawEvent`.
+unsafe impl Send for RawStream {}
+// SAFETY: as for `RawEvent`.
+unsafe impl Sync for RawStream {}
 
-impl HipRawEvent {
+impl RawEvent {
     /// The runtime's event, for calls this crate does not wrap.
-    pub fn get(&self) -> RawEvent {
+    pub fn get(&self) -> hipEvent_t {
         self.0
     }
 }
@@ -77,9 +80,9 @@ impl RawApi for Hip {
     type Context = c_int;
     type Held = c_int;
     type Restore = ();
-    type Event = HipRawEvent;
-    type Stream = HipRawStream;
-    type Handle = RawStream;
+    type Event = RawEvent;
+    type Stream = RawStream;
+    type Handle = hipStream_t;
 
     fn state() -> &'static State<Self> {
         &STATE
@@ -109,7 +112,7 @@ impl RawApi for Hip {
         _: Permit<Self>,
         _: &c_int,
         blocking_sync: bool,
-    ) -> Result<HipRawEvent, DriverError> {
+    ) -> Result<RawEvent, DriverError> {
         let flags = if blocking_sync {
             runtime::HIP_EVENT_BLOCKING_SYNC
         } else {
@@ -117,26 +120,26 @@ impl RawApi for Hip {
         };
         let mut raw = std::ptr::null_mut();
         hip!(hipEventCreateWithFlags(&mut raw, flags))?;
-        Ok(HipRawEvent(raw))
+        Ok(RawEvent(raw))
     }
 
-    fn destroy_event(_: Permit<Self>, event: HipRawEvent) -> Result<(), DriverError> {
+    fn destroy_event(_: Permit<Self>, event: RawEvent) -> Result<(), DriverError> {
         hip!(hipEventDestroy(event.0))
     }
 
     fn record_event(
         _: Permit<Self>,
-        event: &HipRawEvent,
-        stream: &HipRawStream,
+        event: &RawEvent,
+        stream: &RawStream,
     ) -> Result<(), DriverError> {
         hip!(hipEventRecord(event.0, stream.0))
     }
 
-    fn synchronize_event(_: Permit<Self>, event: &HipRawEvent) -> Result<(), DriverError> {
+    fn synchronize_event(_: Permit<Self>, event: &RawEvent) -> Result<(), DriverError> {
         hip!(hipEventSynchronize(event.0))
     }
 
-    fn query_event(_: Permit<Self>, event: &HipRawEvent) -> Result<bool, DriverError> {
+    fn query_event(_: Permit<Self>, event: &RawEvent) -> Result<bool, DriverError> {
         // SAFETY: the permit's, as for `hip!`.
         match unsafe { (fns()?.hipEventQuery)(event.0) } {
             runtime::HIP_ERROR_NOT_READY => Ok(false),
@@ -144,48 +147,44 @@ impl RawApi for Hip {
         }
     }
 
-    fn elapsed(
-        _: Permit<Self>,
-        start: &HipRawEvent,
-        end: &HipRawEvent,
-    ) -> Result<Duration, DriverError> {
+    fn elapsed(_: Permit<Self>, start: &RawEvent, end: &RawEvent) -> Result<Duration, DriverError> {
         let mut ms = 0.0f32;
         hip!(hipEventElapsedTime(&mut ms, start.0, end.0))?;
         elapsed_from_ms(Self::BACKEND, "hipEventElapsedTime", ms)
     }
 
-    fn create_stream(_: Permit<Self>, _: &c_int) -> Result<HipRawStream, DriverError> {
+    fn create_stream(_: Permit<Self>, _: &c_int) -> Result<RawStream, DriverError> {
         let mut raw = std::ptr::null_mut();
         hip!(hipStreamCreateWithFlags(
             &mut raw,
             runtime::HIP_STREAM_NON_BLOCKING
         ))?;
-        Ok(HipRawStream(raw))
+        Ok(RawStream(raw))
     }
 
-    fn destroy_stream(_: Permit<Self>, stream: HipRawStream) -> Result<(), DriverError> {
+    fn destroy_stream(_: Permit<Self>, stream: RawStream) -> Result<(), DriverError> {
         hip!(hipStreamDestroy(stream.0))
     }
 
     fn wait_event(
         _: Permit<Self>,
-        stream: &HipRawStream,
-        event: &HipRawEvent,
+        stream: &RawStream,
+        event: &RawEvent,
     ) -> Result<(), DriverError> {
         hip!(hipStreamWaitEvent(stream.0, event.0, 0))
     }
 
-    fn synchronize_stream(_: Permit<Self>, stream: &HipRawStream) -> Result<(), DriverError> {
+    fn synchronize_stream(_: Permit<Self>, stream: &RawStream) -> Result<(), DriverError> {
         hip!(hipStreamSynchronize(stream.0))
     }
 
-    fn stream_handle(stream: &HipRawStream) -> RawStream {
+    fn stream_handle(stream: &RawStream) -> hipStream_t {
         stream.0
     }
 
     fn capture_status(
         _: Permit<Self>,
-        stream: &HipRawStream,
+        stream: &RawStream,
     ) -> Result<Option<CaptureStatus>, DriverError> {
         let mut status = 0;
         hip!(hipStreamIsCapturing(stream.0, &mut status))?;
@@ -200,14 +199,14 @@ impl RawApi for Hip {
     /// today's amd-staging) reads the stream of an event's last record,
     /// unless that was the null stream, with no check that it still lives;
     /// `hipStreamDestroy` waits for the stream's work.
-    fn asking_reads_stream_of(stream: &HipRawStream) -> bool {
+    fn asking_reads_stream_of(stream: &RawStream) -> bool {
         !stream.0.is_null()
     }
 
     /// clr before 7.2 (`ihipEventQuery`, `hipEventSynchronize`) invalidates
     /// the capture of the stream an event was last recorded on when the
     /// event is asked, unless that was the null stream.
-    fn asking_breaks_capture_of(stream: &HipRawStream) -> bool {
+    fn asking_breaks_capture_of(stream: &RawStream) -> bool {
         !stream.0.is_null() && asking_breaks_capture()
     }
 

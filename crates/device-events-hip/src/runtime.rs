@@ -14,10 +14,13 @@ use std::sync::OnceLock;
 
 use libloading::Library;
 
-/// HIP's opaque event handle, `hipEvent_t`.
-pub type RawEvent = *mut c_void;
-/// HIP's opaque stream handle, `hipStream_t` (null: the null stream).
-pub type RawStream = *mut c_void;
+/// HIP's opaque event handle, named as HIP's headers name it.
+#[allow(non_camel_case_types)]
+pub type hipEvent_t = *mut c_void;
+/// HIP's opaque stream handle, named as HIP's headers name it (null: the
+/// null stream); what [`Hip::stream_from_raw`](crate::Hip::stream_from_raw) takes.
+#[allow(non_camel_case_types)]
+pub type hipStream_t = *mut c_void;
 
 /// `hipError_t`, a C enum: an `int` across the ABI.
 pub(crate) type Status = c_int;
@@ -78,17 +81,17 @@ device_events_core::backend::driver_functions! {
         hipGetDeviceCount(*mut c_int) -> Status;
         hipGetDevice(*mut c_int) -> Status;
         hipSetDevice(c_int) -> Status;
-        hipEventCreateWithFlags(*mut RawEvent, c_uint) -> Status;
-        hipEventRecord(RawEvent, RawStream) -> Status;
-        hipEventSynchronize(RawEvent) -> Status;
-        hipEventQuery(RawEvent) -> Status;
-        hipEventElapsedTime(*mut c_float, RawEvent, RawEvent) -> Status;
-        hipEventDestroy(RawEvent) -> Status;
-        hipStreamCreateWithFlags(*mut RawStream, c_uint) -> Status;
-        hipStreamWaitEvent(RawStream, RawEvent, c_uint) -> Status;
-        hipStreamSynchronize(RawStream) -> Status;
-        hipStreamDestroy(RawStream) -> Status;
-        hipStreamIsCapturing(RawStream, *mut c_int) -> Status;
+        hipEventCreateWithFlags(*mut hipEvent_t, c_uint) -> Status;
+        hipEventRecord(hipEvent_t, hipStream_t) -> Status;
+        hipEventSynchronize(hipEvent_t) -> Status;
+        hipEventQuery(hipEvent_t) -> Status;
+        hipEventElapsedTime(*mut c_float, hipEvent_t, hipEvent_t) -> Status;
+        hipEventDestroy(hipEvent_t) -> Status;
+        hipStreamCreateWithFlags(*mut hipStream_t, c_uint) -> Status;
+        hipStreamWaitEvent(hipStream_t, hipEvent_t, c_uint) -> Status;
+        hipStreamSynchronize(hipStream_t) -> Status;
+        hipStreamDestroy(hipStream_t) -> Status;
+        hipStreamIsCapturing(hipStream_t, *mut c_int) -> Status;
         hipGetErrorName(Status) -> *const c_char;
     }
 }
@@ -101,7 +104,7 @@ device_events_core::backend::driver_functions! {
         hipDeviceGetAttribute(*mut c_int, c_int, c_int) -> Status;
         hipExtMallocWithFlags(*mut *mut c_void, usize, c_uint) -> Status;
         hipFree(*mut c_void) -> Status;
-        hipStreamWaitValue32(RawStream, *mut c_void, u32, c_uint, u32) -> Status;
+        hipStreamWaitValue32(hipStream_t, *mut c_void, u32, c_uint, u32) -> Status;
     }
 }
 

@@ -9,9 +9,9 @@ use device_events_core::backend::RawApi;
 use device_events_core::backend::{Gate, HostStamp};
 use device_events_core::profile::{Duration, Instant};
 
-use crate::context::ClContext;
+use crate::context::Context;
 use crate::status::{check, error};
-use crate::{ClStream, OpenCl};
+use crate::{OpenCl, OpenClStream};
 
 const CL_PROFILING_COMMAND_END: u32 = 0x1283;
 
@@ -21,8 +21,8 @@ const COMPLETE: i32 = 0;
 /// A queue held behind user events: each `close` enqueues a barrier on a
 /// new user event, each `open` completes them all.
 struct UserEventGate {
-    queue: ClStream,
-    context: Arc<ClContext>,
+    queue: OpenClStream,
+    context: Arc<Context>,
     /// User events the queue waits on, not yet completed.
     closed: Vec<cl_event>,
 }
@@ -120,7 +120,7 @@ fn raw_now() -> (i128, Instant, Duration) {
 }
 
 /// A gate on `queue`: user events the queue waits behind.
-pub(crate) fn gate(queue: ClStream) -> Result<Option<Box<dyn Gate>>, DriverError> {
+pub(crate) fn gate(queue: OpenClStream) -> Result<Option<Box<dyn Gate>>, DriverError> {
     let context = queue.with_live("clCreateUserEvent", |_, held| Arc::clone(held))?;
     Ok(Some(Box::new(UserEventGate {
         queue,
@@ -133,7 +133,7 @@ pub(crate) fn gate(queue: ClStream) -> Result<Option<Box<dyn Gate>>, DriverError
 /// context's device stamps with `CLOCK_MONOTONIC_RAW` (PoCL's CPU device).
 pub(crate) fn host_stamp(
     event: &<OpenCl as RawApi>::Event,
-    context: &ClContext,
+    context: &Context,
 ) -> Result<Option<HostStamp>, DriverError> {
     if !context.raw_clock {
         return Ok(None);

@@ -30,7 +30,7 @@ const CL_DEVICE_VERSION: u32 = 0x102F;
 /// An OpenCL context on one device, released when the last event, queue
 /// or thread using it lets go.
 #[derive(Debug)]
-pub struct ClContext {
+pub struct Context {
     pub(crate) raw: cl_context,
     pub(crate) device: cl_device_id,
     /// Tells contexts apart without comparing raw pointers, which the
@@ -45,12 +45,12 @@ pub struct ClContext {
 // dereferenced here; OpenCL's API calls are thread-safe from 1.1 on (all but
 // `clSetKernelArg`, which this crate never calls), so they may be used and
 // released from any thread.
-unsafe impl Send for ClContext {}
-// SAFETY: as for `Send`: `&ClContext` only hands the handles to
+unsafe impl Send for Context {}
+// SAFETY: as for `Send`: `&Context` only hands the handles to
 // thread-safe calls.
-unsafe impl Sync for ClContext {}
+unsafe impl Sync for Context {}
 
-impl Drop for ClContext {
+impl Drop for Context {
     fn drop(&mut self) {
         // SAFETY: made by `clCreateContext` here; this is its one release,
         // after every event and queue holding it has gone.
@@ -81,7 +81,7 @@ pub struct DeviceInfo {
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 thread_local! {
-    static SELECTED: RefCell<Option<Arc<ClContext>>> = const { RefCell::new(None) };
+    static SELECTED: RefCell<Option<Arc<Context>>> = const { RefCell::new(None) };
 }
 
 fn platforms() -> Result<Vec<cl_platform_id>, DriverError> {
@@ -147,7 +147,7 @@ pub(crate) fn current_device() -> Result<DeviceInfo, DriverError> {
 }
 
 /// A new context on device `device` of platform `platform`.
-pub(crate) fn create(platform: usize, device: usize) -> Result<Arc<ClContext>, DriverError> {
+pub(crate) fn create(platform: usize, device: usize) -> Result<Arc<Context>, DriverError> {
     let platforms = platforms()?;
     let Some(&chosen) = platforms.get(platform) else {
         return Err(no_device("no OpenCL platform of that index"));
@@ -163,7 +163,7 @@ pub(crate) fn create(platform: usize, device: usize) -> Result<Arc<ClContext>, D
         .contains("Portable Computing Language");
     let cpu = cl3::device::get_device_info(device, CL_DEVICE_TYPE)
         .is_ok_and(|kind| u64::from(kind) & CL_DEVICE_TYPE_CPU != 0);
-    Ok(Arc::new(ClContext {
+    Ok(Arc::new(Context {
         raw,
         device,
         id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
@@ -173,8 +173,8 @@ pub(crate) fn create(platform: usize, device: usize) -> Result<Arc<ClContext>, D
 
 /// The process's default device: [`DEVICE_VAR`], else the first device of
 /// the first platform that has one.
-fn default_context() -> Result<Arc<ClContext>, DriverError> {
-    static DEFAULT: OnceLock<Result<Arc<ClContext>, DriverError>> = OnceLock::new();
+fn default_context() -> Result<Arc<Context>, DriverError> {
+    static DEFAULT: OnceLock<Result<Arc<Context>, DriverError>> = OnceLock::new();
     DEFAULT
         .get_or_init(|| {
             if let Ok(named) = std::env::var(DEVICE_VAR) {
@@ -201,7 +201,7 @@ fn default_context() -> Result<Arc<ClContext>, DriverError> {
 }
 
 /// The calling thread's context: the one it selected, else the default.
-pub(crate) fn current() -> Result<Arc<ClContext>, DriverError> {
+pub(crate) fn current() -> Result<Arc<Context>, DriverError> {
     if let Some(selected) = SELECTED.with(|s| s.borrow().clone()) {
         return Ok(selected);
     }
@@ -209,7 +209,7 @@ pub(crate) fn current() -> Result<Arc<ClContext>, DriverError> {
 }
 
 /// Make `context` the calling thread's.
-pub(crate) fn select(context: Arc<ClContext>) {
+pub(crate) fn select(context: Arc<Context>) {
     SELECTED.with(|s| *s.borrow_mut() = Some(context));
 }
 
@@ -220,6 +220,6 @@ pub(crate) fn selected() -> Option<u64> {
 
 /// Make `context` (or none) the calling thread's selection; the previous
 /// one.
-pub(crate) fn swap(context: Option<Arc<ClContext>>) -> Option<Arc<ClContext>> {
+pub(crate) fn swap(context: Option<Arc<Context>>) -> Option<Arc<Context>> {
     SELECTED.with(|s| std::mem::replace(&mut *s.borrow_mut(), context))
 }

@@ -47,21 +47,28 @@
 //!   a queue) completes at once and timing it is an
 //!   [`ErrorKind::InvalidHandle`](device_events_core::ErrorKind::InvalidHandle) error, as on CUDA and HIP.
 //!
+//! - A queue made elsewhere is admitted with [`OpenCl::stream_from_raw`]:
+//!   of the thread's context, in order, with profiling; retained while the
+//!   handle lives.
+//! - There is no graph capture: [`OpenCl::capture_status`] answers
+//!   [`CaptureStatus::None`] for every live queue. Waits are the runtime's
+//!   own (PoCL sleeps), so [`OpenCl::set_blocking_sync`] changes nothing.
+//!
 //! Events and queues hold their context, so it is released only after the
 //! last of them. No loader, no platform or no device is an
 //! [`ErrorKind::NoDevice`](device_events_core::ErrorKind::NoDevice) error, never a panic.
 
 mod anchor;
 mod context;
-mod raw;
+pub mod raw;
 mod status;
 
-use device_events_core::DriverError;
+use cl3::types::cl_command_queue;
 use device_events_core::backend::{CheckedEvent, CheckedStream};
+use device_events_core::{CaptureStatus, DriverError};
 
-pub use context::{ClContext, DEVICE_VAR, DeviceInfo};
-pub use raw::{ClMarker, ClQueue};
-pub use status::kind_of;
+pub use context::{DEVICE_VAR, DeviceInfo};
+pub use status::check;
 
 /// The OpenCL backend.
 #[derive(Debug)]
@@ -79,6 +86,89 @@ impl OpenCl {
     /// missing; the driver's own error when a context cannot be made.
     pub fn probe() -> Result<(), DriverError> {
         context::current().map(drop)
+    }
+
+    /// Kept for the shape every backend has; OpenCL waits as its runtime
+    /// waits, whatever `blocking` says. OpenCL has no flag that picks how
+    /// `clWaitForEvents` and `clFinish` wait, as CUDA's
+    /// `CU_EVENT_BLOCKING_SYNC` and HIP's `hipEventBlockingSync` do: PoCL
+    /// sleeps on a condition variable until the command completes, which
+    /// is what blocking asks for elsewhere. Spinning instead would mean
+    /// polling `clGetEventInfo` on a core, which this library never does.
+    ///
+    /// ```
+    /// device_events_opencl::OpenCl::set_blocking_sync(true); // no effect
+    /// ```
+    pub fn set_blocking_sync(blocking: bool) {
+        let _ = blocking;
+    }
+
+    /// Whether `stream` is capturing a graph: always
+    /// [`CaptureStatus::None`] for a live queue, since OpenCL 1.2 to 3.0
+    /// have no stream capture (a `cl_khr_command_buffer` is recorded by
+    /// explicit calls on the buffer, never by capturing a queue). Kept so
+    /// that code screening streams before profiling reads the same on
+    /// every backend.
+    ///
+    /// ```
+    /// use device_events_core::{CaptureStatus, OwnedStream};
+    /// use device_events_opencl::OpenCl;
+    ///
+    /// # if OpenCl::probe().is_err() { return Ok(()); }
+    /// let stream = OwnedStream::<OpenCl>::new()?;
+    /// assert_eq!(OpenCl::capture_status(stream.get())?, CaptureStatus::None);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidHandle`](device_events_core::ErrorKind::InvalidHandle)
+    /// when the stream was destroyed.
+    pub fn capture_status(stream: OpenClStream) -> Result<CaptureStatus, DriverError> {
+        stream.capture_status()
+    }
+
+    /// Admit a command queue made elsewhere, of the calling thread's
+    /// context (its [`select`](Self::select)ion, else the default), in
+    /// order and with `CL_QUEUE_PROFILING_ENABLE`. The queue is retained
+    /// (`clRetainCommandQueue`), so it lives for as long as the handle,
+    /// whatever its owner releases; `stream_destroy` on the result
+    /// releases that reference and leaves the owner's.
+    ///
+    /// ```
+    /// use device_events_core::{EventApi, EventFence};
+    /// use device_events_opencl::OpenCl;
+    ///
+    /// # if OpenCl::probe().is_err() { return Ok(()); }
+    /// # let ours = OpenCl::stream_create_non_blocking()?;
+    /// # let raw = ours.with_raw(|queue| queue)?;
+    /// // `raw`: a `cl_command_queue` of the thread's context, yours.
+    /// // SAFETY: `raw` is a live command queue.
+    /// let stream = unsafe { OpenCl::stream_from_raw(raw) }?;
+    /// EventFence::<OpenCl>::new(stream).wait_sync()?;
+    /// OpenCl::stream_destroy(stream)?; // your queue stays yours
+    /// # OpenCl::stream_destroy(ours)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Safety
+    ///
+    /// `raw` is a live command queue (an OpenCL runtime need not check a
+    /// handle it is given). Once admitted, the handle holds its own
+    /// reference, so the owner may release theirs at any time.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidHandle`](device_events_core::ErrorKind::InvalidHandle)
+    /// when the queue is of another context or device than the thread's,
+    /// runs out of order, or has no profiling; the runtime's error when it
+    /// cannot be asked or retained; as [`probe`](Self::probe) without a
+    /// device.
+    pub unsafe fn stream_from_raw(raw: cl_command_queue) -> Result<OpenClStream, DriverError> {
+        let held = context::current()?;
+        // SAFETY: `raw` is live, as the caller promises.
+        let queue = unsafe { raw::RawStream::retain(raw, &held) }?;
+        Ok(OpenClStream::admit_foreign(queue, held))
     }
 
     /// Every device of every OpenCL platform here.
@@ -143,9 +233,9 @@ pub(crate) static LIVE_EVENTS: std::sync::atomic::AtomicU64 = std::sync::atomic:
 
 /// An OpenCL event: a checked slot (see [`CheckedEvent`]) for the marker of
 /// its last record.
-pub type ClEvent = CheckedEvent<OpenCl>;
+pub type OpenClEvent = CheckedEvent<OpenCl>;
 
 /// An OpenCL command queue: a checked handle (see [`CheckedStream`]). Once
 /// `stream_destroy` has run on it, every copy is refused before the runtime
 /// sees it.
-pub type ClStream = CheckedStream<OpenCl>;
+pub type OpenClStream = CheckedStream<OpenCl>;

@@ -1,5 +1,8 @@
-//! The OpenCL calls: each one the checked layer of `device-events-core`
-//! makes on live handles, with the handle's context selected.
+//! The OpenCL handles behind [`OpenClEvent`](crate::OpenClEvent) and
+//! [`OpenClStream`](crate::OpenClStream) (`event.raw()`, for calls this
+//! crate does not wrap), and the OpenCL calls: each one the checked layer
+//! of `device-events-core` makes on live handles, with the handle's context
+//! selected.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -9,41 +12,119 @@ use device_events_core::backend::{
     CallNames, CheckedStream, Gate, HostStamp, Permit, RawApi, State,
 };
 use device_events_core::profile::Duration;
-use device_events_core::{DriverError, ErrorKind};
+use device_events_core::{CaptureStatus, DriverError, ErrorKind};
 
 use crate::anchor::{self, end_time};
-use crate::context::{self, ClContext};
+use crate::context;
+pub use crate::context::Context;
 use crate::status::{check, error};
 use crate::{LIVE_EVENTS, OpenCl};
 
+const CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE: u64 = 1 << 0;
 const CL_QUEUE_PROFILING_ENABLE: u64 = 1 << 1;
+const CL_QUEUE_CONTEXT: u32 = 0x1090;
+const CL_QUEUE_DEVICE: u32 = 0x1091;
+const CL_QUEUE_PROPERTIES: u32 = 0x1093;
 const CL_EVENT_COMMAND_EXECUTION_STATUS: u32 = 0x11D3;
 
 /// An event: a slot for the marker of its last record.
 #[derive(Debug)]
-pub struct ClMarker {
+pub struct RawEvent {
     /// Null until recorded. Locked while a call uses the marker, so a
     /// concurrent record cannot release it meanwhile.
     marker: Mutex<cl_event>,
 }
 
-/// A command queue this crate created.
+/// A command queue, and one reference to it: made by this crate, or
+/// retained by [`OpenCl::stream_from_raw`]. The reference is released once:
+/// by `stream_destroy`, or as the handle is forgotten (dropped).
 #[derive(Debug)]
-pub struct ClQueue(cl_command_queue);
+pub struct RawStream(cl_command_queue);
+
+impl RawStream {
+    /// `queue`, retained, once it is shown to be an in-order profiling
+    /// queue of `held`'s context and device.
+    ///
+    /// # Safety
+    ///
+    /// `queue` is a live command queue.
+    pub(crate) unsafe fn retain(
+        queue: cl_command_queue,
+        held: &Context,
+    ) -> Result<Self, DriverError> {
+        const CALL: &str = "OpenCl::stream_from_raw";
+        let info = |param| {
+            cl3::command_queue::get_command_queue_info(queue, param)
+                .map_err(|code| error("clGetCommandQueueInfo", code))
+        };
+        let refuse = |why: &'static str| {
+            Err(DriverError::refused(
+                OpenCl::BACKEND_NAME,
+                CALL,
+                ErrorKind::InvalidHandle,
+                why,
+            ))
+        };
+        // Compared as addresses: `held` keeps its context and device
+        // alive, so no other object can have either address meanwhile.
+        if info(CL_QUEUE_CONTEXT)?.to_ptr() != held.raw as isize {
+            return refuse(
+                "the queue belongs to another context than the calling thread's (see \
+                 OpenCl::select); an event of one context cannot be waited on in another",
+            );
+        }
+        if info(CL_QUEUE_DEVICE)?.to_ptr() != held.device as isize {
+            return refuse("the queue is of another device than the calling thread's");
+        }
+        let properties = u64::from(info(CL_QUEUE_PROPERTIES)?);
+        if properties & CL_QUEUE_PROFILING_ENABLE == 0 {
+            return refuse(
+                "the queue was made without CL_QUEUE_PROFILING_ENABLE, so its markers have no \
+                 times to read",
+            );
+        }
+        if properties & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE != 0 {
+            return refuse(
+                "the queue runs out of order: work enqueued after a window's start marker \
+                 could run before it",
+            );
+        }
+        // SAFETY: a live queue (the caller's promise); this reference is
+        // the new handle's, released once (`destroy_stream` or `Drop`).
+        check("clRetainCommandQueue", unsafe {
+            cl3::command_queue::retain_command_queue(queue)
+        })?;
+        Ok(Self(queue))
+    }
+}
+
+impl Drop for RawStream {
+    /// A queue forgotten by `stream_destroy` (one [`OpenCl::stream_from_raw`]
+    /// admitted) lets its reference go here; its owner's stays.
+    fn drop(&mut self) {
+        // SAFETY: this value's one reference to the queue, released once:
+        // `destroy_stream` releases it itself and never drops the value.
+        if let Err(err) = check("clReleaseCommandQueue", unsafe {
+            cl3::command_queue::release_command_queue(self.0)
+        }) {
+            log::error!("{}: {err}", OpenCl::BACKEND_NAME);
+        }
+    }
+}
 
 // SAFETY: `cl_event` and `cl_command_queue` are opaque handles, never
 // dereferenced here, and the OpenCL API is thread-safe (1.1 on); the marker
 // is only touched under its mutex.
-unsafe impl Send for ClMarker {}
-// SAFETY: as for `Send`: every `&ClMarker` access to the marker goes
+unsafe impl Send for RawEvent {}
+// SAFETY: as for `Send`: every `&RawEvent` access to the marker goes
 // through the mutex.
-unsafe impl Sync for ClMarker {}
-// SAFETY: as for `ClMarker`.
-unsafe impl Send for ClQueue {}
-// SAFETY: as for `ClMarker`; `&ClQueue` only hands the handle to calls.
-unsafe impl Sync for ClQueue {}
+unsafe impl Sync for RawEvent {}
+// SAFETY: as for `RawEvent`.
+unsafe impl Send for RawStream {}
+// SAFETY: as for `RawEvent`; `&RawStream` only hands the handle to calls.
+unsafe impl Sync for RawStream {}
 
-impl ClMarker {
+impl RawEvent {
     fn lock(&self) -> MutexGuard<'_, cl_event> {
         self.marker.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -64,7 +145,7 @@ static STATE: State<OpenCl> = State::new();
 impl RawApi for OpenCl {
     const BACKEND: &'static str = OpenCl::BACKEND_NAME;
     const CALLS: CallNames = CallNames {
-        create_event: "ClMarker::new",
+        create_event: "RawEvent::new",
         destroy_event: "clReleaseEvent",
         record_event: "clEnqueueMarkerWithWaitList",
         synchronize_event: "clWaitForEvents",
@@ -80,11 +161,11 @@ impl RawApi for OpenCl {
     const POLLS_ANCHORS: bool = false;
     /// The context's number in this process.
     type Context = u64;
-    type Held = Arc<ClContext>;
+    type Held = Arc<Context>;
     /// The thread's selection before.
-    type Restore = Option<Arc<ClContext>>;
-    type Event = ClMarker;
-    type Stream = ClQueue;
+    type Restore = Option<Arc<Context>>;
+    type Event = RawEvent;
+    type Stream = RawStream;
     type Handle = cl_command_queue;
 
     fn state() -> &'static State<Self> {
@@ -95,15 +176,15 @@ impl RawApi for OpenCl {
         Ok(context::selected())
     }
 
-    fn hold_current(_: Permit<Self>, _: &'static str) -> Result<Arc<ClContext>, DriverError> {
+    fn hold_current(_: Permit<Self>, _: &'static str) -> Result<Arc<Context>, DriverError> {
         context::current()
     }
 
-    fn context_of(held: &Arc<ClContext>) -> u64 {
+    fn context_of(held: &Arc<Context>) -> u64 {
         held.id
     }
 
-    fn bind(_: Permit<Self>, held: &Arc<ClContext>) -> Result<Self::Restore, DriverError> {
+    fn bind(_: Permit<Self>, held: &Arc<Context>) -> Result<Self::Restore, DriverError> {
         Ok(context::swap(Some(Arc::clone(held))))
     }
 
@@ -112,14 +193,14 @@ impl RawApi for OpenCl {
         Ok(())
     }
 
-    fn create_event(_: Permit<Self>, _: &Arc<ClContext>, _: bool) -> Result<ClMarker, DriverError> {
+    fn create_event(_: Permit<Self>, _: &Arc<Context>, _: bool) -> Result<RawEvent, DriverError> {
         LIVE_EVENTS.fetch_add(1, Ordering::Relaxed);
-        Ok(ClMarker {
+        Ok(RawEvent {
             marker: Mutex::new(std::ptr::null_mut()),
         })
     }
 
-    fn destroy_event(_: Permit<Self>, event: ClMarker) -> Result<(), DriverError> {
+    fn destroy_event(_: Permit<Self>, event: RawEvent) -> Result<(), DriverError> {
         let marker = event
             .marker
             .into_inner()
@@ -134,7 +215,11 @@ impl RawApi for OpenCl {
         })
     }
 
-    fn record_event(_: Permit<Self>, event: &ClMarker, queue: &ClQueue) -> Result<(), DriverError> {
+    fn record_event(
+        _: Permit<Self>,
+        event: &RawEvent,
+        queue: &RawStream,
+    ) -> Result<(), DriverError> {
         const CALL: &str = "clEnqueueMarkerWithWaitList";
         // SAFETY: the queue is live; an empty wait list.
         let marker = unsafe {
@@ -152,7 +237,7 @@ impl RawApi for OpenCl {
         flushed
     }
 
-    fn synchronize_event(_: Permit<Self>, event: &ClMarker) -> Result<(), DriverError> {
+    fn synchronize_event(_: Permit<Self>, event: &RawEvent) -> Result<(), DriverError> {
         // Retained, so that the wait runs outside the lock: a record may
         // replace the marker meanwhile.
         let marker = {
@@ -174,7 +259,7 @@ impl RawApi for OpenCl {
         waited.and(released)
     }
 
-    fn query_event(_: Permit<Self>, event: &ClMarker) -> Result<bool, DriverError> {
+    fn query_event(_: Permit<Self>, event: &RawEvent) -> Result<bool, DriverError> {
         const CALL: &str = "clGetEventInfo";
         event.with_marker(|marker| {
             if marker.is_null() {
@@ -190,7 +275,7 @@ impl RawApi for OpenCl {
         })
     }
 
-    fn elapsed(_: Permit<Self>, start: &ClMarker, end: &ClMarker) -> Result<Duration, DriverError> {
+    fn elapsed(_: Permit<Self>, start: &RawEvent, end: &RawEvent) -> Result<Duration, DriverError> {
         if start.with_marker(<*mut _>::is_null) || end.with_marker(<*mut _>::is_null) {
             return Err(DriverError::refused(
                 Self::BACKEND,
@@ -203,7 +288,7 @@ impl RawApi for OpenCl {
         Ok(Duration::from_nanos(to.saturating_sub(from)))
     }
 
-    fn create_stream(_: Permit<Self>, held: &Arc<ClContext>) -> Result<ClQueue, DriverError> {
+    fn create_stream(_: Permit<Self>, held: &Arc<Context>) -> Result<RawStream, DriverError> {
         #[allow(deprecated)] // clCreateCommandQueue: OpenCL 1.2's, which 2.0+ keep.
         // SAFETY: the context and its device are live (held).
         let queue = unsafe {
@@ -214,17 +299,20 @@ impl RawApi for OpenCl {
             )
         }
         .map_err(|code| error("clCreateCommandQueue", code))?;
-        Ok(ClQueue(queue))
+        Ok(RawStream(queue))
     }
 
-    fn destroy_stream(_: Permit<Self>, queue: ClQueue) -> Result<(), DriverError> {
-        // SAFETY: see the impl.
+    fn destroy_stream(_: Permit<Self>, queue: RawStream) -> Result<(), DriverError> {
+        // Released here, so the error reaches the caller; not again by `Drop`.
+        let queue = std::mem::ManuallyDrop::new(queue);
+        // SAFETY: see the impl; the value's one reference, and its `Drop`
+        // does not run.
         check("clReleaseCommandQueue", unsafe {
             cl3::command_queue::release_command_queue(queue.0)
         })
     }
 
-    fn wait_event(_: Permit<Self>, queue: &ClQueue, event: &ClMarker) -> Result<(), DriverError> {
+    fn wait_event(_: Permit<Self>, queue: &RawStream, event: &RawEvent) -> Result<(), DriverError> {
         const CALL: &str = "clEnqueueBarrierWithWaitList";
         let marker = event.lock();
         if marker.is_null() {
@@ -244,12 +332,23 @@ impl RawApi for OpenCl {
         flushed
     }
 
-    fn synchronize_stream(_: Permit<Self>, queue: &ClQueue) -> Result<(), DriverError> {
+    fn synchronize_stream(_: Permit<Self>, queue: &RawStream) -> Result<(), DriverError> {
         check("clFinish", cl3::command_queue::finish(queue.0))
     }
 
-    fn stream_handle(queue: &ClQueue) -> cl_command_queue {
+    fn stream_handle(queue: &RawStream) -> cl_command_queue {
         queue.0
+    }
+
+    /// Never capturing: OpenCL 1.2 to 3.0 have no graph capture. A command
+    /// buffer (`cl_khr_command_buffer`) is recorded by explicit
+    /// `clCommand*` calls on the buffer, never by capturing a queue, so a
+    /// marker on a queue is always a command that runs and is timed.
+    fn capture_status(
+        _: Permit<Self>,
+        _: &RawStream,
+    ) -> Result<Option<CaptureStatus>, DriverError> {
+        Ok(Some(CaptureStatus::None))
     }
 
     fn anchor_gate(
@@ -261,8 +360,8 @@ impl RawApi for OpenCl {
 
     fn stamp_on_host(
         _: Permit<Self>,
-        event: &ClMarker,
-        held: &Arc<ClContext>,
+        event: &RawEvent,
+        held: &Arc<Context>,
     ) -> Result<Option<HostStamp>, DriverError> {
         anchor::host_stamp(event, held)
     }

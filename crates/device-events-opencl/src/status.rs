@@ -13,17 +13,7 @@ const PROFILING_INFO_NOT_AVAILABLE: cl_int = -7;
 
 /// The class of an OpenCL status. OpenCL numbers its statuses apart from
 /// CUDA and HIP, so [`ErrorKind::of_status`] does not apply.
-///
-/// ```
-/// use device_events_core::ErrorKind;
-/// use device_events_opencl::kind_of;
-///
-/// assert_eq!(kind_of(-58), ErrorKind::InvalidHandle); // CL_INVALID_EVENT
-/// assert_eq!(kind_of(-1001), ErrorKind::NoDevice); // CL_PLATFORM_NOT_FOUND_KHR
-/// assert_eq!(kind_of(-7), ErrorKind::NotReady); // profiling info not yet available
-/// assert_eq!(kind_of(-9999), ErrorKind::Other); // unknown: keeps its number
-/// ```
-pub fn kind_of(status: cl_int) -> ErrorKind {
+pub(crate) fn kind_of(status: cl_int) -> ErrorKind {
     match status {
         // A command not yet complete has no profiling times.
         PROFILING_INFO_NOT_AVAILABLE => ErrorKind::NotReady,
@@ -39,12 +29,27 @@ pub fn kind_of(status: cl_int) -> ErrorKind {
     }
 }
 
-/// `status` from `call` as a [`DriverError`]; `Ok` for `CL_SUCCESS`.
-pub(crate) fn check(
-    call: &'static str,
-    status: Result<impl Sized, cl_int>,
-) -> Result<(), DriverError> {
-    status.map(drop).map_err(|code| error(call, code))
+/// A `cl3` result with its status as a classified [`DriverError`] naming
+/// `call`: for code that mixes its own OpenCL calls with this crate's.
+///
+/// ```
+/// use device_events_core::ErrorKind;
+/// use device_events_opencl::check;
+///
+/// assert_eq!(check("clFinish", Ok::<_, i32>(7))?, 7);
+/// let kind = |code: i32| check("clFinish", Err::<(), _>(code)).unwrap_err().kind();
+/// assert_eq!(kind(-58), ErrorKind::InvalidHandle); // CL_INVALID_EVENT
+/// assert_eq!(kind(-1001), ErrorKind::NoDevice); // CL_PLATFORM_NOT_FOUND_KHR
+/// assert_eq!(kind(-7), ErrorKind::NotReady); // profiling info not yet available
+/// assert_eq!(kind(-9999), ErrorKind::Other); // unknown: keeps its number
+/// # Ok::<(), device_events_core::DriverError>(())
+/// ```
+///
+/// # Errors
+///
+/// The [`DriverError`] for the status `result` carries.
+pub fn check<T>(call: &'static str, result: Result<T, cl_int>) -> Result<T, DriverError> {
+    result.map_err(|code| error(call, code))
 }
 
 pub(crate) fn error(call: &'static str, code: cl_int) -> DriverError {

@@ -78,7 +78,8 @@ fn a_status_keeps_its_opencl_name_and_class() {
     // Never recorded: refused, as CUDA and HIP refuse it.
     let never = OpenCl::event_elapsed(&start, &end).unwrap_err();
     assert_eq!(never.kind(), ErrorKind::InvalidHandle, "{never}");
-    assert_eq!(device_events_opencl::kind_of(-58), ErrorKind::InvalidHandle);
+    let invalid_event = device_events_opencl::check("clWaitForEvents", Err::<(), _>(-58));
+    assert_eq!(invalid_event.unwrap_err().kind(), ErrorKind::InvalidHandle);
     let (mut start, mut end) = (start, end);
     OpenCl::event_destroy(&mut start).unwrap();
     OpenCl::event_destroy(&mut end).unwrap();

@@ -8,7 +8,7 @@ use std::time::Duration;
 use cudarc::driver::{result, sys};
 use device_events_conformance::{Capture, Harness, Suite, Workload};
 use device_events_core::{CaptureStatus, DriverError, EventApi};
-use device_events_cuda::{Cuda, CudaStream, driver_error};
+use device_events_cuda::{Cuda, CudaStream, check};
 
 /// Device `ordinal`'s primary context, retained once per process.
 pub fn context(ordinal: i32) -> sys::CUcontext {
@@ -54,8 +54,9 @@ impl Workload<Cuda> for Memset {
         stream.with_raw(|raw| {
             // SAFETY: `bytes` ≤ the buffer's size (the harness honours
             // `max_bytes`); the stream is held live meanwhile.
-            unsafe { result::memset_d8_async(self.ptr, 0, bytes.min(self.bytes), raw) }
-                .map_err(|e| driver_error("cuMemsetD8Async", e))
+            check("cuMemsetD8Async", unsafe {
+                result::memset_d8_async(self.ptr, 0, bytes.min(self.bytes), raw)
+            })
         })?
     }
     fn max_bytes(&self) -> usize {
@@ -73,28 +74,26 @@ impl Drop for Memset {
 fn begin_capture(stream: CudaStream) -> Result<(), DriverError> {
     stream.with_raw(|raw| {
         // SAFETY: the stream is held live meanwhile.
-        unsafe {
+        check("cuStreamBeginCapture_v2", unsafe {
             result::stream::begin_capture(
                 raw,
                 sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
             )
-        }
-        .map_err(|e| driver_error("cuStreamBeginCapture_v2", e))
+        })
     })?
 }
 
 fn end_capture(stream: CudaStream) -> Result<(), DriverError> {
     let graph = stream.with_raw(|raw| {
         // SAFETY: the stream is held live meanwhile.
-        unsafe { result::stream::end_capture(raw) }
-            .map_err(|e| driver_error("cuStreamEndCapture", e))
+        check("cuStreamEndCapture", unsafe {
+            result::stream::end_capture(raw)
+        })
     })??;
     // SAFETY: a graph the capture returned, destroyed once here.
     unsafe {
         if !graph.is_null() {
-            sys::cuGraphDestroy(graph)
-                .result()
-                .map_err(|e| driver_error("cuGraphDestroy", e))?;
+            check("cuGraphDestroy", sys::cuGraphDestroy(graph).result())?;
         }
     }
     Ok(())

@@ -11,7 +11,7 @@ use std::cell::Cell;
 use device_events_conformance::noting::{Note, Noting};
 use device_events_conformance::{Harness, Truth, Workload};
 use device_events_core::{DriverError, EventApi};
-use device_events_opencl::{ClEvent, ClStream, OpenCl};
+use device_events_opencl::{OpenCl, OpenClEvent, OpenClStream};
 
 const CL_MEM_READ_WRITE: u64 = 1;
 
@@ -47,8 +47,8 @@ impl Fill {
     }
 }
 
-impl<A: device_events_core::Backend<Stream = ClStream>> Workload<A> for Fill {
-    fn enqueue_bytes(&self, stream: ClStream, bytes: usize) -> Result<(), DriverError> {
+impl<A: device_events_core::Backend<Stream = OpenClStream>> Workload<A> for Fill {
+    fn enqueue_bytes(&self, stream: OpenClStream, bytes: usize) -> Result<(), DriverError> {
         let pattern = 0u32;
         let size = bytes.min(self.bytes) / 4 * 4;
         stream.with_raw(|queue| {
@@ -65,16 +65,8 @@ impl<A: device_events_core::Backend<Stream = ClStream>> Workload<A> for Fill {
                     0,
                     std::ptr::null(),
                 )
-            }
-            .map_err(|code| {
-                DriverError::from_status(
-                    "opencl",
-                    "clEnqueueFillBuffer",
-                    code.into(),
-                    None::<&str>,
-                    device_events_opencl::kind_of(code),
-                )
-            })?;
+            };
+            let event = device_events_opencl::check("clEnqueueFillBuffer", event)?;
             // SAFETY: the fill's own event, not kept.
             let _ = unsafe { cl3::event::release_event(event) };
             let _ = cl3::command_queue::flush(queue);
@@ -122,7 +114,7 @@ fn marker_end_ns(marker: usize) -> Option<u64> {
 }
 
 impl Note<OpenCl> for LastMarker {
-    fn recorded(event: &ClEvent) {
+    fn recorded(event: &OpenClEvent) {
         if let Some(slot) = event.raw() {
             slot.with_marker(|marker| LAST_MARKER.set(marker as usize));
         }
@@ -142,7 +134,7 @@ pub fn harness() -> Harness<Observed> {
 
 /// The harness on the OpenCL backend itself (or `Observed`, which is it),
 /// for checks of what only it offers (its `EventQuery`).
-pub fn plain_harness<A: device_events_core::Backend<Stream = ClStream>>() -> Harness<A> {
+pub fn plain_harness<A: device_events_core::Backend<Stream = OpenClStream>>() -> Harness<A> {
     OpenCl::probe().expect("an OpenCL platform with a device: cargo xtask test installs PoCL");
     Harness::new(
         Box::new(Fill::new(64 << 20)),
