@@ -248,8 +248,11 @@ fn load_api() -> Result<&'static ffi::Api, DriverError> {
                 // not unwind.
                 unsafe { libc::atexit(stop_driver_calls_at_exit) };
                 // SAFETY: registers three functions of no arguments that do
-                // not unwind; each only takes or gives back the library's
-                // locks.
+                // not unwind. They take and give back the library's locks and,
+                // in the child, reset its counters and drop the parent's queued
+                // work: that allocates and frees, which POSIX does not list as
+                // async-signal-safe after a fork; glibc's fork resets its
+                // allocator's locks in the child, which makes it sound there.
                 unsafe {
                     libc::pthread_atfork(
                         Some(before_fork),

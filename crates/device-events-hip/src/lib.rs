@@ -177,8 +177,12 @@ pub(crate) fn runtime_initialised() -> Result<&'static Runtime, DriverError> {
         // SAFETY: registers a function of no arguments that does not
         // unwind.
         unsafe { libc::atexit(runtime::stop_driver_calls_at_exit) };
-        // SAFETY: registers three functions of no arguments that do not
-        // unwind; each only takes or gives back the library's locks.
+        // SAFETY: registers three functions of no arguments that do
+        // not unwind. They take and give back the library's locks and,
+        // in the child, reset its counters and drop the parent's queued
+        // work: that allocates and frees, which POSIX does not list as
+        // async-signal-safe after a fork; glibc's fork resets its
+        // allocator's locks in the child, which makes it sound there.
         unsafe {
             libc::pthread_atfork(
                 Some(runtime::before_fork),

@@ -402,6 +402,15 @@ impl<A: AnchorApi> Drop for Release<A> {
             // The process is exiting: the destroy could wait in the driver.
             Ok(Some(false)) => std::mem::forget(stream),
             Ok(_) => drop(stream),
+            // The process is exiting: an undrained stream's destroy could
+            // wait in the driver (`hipStreamDestroy` waits for its work).
+            Err(err) if crate::threads::stopping() => {
+                log::warn!(
+                    "{}: an undrained anchor stream is left to the process's end: {err}",
+                    A::BACKEND
+                );
+                std::mem::forget(stream);
+            }
             Err(err) => {
                 log::warn!(
                     "{}: an anchor stream is destroyed undrained: {err}",
