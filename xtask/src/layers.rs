@@ -11,6 +11,13 @@
 //! path in the code, each followed through re-exports to the file that
 //! defines what it names. Tests (`#[cfg(test)]`) and doc comments are left
 //! out: they are not the crate's structure.
+//!
+//! A trait's signatures are left out too. A trait names the types its
+//! implementors deal in (`fn state() -> &'static State<Self>`) without
+//! using them, while those types' impls need the trait: counted as an
+//! arrow, the name would make a circle of every type that lives beside its
+//! impl. A default body, a bound on the trait itself and every other use
+//! of the name in the file are arrows.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -175,7 +182,11 @@ impl Graph {
             children: Vec::new(),
             inline: Vec::new(),
             public_uses: Vec::new(),
+            private_uses: Vec::new(),
             idents: BTreeSet::new(),
+            signature_idents: BTreeSet::new(),
+            in_signature: false,
+            in_trait: false,
             local: Vec::new(),
             aliases: HashMap::new(),
         };
@@ -185,11 +196,20 @@ impl Graph {
             children,
             inline,
             public_uses,
+            private_uses,
             idents,
+            signature_idents,
             ..
         } = reader;
         for (path, bound) in public_uses {
             if idents.contains(&bound) {
+                info.names.insert(path);
+            }
+        }
+        // A name bound by a private `use` and seen only in a trait's
+        // signatures is no arrow; one seen nowhere still is.
+        for (path, bound) in private_uses {
+            if !signature_idents.contains(&bound) || idents.contains(&bound) {
                 info.names.insert(path);
             }
         }
@@ -414,8 +434,16 @@ struct Reader {
     /// import only where the file itself uses that name; otherwise it is
     /// the module's map, a re-export and no arrow.
     public_uses: Vec<(Vec<String>, String)>,
-    /// Every identifier outside `use` items.
+    /// Private top-level `use`s: a path, and the name it binds.
+    private_uses: Vec<(Vec<String>, String)>,
+    /// Every identifier outside `use` items and trait signatures.
     idents: BTreeSet<String>,
+    /// Identifiers in a trait's signatures.
+    signature_idents: BTreeSet<String>,
+    /// Whether a trait's signature is being read.
+    in_signature: bool,
+    /// Whether a trait's items are being read.
+    in_trait: bool,
     /// The modules declared in the module being read, which a path in its
     /// code may start with.
     local: Vec<BTreeSet<String>>,
@@ -526,13 +554,48 @@ impl<'ast> Visit<'ast> for Reader {
     fn visit_visibility(&mut self, _: &'ast syn::Visibility) {}
 
     fn visit_ident(&mut self, ident: &'ast syn::Ident) {
-        self.idents.insert(ident.to_string());
+        if self.in_signature {
+            self.signature_idents.insert(ident.to_string());
+        } else {
+            self.idents.insert(ident.to_string());
+        }
     }
 
     fn visit_path(&mut self, path: &'ast syn::Path) {
-        let segments: Vec<String> = path.segments.iter().map(|s| s.ident.to_string()).collect();
-        self.name(&segments);
+        if !self.in_signature {
+            let segments: Vec<String> = path.segments.iter().map(|s| s.ident.to_string()).collect();
+            self.name(&segments);
+        }
         syn::visit::visit_path(self, path);
+    }
+
+    // A trait's signatures name; its default bodies use.
+    fn visit_signature(&mut self, sig: &'ast syn::Signature) {
+        let outer = std::mem::replace(&mut self.in_signature, self.in_trait);
+        syn::visit::visit_signature(self, sig);
+        self.in_signature = outer;
+    }
+
+    fn visit_item_trait(&mut self, item: &'ast syn::ItemTrait) {
+        let outer = std::mem::replace(&mut self.in_trait, true);
+        syn::visit::visit_item_trait(self, item);
+        self.in_trait = outer;
+    }
+
+    fn visit_trait_item_type(&mut self, item: &'ast syn::TraitItemType) {
+        let outer = std::mem::replace(&mut self.in_signature, true);
+        syn::visit::visit_trait_item_type(self, item);
+        self.in_signature = outer;
+    }
+
+    // A body inside a trait (a default) is code, whatever encloses it.
+    fn visit_block(&mut self, block: &'ast syn::Block) {
+        let outer = (
+            std::mem::replace(&mut self.in_trait, false),
+            std::mem::replace(&mut self.in_signature, false),
+        );
+        syn::visit::visit_block(self, block);
+        (self.in_trait, self.in_signature) = outer;
     }
 
     // A macro's body is tokens to syn: its `crate::` and `super::` paths
@@ -638,6 +701,7 @@ impl Reader {
                     ));
                     self.public_uses.push((abs, bound));
                 }
+                (false, Some(bound)) if top => self.private_uses.push((abs, bound)),
                 _ => {
                     self.info.names.insert(abs);
                 }
@@ -704,6 +768,50 @@ mod tests {
         assert_eq!(
             report.upward,
             vec![("low/other.rs".to_owned(), "high/mod.rs".to_owned())]
+        );
+    }
+
+    #[test]
+    fn a_type_named_only_in_a_traits_signatures_may_live_beside_its_impl() {
+        let files = |default_body: &str| {
+            let trait_file = format!(
+                "use crate::state::State;\n\
+                 pub trait Api: Sized {{\n\
+                 type Kept: Into<State<Self>>;\n\
+                 fn state() -> &'static State<Self>;\n\
+                 fn describe() {{ {default_body} }}\n}}\n"
+            );
+            graph(
+                &format!("signature-{}", default_body.len()),
+                &[
+                    (
+                        "lib.rs",
+                        "mod api;
+mod state;
+",
+                    ),
+                    ("api.rs", trait_file.as_str()),
+                    (
+                        "state.rs",
+                        "use crate::api::Api;
+pub struct State<A>(A);
+\
+                         impl<A: Api> State<A> { pub fn live() {} }
+",
+                    ),
+                ],
+            )
+            .report(None)
+        };
+        let named = files("");
+        assert!(named.circles.is_empty(), "{:?}", named.circles);
+        assert!(!named.arrows_of["api.rs"].contains("state.rs"));
+        // A default body uses what it names: that is an arrow, and here a
+        // circle.
+        let used = files("State::<Self>::live();");
+        assert_eq!(
+            used.circles,
+            vec![vec!["api.rs".to_owned(), "state.rs".to_owned()]]
         );
     }
 

@@ -4,113 +4,32 @@
 //! choice. A backend's driver calls see only live handles of the bound
 //! context.
 
-use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 use cubecl_common::profile::Duration;
 
 use crate::api::{EventApi, EventQuery};
 use crate::backend::capture;
-use crate::backend::handle_table::Handle;
-use crate::backend::raw::{CheckedEvent, CheckedStream, Live, Permit, RawApi};
+use crate::backend::raw::{Permit, RawApi};
 use crate::driver::{CaptureStatus, DriverError, ErrorKind};
 use crate::fence::FenceApi;
 use crate::placement::{AnchorApi, Gate, HostStamp};
 use crate::threads::ThreadApi;
 
 mod binding;
+mod event;
 mod idle;
+mod state;
 mod stream;
 mod word_gate;
 
-use binding::{bound, dead, on_stream, releasing, same_context};
+pub use event::CheckedEvent;
+pub use state::State;
+pub use stream::CheckedStream;
+use stream::Live;
+
+use binding::{bound, dead, releasing};
 pub use idle::release_idle_events;
-
-impl<R: RawApi> CheckedEvent<R> {
-    /// The driver's event, for calls this crate does not wrap; `None` once
-    /// destroyed.
-    pub fn raw(&self) -> Option<&R::Event> {
-        self.raw.as_ref()
-    }
-
-    /// The context the event was made in.
-    pub fn context(&self) -> R::Context {
-        R::context_of(&self.held)
-    }
-
-    /// A new event in `held`, which the caller has current.
-    fn create(held: R::Held) -> Result<Self, DriverError> {
-        let blocking = R::state().blocking_sync.load(Ordering::Relaxed);
-        let raw = R::create_event(Permit::new(), &held, blocking)?;
-        Ok(Self {
-            raw: Some(raw),
-            held,
-            recorded_on: AtomicU64::new(u64::MAX),
-        })
-    }
-
-    fn live(&self, call: &'static str) -> Result<&R::Event, DriverError> {
-        self.raw.as_ref().ok_or_else(|| dead::<R>(call, "event"))
-    }
-
-    /// Ask the event (`ask`, a query or a wait), where the driver reads
-    /// the stream of its last record as it answers
-    /// ([`RawApi::asking_reads_stream_of`]): with that stream held live
-    /// across the look and the call, so no destroy lands between them.
-    /// `gone` when the stream was destroyed or forgotten: such a driver's
-    /// destroy waits for the stream's work, and a forget drains it first,
-    /// so the event is reached and the driver is not asked about a stream
-    /// it freed. `capturing` while the stream captures, where asking would
-    /// break that capture ([`RawApi::asking_breaks_capture_of`]). The
-    /// caller has the event's context bound.
-    fn ask<T>(
-        &self,
-        raw: &R::Event,
-        gone: T,
-        capturing: impl FnOnce() -> Result<T, DriverError>,
-        ask: impl FnOnce(&R::Event) -> Result<T, DriverError>,
-    ) -> Result<T, DriverError> {
-        let Some(stream) = Handle::from_bits(self.recorded_on.load(Ordering::Relaxed)) else {
-            return capture::relaxed::<R, _>(|| ask(raw));
-        };
-        R::state()
-            .streams
-            .with(stream, |live| {
-                if R::asking_breaks_capture_of(&live.raw)
-                    && matches!(
-                        R::capture_status(Permit::new(), &live.raw)?,
-                        Some(CaptureStatus::Active)
-                    )
-                {
-                    return capturing();
-                }
-                capture::relaxed::<R, _>(|| ask(raw))
-            })
-            .unwrap_or(Ok(gone))
-    }
-}
-
-impl<R: RawApi> Drop for CheckedEvent<R> {
-    /// An event not destroyed by hand is released here, once: a user's
-    /// `event_create` leaks nothing.
-    fn drop(&mut self) {
-        if self.raw.is_some()
-            && let Err(err) = <R as EventApi>::event_destroy(self)
-        {
-            log::warn!("{}: an event could not be released: {err}", R::BACKEND);
-        }
-    }
-}
-
-impl<R: RawApi> fmt::Debug for CheckedEvent<R> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CheckedEvent")
-            .field("backend", &R::BACKEND)
-            .field("context", &self.context())
-            .field("live", &self.raw.is_some())
-            .finish()
-    }
-}
 
 impl<R: RawApi> EventApi for R {
     type Event = CheckedEvent<R>;
@@ -131,7 +50,7 @@ impl<R: RawApi> EventApi for R {
     fn event_record(event: &CheckedEvent<R>, stream: CheckedStream<R>) -> Result<(), DriverError> {
         let call = R::CALLS.record_event;
         let raw = event.live(call)?;
-        on_stream(stream, call, |live| record(event, raw, stream, live))
+        stream.on_live(call, |live| record(event, raw, stream, live))
     }
 
     fn event_wait(event: &CheckedEvent<R>) -> Result<(), DriverError> {
@@ -182,9 +101,9 @@ impl<R: RawApi> EventApi for R {
     ) -> Result<(), DriverError> {
         let call = R::CALLS.wait_event;
         let raw = event.live(call)?;
-        on_stream(stream, call, |live| {
+        stream.on_live(call, |live| {
             if !R::WAITS_ACROSS_CONTEXTS {
-                same_context(call, event, &live.held)?;
+                event.same_context(call, &live.held)?;
             }
             R::wait_event(Permit::new(), &live.raw, raw)
         })
@@ -261,7 +180,7 @@ fn record<R: RawApi>(
     live: &Live<R>,
 ) -> Result<(), DriverError> {
     let call = R::CALLS.record_event;
-    same_context(call, event, &live.held)?;
+    event.same_context(call, &live.held)?;
     // Before the call: the driver ties the event to the stream even
     // when the record then fails.
     let on = if R::asking_reads_stream_of(&live.raw) {

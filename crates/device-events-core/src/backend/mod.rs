@@ -26,4 +26,5 @@ pub use crate::driver_functions;
 pub use crate::fence::FenceApi;
 pub use crate::placement::{AnchorApi, Gate, HostStamp};
 pub use crate::threads::ThreadApi;
-pub use raw::{CallNames, CheckedEvent, CheckedStream, HostWord, Permit, RawApi, State};
+pub use checked::{CheckedEvent, CheckedStream, State};
+pub use raw::{CallNames, HostWord, Permit, RawApi};

@@ -1,17 +1,17 @@
 //! The seam a backend implements: its driver calls, each turning a status
-//! into a [`DriverError`], and nothing else; and the checked handles a
-//! backend names, whose streams and events those calls receive. Liveness,
-//! binding, refusals and capture modes are the checked layer's, written
-//! once (`checked.rs`).
+//! into a [`DriverError`], and nothing else. Liveness, binding, refusals
+//! and capture modes are the checked layer's, written once (`checked.rs`),
+//! whose handles ([`CheckedStream`],
+//! [`CheckedEvent`](crate::backend::CheckedEvent)) and table of live
+//! streams ([`State`]) these calls name.
 
-use std::fmt::{self, Debug};
+use std::fmt::Debug;
 use std::marker::PhantomData;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
+use std::sync::atomic::AtomicU32;
 
 use cubecl_common::profile::Duration;
 
-use crate::backend::handle_table::{Handle, HandleTable};
+use crate::backend::{CheckedStream, State};
 use crate::driver::{CaptureStatus, DriverError};
 use crate::placement::{Gate, HostStamp};
 
@@ -76,7 +76,8 @@ pub struct CallNames {
 /// [`EventApi`](crate::EventApi), [`EventQuery`](crate::backend::EventQuery),
 /// [`FenceApi`](crate::backend::FenceApi), [`ThreadApi`](crate::backend::ThreadApi) and
 /// [`AnchorApi`](crate::backend::AnchorApi), whose streams and events are the
-/// checked [`CheckedStream`] and [`CheckedEvent`].
+/// checked [`CheckedStream`] and
+/// [`CheckedEvent`](crate::backend::CheckedEvent).
 ///
 /// # Soundness
 ///
@@ -402,79 +403,4 @@ pub trait HostWord<R: RawApi>: Send {
     fn free(self: Box<Self>, permit: Permit<R>) -> Result<(), DriverError>;
     /// As [`Gate::settle`].
     fn settle(&self) -> Duration;
-}
-
-/// A backend's live streams and settings, kept in a `static` of its own
-/// ([`RawApi::state`]).
-pub struct State<R: RawApi> {
-    pub(crate) streams: HandleTable<Live<R>>,
-    pub(crate) blocking_sync: AtomicBool,
-    /// Fences' events kept for reuse, each of its own context.
-    pub(crate) idle: Mutex<Vec<CheckedEvent<R>>>,
-    /// Gates' words kept for reuse, each with its context (held): no
-    /// stream waits on them any more.
-    #[allow(clippy::type_complexity)]
-    pub(crate) words: Mutex<Vec<(R::Held, Box<dyn HostWord<R>>)>>,
-    /// Whether [`crate::process::release_idle_events`] knows this backend.
-    pub(crate) registered: AtomicBool,
-}
-
-/// A live stream: the driver's, its context (held), and whether the
-/// backend made it and so destroys it.
-pub struct Live<R: RawApi> {
-    pub(crate) raw: R::Stream,
-    pub(crate) held: R::Held,
-    pub(crate) owned: bool,
-}
-
-/// A stream: a checked handle into its backend's table of live streams.
-///
-/// `Copy`, as [`EventApi`](crate::EventApi) requires. Once `stream_destroy` has run on it,
-/// every copy is refused with [`ErrorKind::InvalidHandle`](crate::ErrorKind::InvalidHandle) before any
-/// driver call; its context is held while it lives.
-pub struct CheckedStream<R: RawApi> {
-    pub(crate) handle: Handle,
-    pub(crate) backend: PhantomData<fn() -> R>,
-}
-
-impl<R: RawApi> Clone for CheckedStream<R> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<R: RawApi> Copy for CheckedStream<R> {}
-
-impl<R: RawApi> PartialEq for CheckedStream<R> {
-    fn eq(&self, other: &Self) -> bool {
-        self.handle == other.handle
-    }
-}
-
-impl<R: RawApi> Eq for CheckedStream<R> {}
-
-impl<R: RawApi> std::hash::Hash for CheckedStream<R> {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.handle.hash(state);
-    }
-}
-
-impl<R: RawApi> fmt::Debug for CheckedStream<R> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CheckedStream")
-            .field("backend", &R::BACKEND)
-            .field("handle", &self.handle)
-            .finish()
-    }
-}
-
-/// An event, and the context it was made in, held until it is dropped.
-pub struct CheckedEvent<R: RawApi> {
-    /// `None` once destroyed.
-    pub(crate) raw: Option<R::Event>,
-    pub(crate) held: R::Held,
-    /// The stream of the last record, where asking the event reads it
-    /// ([`RawApi::asking_reads_stream_of`]), as [`Handle::to_bits`];
-    /// `u64::MAX` otherwise.
-    pub(crate) recorded_on: AtomicU64,
 }

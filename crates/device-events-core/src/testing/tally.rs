@@ -11,7 +11,7 @@ use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
 
 use cubecl_common::profile::Duration;
 
-use crate::backend::raw::State;
+use crate::backend::State;
 use crate::backend::raw::{CallNames, Permit, RawApi};
 use crate::driver::{DriverError, ErrorKind};
 

@@ -3,7 +3,7 @@
 
 use std::cell::Cell;
 
-use crate::backend::raw::{CheckedEvent, CheckedStream, Live, Permit, RawApi};
+use crate::backend::raw::{Permit, RawApi};
 use crate::driver::{DriverError, ErrorKind, bound_then};
 
 pub(super) fn dead<R: RawApi>(call: &'static str, what: &str) -> DriverError {
@@ -60,36 +60,4 @@ fn binding<R: RawApi, T>(
         call,
         unbound_ok,
     )
-}
-
-pub(super) fn on_stream<R: RawApi, T>(
-    stream: CheckedStream<R>,
-    call: &'static str,
-    f: impl FnOnce(&Live<R>) -> Result<T, DriverError>,
-) -> Result<T, DriverError> {
-    R::state()
-        .streams
-        .with(stream.handle, |live| bound::<R, _>(&live.held, || f(live)))
-        .ok_or_else(|| dead::<R>(call, "stream"))?
-}
-
-pub(super) fn same_context<R: RawApi>(
-    call: &'static str,
-    event: &CheckedEvent<R>,
-    stream: &R::Held,
-) -> Result<(), DriverError> {
-    let (event, stream) = (event.context(), R::context_of(stream));
-    if event == stream {
-        return Ok(());
-    }
-    Err(DriverError::refused(
-        R::BACKEND,
-        call,
-        ErrorKind::InvalidHandle,
-        format!(
-            "the event and the stream belong to different contexts (event: {event:?}, stream: \
-             {stream:?}); a fence pool's events are of the context current when it made them, \
-             a profiler's of its first window's stream"
-        ),
-    ))
 }

@@ -12,12 +12,14 @@
 //! still be waiting as the process exits). As many as gates were ever live
 //! at once; freed by [`release_idle_events`], on the caller's thread.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use super::binding::{bound, dead, releasing};
+use super::event::CheckedEvent;
+use super::stream::CheckedStream;
 use crate::backend::capture;
-use crate::backend::raw::{CheckedEvent, CheckedStream, HostWord, Permit, RawApi, State};
+use crate::backend::raw::{HostWord, Permit, RawApi};
 use crate::driver::DriverError;
 use crate::fence::owned_event::OwnedEvent;
 
@@ -45,16 +47,46 @@ pub fn release_idle_events() {
     }
 }
 
-impl<R: RawApi> State<R> {
-    fn idle(&self) -> MutexGuard<'_, Vec<CheckedEvent<R>>> {
-        // A push or a pop either happened or did not.
-        self.idle.lock().unwrap_or_else(PoisonError::into_inner)
+/// What a backend keeps for reuse: fences' events, each of its own
+/// context, and gates' words, each with its context (held), on which no
+/// stream waits any more.
+pub(crate) struct Idle<R: RawApi> {
+    events: Mutex<Vec<CheckedEvent<R>>>,
+    #[allow(clippy::type_complexity)]
+    words: Mutex<Vec<(R::Held, Box<dyn HostWord<R>>)>>,
+    /// Whether [`release_idle_events`] knows this backend.
+    registered: AtomicBool,
+}
+
+impl<R: RawApi> Idle<R> {
+    pub(super) const fn new() -> Self {
+        Self {
+            events: Mutex::new(Vec::new()),
+            words: Mutex::new(Vec::new()),
+            registered: AtomicBool::new(false),
+        }
     }
 
-    /// Destroy this backend's idle fence events, and free its idle gate
-    /// words.
-    pub fn release_idle(&self) {
-        self.release_idle_events();
+    fn events(&self) -> MutexGuard<'_, Vec<CheckedEvent<R>>> {
+        // A push or a pop either happened or did not.
+        self.events.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn words(&self) -> MutexGuard<'_, Vec<(R::Held, Box<dyn HostWord<R>>)>> {
+        // A push or a pop either happened or did not.
+        self.words.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Destroy the idle fence events.
+    pub(super) fn release_events(&self) {
+        let idle = std::mem::take(&mut *self.events());
+        idle.into_iter()
+            .for_each(|event| drop(OwnedEvent::<R>::adopt(event)));
+    }
+
+    /// Free the idle gate words.
+    pub(super) fn release_words(&self) {
         let words = std::mem::take(&mut *self.words());
         for (held, word) in words {
             // Freeing is among the calls another thread's GLOBAL capture
@@ -67,24 +99,11 @@ impl<R: RawApi> State<R> {
             }
         }
     }
-
-    /// Destroy this backend's idle fence events.
-    pub(super) fn release_idle_events(&self) {
-        let idle = std::mem::take(&mut *self.idle());
-        idle.into_iter()
-            .for_each(|event| drop(OwnedEvent::<R>::adopt(event)));
-    }
-
-    #[allow(clippy::type_complexity)]
-    fn words(&self) -> MutexGuard<'_, Vec<(R::Held, Box<dyn HostWord<R>>)>> {
-        // A push or a pop either happened or did not.
-        self.words.lock().unwrap_or_else(PoisonError::into_inner)
-    }
 }
 
 /// A gate's word kept for `context`, if there is one.
 pub(super) fn take_word<R: RawApi>(context: R::Context) -> Option<Box<dyn HostWord<R>>> {
-    let mut words = R::state().words();
+    let mut words = R::state().idle.words();
     let at = words
         .iter()
         .rposition(|(held, _)| R::context_of(held) == context)?;
@@ -95,14 +114,13 @@ pub(super) fn take_word<R: RawApi>(context: R::Context) -> Option<Box<dyn HostWo
 /// gate of its context.
 pub(super) fn keep_word<R: RawApi>(held: R::Held, word: Box<dyn HostWord<R>>) {
     register::<R>();
-    R::state().words().push((held, word));
+    R::state().idle.words().push((held, word));
 }
 
 /// Have [`release_idle_events`] know this backend.
 fn register<R: RawApi>() {
-    let state = R::state();
-    if !state.registered.load(Ordering::Relaxed) && !state.registered.swap(true, Ordering::Relaxed)
-    {
+    let idle = &R::state().idle;
+    if !idle.registered.load(Ordering::Relaxed) && !idle.registered.swap(true, Ordering::Relaxed) {
         RELEASERS
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -120,7 +138,7 @@ pub(super) fn fence_event<R: RawApi>(
         .context()
         .ok_or_else(|| dead::<R>(R::CALLS.record_event, "stream"))?;
     {
-        let mut idle = state.idle();
+        let mut idle = state.idle.events();
         if let Some(at) = idle.iter().rposition(|e| e.context() == context) {
             return Ok(idle.swap_remove(at));
         }
@@ -136,7 +154,7 @@ pub(super) fn keep_event<R: RawApi>(event: CheckedEvent<R>) -> Option<CheckedEve
         return Some(event);
     }
     register::<R>();
-    let mut idle = state.idle();
+    let mut idle = state.idle.events();
     if idle.len() >= IDLE_EVENTS {
         return Some(event);
     }

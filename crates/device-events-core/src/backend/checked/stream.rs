@@ -2,41 +2,60 @@
 //! streams, so a copy kept after its stream was destroyed is refused
 //! before it reaches the driver.
 
+use std::fmt;
 use std::marker::PhantomData;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::binding::{dead, on_stream};
-use crate::backend::handle_table::HandleTable;
-use crate::backend::raw::{CheckedStream, Live, Permit, RawApi, State};
+use super::binding::{bound, dead};
+use crate::backend::handle_table::Handle;
+use crate::backend::raw::{Permit, RawApi};
 use crate::driver::{CaptureStatus, DriverError, ErrorKind};
 
-impl<R: RawApi> State<R> {
-    /// No streams yet; events spin while they wait.
-    #[allow(clippy::new_without_default)]
-    pub const fn new() -> Self {
-        Self {
-            streams: HandleTable::new(),
-            blocking_sync: AtomicBool::new(false),
-            idle: Mutex::new(Vec::new()),
-            words: Mutex::new(Vec::new()),
-            registered: AtomicBool::new(false),
-        }
-    }
+/// A live stream: the driver's, its context (held), and whether the
+/// backend made it and so destroys it.
+pub(crate) struct Live<R: RawApi> {
+    pub(crate) raw: R::Stream,
+    pub(crate) held: R::Held,
+    pub(crate) owned: bool,
+}
 
-    /// Whether events made from now on wait by sleeping rather than
-    /// spinning: a sleeping wait costs no core and wakes tens of
-    /// microseconds late. Events made before keep their mode.
-    pub fn set_blocking_sync(&self, blocking: bool) {
-        if self.blocking_sync.swap(blocking, Ordering::Relaxed) != blocking {
-            // Idle events wait the old way.
-            self.release_idle_events();
-        }
-    }
+/// A stream: a checked handle into its backend's table of live streams.
+///
+/// `Copy`, as [`EventApi`](crate::EventApi) requires. Once `stream_destroy` has run on it,
+/// every copy is refused with [`ErrorKind::InvalidHandle`](crate::ErrorKind::InvalidHandle) before any
+/// driver call; its context is held while it lives.
+pub struct CheckedStream<R: RawApi> {
+    pub(crate) handle: Handle,
+    pub(crate) backend: PhantomData<fn() -> R>,
+}
 
-    /// How many streams are live (made or admitted, not yet destroyed).
-    pub fn live_streams(&self) -> usize {
-        self.streams.len()
+impl<R: RawApi> Clone for CheckedStream<R> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<R: RawApi> Copy for CheckedStream<R> {}
+
+impl<R: RawApi> PartialEq for CheckedStream<R> {
+    fn eq(&self, other: &Self) -> bool {
+        self.handle == other.handle
+    }
+}
+
+impl<R: RawApi> Eq for CheckedStream<R> {}
+
+impl<R: RawApi> std::hash::Hash for CheckedStream<R> {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.handle.hash(state);
+    }
+}
+
+impl<R: RawApi> fmt::Debug for CheckedStream<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CheckedStream")
+            .field("backend", &R::BACKEND)
+            .field("handle", &self.handle)
+            .finish()
     }
 }
 
@@ -105,7 +124,7 @@ impl<R: RawApi> CheckedStream<R> {
     ///
     /// When the stream is not live, the driver cannot say, or refuses.
     pub fn capture_status(self) -> Result<CaptureStatus, DriverError> {
-        on_stream(self, "capture status", |live| {
+        self.on_live("capture status", |live| {
             R::capture_status(Permit::new(), &live.raw)
         })?
         .ok_or_else(|| {
@@ -124,6 +143,18 @@ impl<R: RawApi> CheckedStream<R> {
         call: &'static str,
         f: impl FnOnce(&R::Stream) -> Result<T, DriverError>,
     ) -> Result<T, DriverError> {
-        on_stream(self, call, |live| f(&live.raw))
+        self.on_live(call, |live| f(&live.raw))
+    }
+
+    /// Run `f` on the live stream, its context bound.
+    pub(super) fn on_live<T>(
+        self,
+        call: &'static str,
+        f: impl FnOnce(&Live<R>) -> Result<T, DriverError>,
+    ) -> Result<T, DriverError> {
+        R::state()
+            .streams
+            .with(self.handle, |live| bound::<R, _>(&live.held, || f(live)))
+            .ok_or_else(|| dead::<R>(call, "stream"))?
     }
 }

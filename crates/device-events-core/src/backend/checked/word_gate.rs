@@ -4,8 +4,9 @@ use cubecl_common::profile::Duration;
 
 use super::binding::bound;
 use super::idle;
+use super::stream::CheckedStream;
 use crate::EventApi;
-use crate::backend::raw::{CheckedStream, HostWord, Permit, RawApi};
+use crate::backend::raw::{HostWord, Permit, RawApi};
 use crate::driver::DriverError;
 use crate::fence::owned_event::OwnedEvent;
 use crate::placement::Gate;
