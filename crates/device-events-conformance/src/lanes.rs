@@ -8,7 +8,8 @@
 //! [`SHORT`] of work of its own, so that it is pending when first read and
 //! goes to the resolver thread. A lane held behind the long work answers
 //! its windows after about [`LONG`]; one answered on its own, within the
-//! resolver's longest interval (50 ms) of each end. The bound, [`BOUND`]
+//! resolver's longest interval (`resolver::LAST` in the core's
+//! `src/tunables.rs`) of each end. The bound, [`BOUND`]
 //! for all of them together, sits far from both.
 
 use std::time::{Duration, Instant};

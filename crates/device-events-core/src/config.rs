@@ -1,4 +1,6 @@
-//! How a profiler keeps its anchor and reads its windows.
+//! How a profiler keeps its anchor and reads its windows: what a user
+//! sets. The library's internal timings (its threads' polls, sleeps and
+//! back-offs) are not settable; they are in [`crate::tunables`].
 
 use cubecl_common::profile::{Duration, Instant};
 

@@ -25,7 +25,9 @@
 //! new backend touches. The source is in folders by concept (`fence/`,
 //! `placement/`, `waiting/`, `profiler/`, `backend/`, `testing/`), each
 //! importing only from those before it and from the files beside `lib.rs`;
-//! `cargo xtask layers` checks it.
+//! `cargo xtask layers` checks it. The library threads' internal timings
+//! (polls, sleeps, back-offs, idle spells) are in one file beside it,
+//! `src/tunables.rs`, by thread.
 //!
 //! ```
 //! use device_events_core::{EventApi, EventFence, EventProfiler, sim::Sim};
@@ -64,6 +66,7 @@ mod profiler;
 #[cfg(feature = "sim")]
 mod testing;
 mod threads;
+mod tunables;
 mod waiting;
 
 pub use api::EventApi;

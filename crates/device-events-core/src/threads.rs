@@ -150,9 +150,10 @@ pub(crate) fn stopping() -> bool {
 ///
 /// Where the backend can ask without waiting (CUDA, HIP), the library's
 /// threads make no driver call that waits on the device: they ask, and
-/// sleep at most a millisecond between asks, looking for this stop each
-/// time. A calibration behind a long kernel, or a dropped profiler's
-/// release, is left within that, however long its work.
+/// sleep briefly between asks (the bounds are the crate's
+/// `src/tunables.rs`), looking for this stop each time. A calibration
+/// behind a long kernel, or a dropped profiler's release, is left within
+/// one such sleep, however long its work.
 ///
 /// ```standalone_crate
 /// use std::time::Duration;
@@ -168,7 +169,7 @@ pub fn stop_driver_calls(timeout: std::time::Duration) -> bool {
         if deadline.is_some_and(|deadline| std::time::Instant::now() >= deadline) {
             return false;
         }
-        std::thread::sleep(std::time::Duration::from_micros(200));
+        std::thread::sleep(crate::tunables::exit::STOP_POLL);
     }
     true
 }

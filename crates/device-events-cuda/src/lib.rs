@@ -189,8 +189,9 @@ fn error_of(api: Option<&ffi::Api>, call: &'static str, status: u32) -> DriverEr
 }
 
 /// At the process's exit: the library's threads leave the driver before its
-/// exit handlers tear it down. Each leaves within a millisecond of the
-/// stop; the bound covers a thread the system is slow to schedule.
+/// exit handlers tear it down. Each leaves within its longest sleep
+/// between asks (the core's `src/tunables.rs`) of the stop; the bound
+/// covers a thread the system is slow to schedule.
 extern "C" fn stop_driver_calls_at_exit() {
     let _ = device_events_core::process::stop_driver_calls(std::time::Duration::from_secs(1));
 }

@@ -23,6 +23,7 @@ use crate::driver::DriverError;
 use crate::fence::event_pool::{EventPool, PooledEvent};
 use crate::placement::drift::AnchorPlacement;
 use crate::placement::{AnchorApi, Closed, Gate};
+use crate::tunables::calibrator::{ARRIVE_SLEEP, POLL_FOR, REACH_FIRST_SLEEP, REACH_SLEEP_UP_TO};
 
 /// A device event together with where it sits on the host clock.
 pub(crate) struct Anchor<A: EventApi> {
@@ -210,16 +211,6 @@ impl<A: AnchorApi> Bracket<A> {
     }
 }
 
-/// How long a calibration polls tightly, yielding: past a launch latency
-/// and a busy machine's scheduling delays (a sleep would stretch the
-/// bracket by its own lateness), short enough to cost no core to speak of.
-const POLL_FOR: Duration = Duration::from_millis(1);
-/// After that, it asks from a sleep, at intervals doubling up to this: an
-/// anchor stream behind a long kernel (one hardware queue shared with the
-/// user's streams) costs the calibrator thread no core. Such a bracket is
-/// wide, and the fit weighs it as such.
-const SLEEP_UP_TO: std::time::Duration = std::time::Duration::from_millis(1);
-
 /// Return once the device has reached `mark`, or `bound` has passed:
 /// polling where the backend can ask, yielding for [`POLL_FOR`] and then
 /// from sleeps of [`ARRIVE_SLEEP`] (a stream that far behind other work
@@ -247,10 +238,6 @@ fn arrive<A: AnchorApi>(mark: &PooledEvent<A>, bound: Duration) -> Result<(), Dr
     Ok(())
 }
 
-/// How long [`arrive`] sleeps between asks once it has polled for
-/// [`POLL_FOR`]: how long, at most, a gate reached then stays closed.
-const ARRIVE_SLEEP: std::time::Duration = std::time::Duration::from_micros(50);
-
 /// Return once the device has reached `event`: polling where the backend
 /// can, tightly for [`POLL_FOR`] and then from a sleep, else waiting. Left
 /// with an error between asks once the process began exiting
@@ -259,7 +246,7 @@ const ARRIVE_SLEEP: std::time::Duration = std::time::Duration::from_micros(50);
 /// the driver's own exit handlers.
 fn reach<A: AnchorApi>(event: &PooledEvent<A>) -> Result<(), DriverError> {
     let started = std::time::Instant::now();
-    let mut interval = std::time::Duration::from_micros(50);
+    let mut interval = REACH_FIRST_SLEEP;
     while let Some(reached) = A::poll(event.raw()) {
         if crate::threads::stopping() {
             return Err(exiting::<A>());
@@ -273,7 +260,7 @@ fn reach<A: AnchorApi>(event: &PooledEvent<A>) -> Result<(), DriverError> {
             std::thread::yield_now();
         } else {
             std::thread::sleep(interval);
-            interval = (interval * 2).min(SLEEP_UP_TO);
+            interval = (interval * 2).min(REACH_SLEEP_UP_TO);
         }
     }
     A::event_wait(event.raw())

@@ -15,19 +15,19 @@ use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-/// A calibration, bound to whatever it needs.
-pub(crate) type Task = Box<dyn FnOnce() + Send>;
+use crate::tunables::calibrator::STAY_IDLE_FOR;
 
-/// How long an idle thread stays for the next calibration.
-const LINGER: Duration = Duration::from_secs(2);
+/// Work for a device's calibrator thread (a calibration, or a dropped
+/// profiler's release), bound to whatever it needs.
+pub(crate) type DeviceTask = Box<dyn FnOnce() + Send>;
 
 /// A device's calibrations: its context's key, as the backend gives it
 /// (`None` where it gives none: one thread for all such).
 type Device = Option<u64>;
 
-struct Queue {
+struct CalibrationQueue {
     /// Each device's queued calibrations, and whether its thread is up.
-    devices: Vec<(Device, VecDeque<Task>, bool)>,
+    devices: Vec<(Device, VecDeque<DeviceTask>, bool)>,
     /// Queued or running, on every device.
     busy: usize,
     /// The process whose threads are up: a child made by `fork` inherits
@@ -35,20 +35,22 @@ struct Queue {
     process: Option<u32>,
 }
 
-static QUEUE: Mutex<Queue> = Mutex::new(Queue {
+static CALIBRATION_QUEUE: Mutex<CalibrationQueue> = Mutex::new(CalibrationQueue {
     devices: Vec::new(),
     busy: 0,
     process: None,
 });
-static WORK: Condvar = Condvar::new();
-static IDLE: Condvar = Condvar::new();
+static CALIBRATION_HANDED: Condvar = Condvar::new();
+static CALIBRATIONS_DONE: Condvar = Condvar::new();
 
-fn queue() -> MutexGuard<'static, Queue> {
-    QUEUE.lock().unwrap_or_else(PoisonError::into_inner)
+fn calibration_queue() -> MutexGuard<'static, CalibrationQueue> {
+    CALIBRATION_QUEUE
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
 }
 
-impl Queue {
-    fn device(&mut self, device: Device) -> &mut (Device, VecDeque<Task>, bool) {
+impl CalibrationQueue {
+    fn device(&mut self, device: Device) -> &mut (Device, VecDeque<DeviceTask>, bool) {
         let at = match self.devices.iter().position(|(d, ..)| *d == device) {
             Some(at) => at,
             None => {
@@ -64,7 +66,7 @@ impl Queue {
 /// drops, which takes its profiler's locks, so the caller drops them once
 /// it holds none.
 #[must_use = "dropped only where no profiler lock is held"]
-pub(crate) struct Unrun(#[allow(dead_code)] VecDeque<Task>);
+pub(crate) struct Unrun(#[allow(dead_code)] VecDeque<DeviceTask>);
 
 /// Hand `task` to `device`'s calibrator thread, starting it if needed.
 ///
@@ -72,13 +74,16 @@ pub(crate) struct Unrun(#[allow(dead_code)] VecDeque<Task>);
 ///
 /// When no thread could be started: the reason, and every task queued for
 /// the device (this one among them), unrun.
-pub(crate) fn submit(device: Device, task: Task) -> Result<(), (std::io::Error, Unrun)> {
+pub(crate) fn run_for_device(
+    device: Device,
+    task: DeviceTask,
+) -> Result<(), (std::io::Error, Unrun)> {
     if crate::threads::stopping() {
         // The process is exiting: never run, and nothing released.
         std::mem::forget(task);
         return Ok(());
     }
-    let mut q = queue();
+    let mut q = calibration_queue();
     forget_the_parents(&mut q);
     q.busy += 1;
     q.process = Some(std::process::id());
@@ -86,19 +91,21 @@ pub(crate) fn submit(device: Device, task: Task) -> Result<(), (std::io::Error, 
     tasks.push_back(task);
     if *running {
         drop(q);
-        WORK.notify_all();
+        CALIBRATION_HANDED.notify_all();
         return Ok(());
     }
     *running = true;
     drop(q);
-    if let Err(err) = crate::threads::start("device-events-calibrator", move || serve(device)) {
-        let mut q = queue();
+    if let Err(err) =
+        crate::threads::start("device-events-calibrator", move || run_device_tasks(device))
+    {
+        let mut q = calibration_queue();
         let (_, tasks, running) = q.device(device);
         *running = false;
         let unrun = std::mem::take(tasks);
         q.busy -= unrun.len();
         drop(q);
-        IDLE.notify_all();
+        CALIBRATIONS_DONE.notify_all();
         return Err((err, Unrun(unrun)));
     }
     Ok(())
@@ -108,7 +115,7 @@ pub(crate) fn submit(device: Device, task: Task) -> Result<(), (std::io::Error, 
 /// not here, and its calibrations (running or queued) will never end. They
 /// are forgotten, not dropped: a lock they would take may have been held
 /// by a parent's thread at the fork.
-fn forget_the_parents(q: &mut Queue) {
+fn forget_the_parents(q: &mut CalibrationQueue) {
     if q.process.is_some_and(|pid| pid != std::process::id()) {
         q.process = None;
         q.busy = 0;
@@ -118,26 +125,26 @@ fn forget_the_parents(q: &mut Queue) {
 
 /// The queue, locked, for [`crate::process::before_fork`]: no calibrator thread
 /// holds it as the process forks.
-pub(crate) fn hold() -> Box<dyn std::any::Any> {
-    Box::new(queue())
+pub(crate) fn lock_for_fork() -> Box<dyn std::any::Any> {
+    Box::new(calibration_queue())
 }
 
 /// [`forget_the_parents`], at once: in a child made by `fork`.
 pub(crate) fn forget_the_parents_now() {
-    forget_the_parents(&mut queue());
+    forget_the_parents(&mut calibration_queue());
 }
 
 /// Whether a calibrator thread is up in this process.
 pub(crate) fn running() -> bool {
-    let q = queue();
+    let q = calibration_queue();
     q.process == Some(std::process::id()) && q.devices.iter().any(|(.., running)| *running)
 }
 
-fn serve(device: Device) {
-    let mut q = queue();
+fn run_device_tasks(device: Device) {
+    let mut q = calibration_queue();
     // When this device last had nothing to do: one condvar serves every
     // device's thread, so a wake-up for another device must not restart
-    // this one's linger.
+    // this one's idle spell.
     let mut idle_since: Option<Instant> = None;
     loop {
         if let Some(task) = q.device(device).1.pop_front() {
@@ -154,20 +161,20 @@ fn serve(device: Device) {
                 // (dropping could release driver handles).
                 std::mem::forget(task);
             }
-            q = queue();
+            q = calibration_queue();
             q.busy -= 1;
             if q.busy == 0 {
-                IDLE.notify_all();
+                CALIBRATIONS_DONE.notify_all();
             }
             continue;
         }
         let since = *idle_since.get_or_insert_with(Instant::now);
-        let left = LINGER.saturating_sub(since.elapsed());
+        let left = STAY_IDLE_FOR.saturating_sub(since.elapsed());
         if left.is_zero() {
             q.devices.retain(|(d, ..)| *d != device);
             return;
         }
-        q = WORK
+        q = CALIBRATION_HANDED
             .wait_timeout(q, left)
             .unwrap_or_else(PoisonError::into_inner)
             .0;
@@ -188,9 +195,9 @@ fn serve(device: Device) {
 /// assert!(device_events_core::process::wait_for_calibrations(Duration::from_secs(1)));
 /// ```
 pub fn wait_for_calibrations(timeout: Duration) -> bool {
-    let mut q = queue();
+    let mut q = calibration_queue();
     forget_the_parents(&mut q);
-    let (q, _) = IDLE
+    let (q, _) = CALIBRATIONS_DONE
         .wait_timeout_while(q, timeout, |q| q.busy > 0)
         .unwrap_or_else(PoisonError::into_inner);
     q.busy == 0
@@ -202,32 +209,32 @@ mod tests {
 
     /// Whether `device`'s calibrator thread is up.
     fn up(device: Device) -> bool {
-        queue()
+        calibration_queue()
             .devices
             .iter()
             .any(|(d, _, running)| *d == device && *running)
     }
 
-    /// A device's thread leaves once idle for [`LINGER`], however often
-    /// another device calibrates meanwhile.
+    /// A device's thread leaves once idle for [`STAY_IDLE_FOR`], however
+    /// often another device calibrates meanwhile.
     #[test]
     fn an_idle_devices_thread_leaves_while_another_device_calibrates() {
         // Keys no backend gives in these tests.
         let (idle, busy) = (Some(u64::MAX - 1), Some(u64::MAX - 2));
-        assert!(submit(idle, Box::new(|| {})).is_ok());
+        assert!(run_for_device(idle, Box::new(|| {})).is_ok());
         assert!(wait_for_calibrations(Duration::from_secs(10)));
-        assert!(up(idle), "the thread lingers for the next calibration");
-        // Another device calibrates every 100 ms, for twice the linger and
-        // a second more.
-        let until = Instant::now() + LINGER * 2 + Duration::from_secs(1);
+        assert!(up(idle), "the thread stays for the next calibration");
+        // Another device calibrates every 100 ms, for twice the idle spell
+        // and a second more.
+        let until = Instant::now() + STAY_IDLE_FOR * 2 + Duration::from_secs(1);
         while Instant::now() < until {
-            assert!(submit(busy, Box::new(|| {})).is_ok());
+            assert!(run_for_device(busy, Box::new(|| {})).is_ok());
             std::thread::sleep(Duration::from_millis(100));
         }
         assert!(
             !up(idle),
             "an idle device's calibrator thread stayed {:?} while another device calibrated",
-            LINGER * 2 + Duration::from_secs(1)
+            STAY_IDLE_FOR * 2 + Duration::from_secs(1)
         );
     }
 }

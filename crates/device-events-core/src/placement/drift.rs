@@ -31,23 +31,7 @@ use std::collections::VecDeque;
 
 use cubecl_common::profile::{Duration, Instant};
 
-/// The placement error drift is allowed to add between refreshes.
-pub(crate) const TARGET: Duration = Duration::from_micros(1);
-/// The rate uncertainty assumed before any is measured: a crystal's
-/// ±100 ppm, doubled, so that a device at the edge of its specification is
-/// still inside the bound.
-pub(crate) const PRIOR: f64 = 2e-4;
-/// Shortest refresh period, so a profiler never spends its time anchoring.
-const MIN_AGE: Duration = Duration::from_millis(5);
-/// Anchors further apart than this start a new chain: an `f32` reading of
-/// the gap would lose more than the fit can gain.
-pub(crate) const MAX_GAP: Duration = Duration::from_secs(10);
-/// Anchors kept for the fit.
-const KEEP: usize = 32;
-/// Added to every half-width before weighting: a 10 ns bracket is not a
-/// hundred times better than a 100 ns one, as the clock reads themselves
-/// take about that long.
-const WEIGHT_FLOOR_NS: f64 = 100.0;
+use crate::tunables::drift::{KEEP, MAX_AGE, MIN_AGE, PRIOR, TARGET, WEIGHT_FLOOR_NS};
 
 /// One anchor as a point of the line: host time against device time.
 #[derive(Clone, Copy)]
@@ -62,9 +46,10 @@ struct FitPoint {
 }
 
 /// The interval, from the chain's base, that holds the last anchor's true
-/// host time, and where that anchor lies on the chain.
+/// host time, carried forward to the next anchor, and where that anchor
+/// lies on the chain.
 #[derive(Clone, Copy)]
-struct Held {
+struct Carried {
     low_ns: f64,
     high_ns: f64,
     device_ns: f64,
@@ -81,7 +66,7 @@ pub(crate) struct DriftFit {
     points: VecDeque<FitPoint>,
     /// The last line whose rate was known better than the prior.
     trusted: Option<Rate>,
-    held: Option<Held>,
+    carried: Option<Carried>,
 }
 
 /// Where a new anchor sits.
@@ -123,7 +108,7 @@ impl DriftFit {
             base: None,
             points: VecDeque::with_capacity(KEEP),
             trusted: None,
-            held: None,
+            carried: None,
         }
     }
 
@@ -137,7 +122,7 @@ impl DriftFit {
 
     /// Add an anchor measured at `measured` (± `half_width`) at `device_ns`
     /// (± `device_error_ns`) along the chain, and place it.
-    pub(crate) fn admit(
+    pub(crate) fn add_anchor(
         &mut self,
         measured: Instant,
         half_width: Duration,
@@ -166,24 +151,24 @@ impl DriftFit {
         });
         let bracket = (host_ns - half_width_ns, host_ns + half_width_ns);
         let (low, high) = self
-            .held
-            .and_then(|held| {
-                let step = device_ns - held.device_ns;
+            .carried
+            .and_then(|carried| {
+                let step = device_ns - carried.device_ns;
                 let spread = step.abs() * rate.worst_case
-                    + (device_error_ns - held.chain_error_ns).abs()
+                    + (device_error_ns - carried.chain_error_ns).abs()
                     + self.ends_ns;
-                let carried = (
-                    held.low_ns + step * rate.scale - spread,
-                    held.high_ns + step * rate.scale + spread,
+                let forward = (
+                    carried.low_ns + step * rate.scale - spread,
+                    carried.high_ns + step * rate.scale + spread,
                 );
-                let low = bracket.0.max(carried.0);
-                let high = bracket.1.min(carried.1);
+                let low = bracket.0.max(forward.0);
+                let high = bracket.1.min(forward.1);
                 // Disjoint: one of the two bounds did not hold (a bracket
                 // the driver stamped outside of); trust the fresh one.
                 (low <= high).then_some((low, high))
             })
             .unwrap_or(bracket);
-        self.held = Some(Held {
+        self.carried = Some(Carried {
             low_ns: low,
             high_ns: high,
             device_ns,
@@ -267,7 +252,7 @@ impl DriftFit {
 /// than [`TARGET`] of drift.
 fn age_for(uncertainty: f64) -> Duration {
     let seconds = TARGET.as_secs_f64() / uncertainty.max(1e-12);
-    Duration::from_secs_f64(seconds.min(3600.0)).max(MIN_AGE)
+    Duration::from_secs_f64(seconds.min(MAX_AGE.as_secs_f64())).max(MIN_AGE)
 }
 
 #[cfg(test)]
@@ -290,7 +275,7 @@ mod tests {
                 let device_ns = truth_ns as f64 * (1.0 + 50e-6);
                 let before = truth_ns - (width as f64 * at) as u64;
                 let measured = base + Duration::from_nanos(before + width / 2);
-                let placed = fit.admit(
+                let placed = fit.add_anchor(
                     measured,
                     Duration::from_nanos(width / 2),
                     device_ns,

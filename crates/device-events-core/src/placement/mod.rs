@@ -12,6 +12,7 @@ use cubecl_common::profile::{Duration, Instant};
 use crate::EventApi;
 use crate::driver::DriverError;
 use crate::threads::ThreadApi;
+use crate::tunables::calibrator::{DRAIN_FIRST_SLEEP, DRAIN_SLEEP_UP_TO};
 
 /// The optional anchoring calls of a backend, for the profiler. Every
 /// [`RawApi`](crate::backend::RawApi) backend has it from the checked
@@ -86,13 +87,8 @@ pub trait AnchorApi: ThreadApi {
     }
 }
 
-/// How long [`drained`] sleeps between asks, at most: a release waiting
-/// behind a long kernel costs no core, and the process's exit waits no
-/// longer than this for it to leave.
-const DRAIN_SLEEP_UP_TO: std::time::Duration = std::time::Duration::from_millis(1);
-
 /// Wait until `stream` has done its work, by recording `event` behind it
-/// and asking, from sleeps, whether the device got there: `Some(true)` once
+/// and asking, from sleeps of at most [`DRAIN_SLEEP_UP_TO`], whether the device got there: `Some(true)` once
 /// it has, `Some(false)` when the process began exiting first
 /// ([`stop_driver_calls`](crate::process::stop_driver_calls)), `None` where the
 /// backend cannot ask without waiting. A release drains so rather than by
@@ -104,7 +100,7 @@ pub(crate) fn drained<A: AnchorApi>(
     stream: A::Stream,
 ) -> Result<Option<bool>, DriverError> {
     A::event_record(event, stream)?;
-    let mut interval = std::time::Duration::from_micros(50);
+    let mut interval = DRAIN_FIRST_SLEEP;
     loop {
         if crate::threads::stopping() {
             return Ok(Some(false));

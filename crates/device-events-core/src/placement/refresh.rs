@@ -16,8 +16,10 @@ use crate::fence::event_pool::EventPool;
 use crate::owned_stream::OwnedStream;
 use crate::placement::anchor::{Anchor, Bracket, Calibration, nanos, reading_error};
 use crate::placement::calibrator;
-use crate::placement::drift::{AnchorPlacement, DriftFit, MAX_GAP};
+use crate::placement::drift::{AnchorPlacement, DriftFit};
 use crate::placement::{AnchorApi, Gate};
+use crate::tunables::calibrator::{FIRST_RETRY, LAST_RETRY};
+use crate::tunables::drift::MAX_GAP;
 
 /// The anchor a calibration in flight will give: filled once, with the new
 /// anchor, the previous one when the refresh failed, or the failure.
@@ -94,12 +96,6 @@ impl Work {
         }
     }
 }
-
-/// The first delay before a failed calibration is tried again.
-const FIRST_RETRY: Duration = Duration::from_millis(1);
-/// The longest, whatever `anchor_max_age` says: a driver that recovers is
-/// used again within the minute.
-const LAST_RETRY: Duration = Duration::from_secs(60);
 
 impl<A: AnchorApi> Anchoring<A> {
     pub(crate) fn new(config: ProfilerConfig) -> Self {
@@ -237,20 +233,22 @@ impl<A: AnchorApi> Anchoring<A> {
             let _ = self.shared.stream.set(stream);
         }
         let next = Arc::new(Next::<A>::new());
-        let task = Task {
+        let task = PendingCalibration {
             shared: Arc::clone(&self.shared),
             next: Arc::clone(&next),
         };
         let device = self.stream().and_then(A::context_key);
-        calibrator::submit(device, Box::new(move || task.run())).map_err(|(err, tasks)| {
-            *unrun = Some(tasks);
-            DriverError::refused(
-                A::BACKEND,
-                "anchor calibration",
-                ErrorKind::Other,
-                format!("no calibrator thread could be started: {err}"),
-            )
-        })?;
+        calibrator::run_for_device(device, Box::new(move || task.run())).map_err(
+            |(err, tasks)| {
+                *unrun = Some(tasks);
+                DriverError::refused(
+                    A::BACKEND,
+                    "anchor calibration",
+                    ErrorKind::Other,
+                    format!("no calibrator thread could be started: {err}"),
+                )
+            },
+        )?;
         latest.in_flight = Some(next);
         latest.in_flight_in = std::process::id();
         Ok(())
@@ -318,7 +316,7 @@ impl<A: AnchorApi> Shared<A> {
         let previous = self.latest().anchor.clone();
         let chain = chain_position(&mut work.fit, previous.as_deref(), &bracket);
         let placement = if self.config.drift_correction {
-            work.fit.admit(
+            work.fit.add_anchor(
                 bracket.midpoint(),
                 bracket.width / 2,
                 chain.0,
@@ -363,7 +361,7 @@ impl<A: AnchorApi> Drop for Shared<A> {
             A::own_thread();
             drop(release);
         };
-        if let Err((err, unrun)) = calibrator::submit(device, Box::new(task)) {
+        if let Err((err, unrun)) = calibrator::run_for_device(device, Box::new(task)) {
             log::warn!(
                 "{}: an anchor stream and gate are released on the caller's thread: \
                  no calibrator thread could be started: {err}",
@@ -460,12 +458,12 @@ fn chain_position<A: AnchorApi>(
 /// One calibration, as handed to the calibrator thread. Its `Next` is
 /// filled on every path: dropped unrun (no thread) or unwinding, with a
 /// failure.
-struct Task<A: AnchorApi> {
+struct PendingCalibration<A: AnchorApi> {
     shared: Arc<Shared<A>>,
     next: Arc<Next<A>>,
 }
 
-impl<A: AnchorApi> Task<A> {
+impl<A: AnchorApi> PendingCalibration<A> {
     fn run(self) {
         A::own_thread();
         let Some(stream) = self.shared.stream.get().map(OwnedStream::get) else {
@@ -513,7 +511,7 @@ impl<A: AnchorApi> Task<A> {
     }
 }
 
-impl<A: AnchorApi> Drop for Task<A> {
+impl<A: AnchorApi> Drop for PendingCalibration<A> {
     fn drop(&mut self) {
         if self.next.get().is_none() {
             let mut latest = self.shared.latest();

@@ -1,6 +1,6 @@
 //! Around `fork`: the library's process-wide locks taken before it and
 //! given back after, so that a child never waits on a lock one of the
-//! parent's threads held; in the child, the parent's threads' work is
+//! parent's threads locks; in the child, the parent's threads' work is
 //! forgotten.
 
 use std::any::Any;
@@ -10,7 +10,7 @@ thread_local! {
     /// On the thread that forks, between [`before_fork`] and the handler
     /// after it: the library's locks it holds.
     static FORKING: RefCell<Forking> = const {
-        RefCell::new(Forking { depth: 0, held: Vec::new(), process: 0 })
+        RefCell::new(Forking { depth: 0, locks: Vec::new(), process: 0 })
     };
 }
 
@@ -18,7 +18,7 @@ thread_local! {
 struct Forking {
     /// How many handlers took them: backends each register the three.
     depth: usize,
-    held: Vec<Box<dyn Any>>,
+    locks: Vec<Box<dyn Any>>,
     /// The process that took them: the parent, seen from the child.
     process: u32,
 }
@@ -27,7 +27,7 @@ struct Forking {
 /// library's threads share process-wide (the calibrator's and the
 /// resolver's queues), so that no library thread holds one as the process
 /// forks. A child has none of the parent's threads: a lock one of them
-/// held would stay held there, and the child's first profiler, or its first
+/// locks would stay locks there, and the child's first profiler, or its first
 /// window read, would wait on it for good. `device-events-cuda` and `-hip`
 /// register the three handlers once the driver is loaded; a process that
 /// uses neither and forks while the library's threads run registers them
@@ -47,12 +47,12 @@ pub fn before_fork() {
         forking.depth += 1;
         if forking.depth == 1 {
             forking.process = std::process::id();
-            forking.held = vec![
-                crate::placement::calibrator::hold(),
-                crate::waiting::resolver::hold(),
+            forking.locks = vec![
+                crate::placement::calibrator::lock_for_fork(),
+                crate::waiting::resolver::lock_for_fork(),
             ];
             #[cfg(feature = "sim")]
-            forking.held.push(crate::testing::sim::hold());
+            forking.locks.push(crate::testing::sim::lock_for_fork());
         }
     });
 }
@@ -95,7 +95,7 @@ fn release_fork_locks() -> Option<u32> {
             let mut forking = forking.borrow_mut();
             forking.depth = forking.depth.checked_sub(1)?;
             (forking.depth == 0).then(|| {
-                forking.held.clear();
+                forking.locks.clear();
                 forking.process
             })
         })

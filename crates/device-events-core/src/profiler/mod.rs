@@ -117,7 +117,7 @@ pub struct EventProfiler<A: AnchorApi> {
     /// [`ProfilerConfig::context_current`].
     context_current: bool,
     /// Keeps the resolver thread up between windows while this lives.
-    _resolver: resolver::Hold,
+    _resolver: resolver::KeepAlive,
 }
 
 /// An open window: its start event and anchor, or why it has neither (a
@@ -159,7 +159,7 @@ impl<A: AnchorApi> EventProfiler<A> {
                 resolution: config.timer_resolution,
             },
             context_current: config.context_current,
-            _resolver: resolver::Hold::new(),
+            _resolver: resolver::KeepAlive::new(),
         }
     }
 
@@ -176,8 +176,8 @@ impl<A: AnchorApi> EventProfiler<A> {
     /// taken, and its reading waits for it.
     ///
     /// A calibration that failed is logged and not tried again at every
-    /// `start`: it backs off, from 1 ms doubling up to `anchor_max_age` (at
-    /// most a minute).
+    /// `start`: it backs off, doubling up to `anchor_max_age` (the first
+    /// delay and the longest are the crate's `src/tunables.rs`).
     /// Meanwhile windows keep the previous anchor; with none, the windows
     /// waiting for the failed one read `None`, and new ones fail with an
     /// error of the call "anchor calibration" that says so and quotes the

@@ -72,7 +72,7 @@ static SKEW_NANOS: AtomicU64 = AtomicU64::new(0);
 static DRIFT_PPB: AtomicI64 = AtomicI64::new(0);
 
 /// The device's state, locked, for [`crate::process::before_fork`].
-pub(crate) fn hold() -> Box<dyn std::any::Any> {
+pub(crate) fn lock_for_fork() -> Box<dyn std::any::Any> {
     Box::new(state())
 }
 

@@ -163,7 +163,7 @@ impl<A: AnchorApi> Job for Pending<A> {
         self.lane
     }
 
-    fn abandon(&self) {
+    fn give_up(&self) {
         // The events go back (or are released) whatever the reading left.
         drop(
             self.inputs
@@ -205,7 +205,7 @@ impl<A: AnchorApi> Future for Resolving<A> {
                 });
                 // The waker first: the resolver may answer at once.
                 let _ = pending.answer.take_or_wait(cx.waker());
-                resolver::submit(Arc::clone(&pending) as Arc<dyn Job>);
+                resolver::watch(Arc::clone(&pending) as Arc<dyn Job>);
                 *this = Self::Pending(Handed(pending));
             }
             return Poll::Pending;

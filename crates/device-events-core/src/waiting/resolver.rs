@@ -20,14 +20,14 @@
 //! asked again after an interval that starts at [`FIRST`] and doubles up
 //! to [`LAST`]: a window about to finish is seen within microseconds (the
 //! thread yields rather than sleeps while an ask is due within [`TIGHT`]),
-//! and one pending for a second is asked about twenty times a second,
-//! from a sleeping thread. A lane that just answered one is asked again
+//! and one pending long is asked every [`LAST`], from a sleeping
+//! thread. A lane that just answered one is asked again
 //! after [`HOT`], and a busy one (whose windows waited behind queued work,
 //! as a server timing every kernel's do) at that pace, from a sleep: its
 //! next window is not asked at once when handed over.
 //!
 //! Having answered the last pending window, the thread stays awake for
-//! [`LINGER`], yielding, before it sleeps: a server reading windows one
+//! [`YIELD_AFTER_LAST`], yielding, before it sleeps: a server reading windows one
 //! after another hands the next over within microseconds, and a thread
 //! already awake takes it without a wake-up's latency.
 //!
@@ -41,37 +41,17 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
-/// The first interval at which a window is asked again.
-const FIRST: Duration = Duration::from_micros(5);
-/// Until the next ask is this close, the thread yields instead of
-/// sleeping: a sleep that short lasts the kernel's timer slack (50 µs on
-/// Linux) instead. A window is in this tight phase for its first ~100 µs
-/// only; windows pending longer are asked from a sleep.
-const TIGHT: Duration = Duration::from_micros(50);
-/// The longest: the most a long-pending window's answer can lag its end.
-const LAST: Duration = Duration::from_millis(50);
-/// How soon the next window of a lane that just answered one is asked: on
-/// a busy stream it ends soon, and asking at this pace answers it within a
-/// fraction of a millisecond from a sleeping thread.
-const HOT: Duration = Duration::from_micros(400);
-/// How long a lane stays busy without answering one, and an idle lane's
-/// pace is remembered.
-const HOT_FOR: Duration = Duration::from_millis(20);
-/// A window answered this long after it was handed over was queued behind
-/// work: its stream is busy. One read right after `stop` on an idle stream
-/// waits only for its launch, a few microseconds.
-const BEHIND_WORK: Duration = Duration::from_micros(25);
-/// How long the thread stays awake, yielding, after answering the last
-/// pending window, for the next to be handed over.
-const LINGER: Duration = Duration::from_micros(50);
+use crate::tunables::resolver::{BEHIND_WORK, FIRST, HOT, HOT_FOR, LAST, TIGHT, YIELD_AFTER_LAST};
 
 /// Work handed to the resolver thread.
 pub(crate) trait Job: Send + Sync {
     /// Answer if the device got there, without waiting.
     fn attempt(&self) -> Attempt;
 
-    /// `attempt` panicked: answer whoever waits all the same, with nothing.
-    fn abandon(&self);
+    /// No thread will ask it again (`attempt` panicked, or no resolver
+    /// thread could be started): answer whoever waits all the same, with
+    /// nothing, releasing what it holds.
+    fn give_up(&self);
 
     /// The process is exiting: answer with nothing, releasing nothing (no
     /// driver call).
@@ -135,13 +115,13 @@ fn attempt(job: &dyn Job) -> Attempt {
         Ok(asked) => asked,
         Err(_) => {
             log::warn!("device-events: a window's resolution panicked; it reads as None");
-            job.abandon();
+            job.give_up();
             Attempt::Done
         }
     }
 }
 
-struct Queue {
+struct WindowQueue {
     /// Handed over, not yet taken by the thread.
     jobs: VecDeque<Arc<dyn Job>>,
     /// The process whose resolver thread is up, if one is: a child made by
@@ -152,48 +132,48 @@ struct Queue {
     profilers: usize,
 }
 
-static QUEUE: Mutex<Queue> = Mutex::new(Queue {
+static WINDOW_QUEUE: Mutex<WindowQueue> = Mutex::new(WindowQueue {
     jobs: VecDeque::new(),
     running: None,
     profilers: 0,
 });
-static WORK: Condvar = Condvar::new();
+static WINDOW_HANDED: Condvar = Condvar::new();
 
-fn queue() -> MutexGuard<'static, Queue> {
-    QUEUE.lock().unwrap_or_else(PoisonError::into_inner)
+fn window_queue() -> MutexGuard<'static, WindowQueue> {
+    WINDOW_QUEUE.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// The queue, locked, for [`crate::process::before_fork`]: no resolver thread
 /// holds it as the process forks.
-pub(crate) fn hold() -> Box<dyn std::any::Any> {
-    Box::new(queue())
+pub(crate) fn lock_for_fork() -> Box<dyn std::any::Any> {
+    Box::new(window_queue())
 }
 
 /// Hand `job` to the resolver thread, starting it if needed. Where no
 /// thread can be started, every job queued is answered with nothing, at
 /// once: the polling thread is the user's, never blocked or spun here.
-pub(crate) fn submit(job: Arc<dyn Job>) {
-    submit_via(job, |serve| {
-        crate::threads::start("device-events-resolver", serve)
+pub(crate) fn watch(job: Arc<dyn Job>) {
+    watch_via(job, |answer_windows| {
+        crate::threads::start("device-events-resolver", answer_windows)
     });
 }
 
-/// [`submit`], starting the thread with `spawn`.
-fn submit_via(job: Arc<dyn Job>, spawn: impl FnOnce(fn()) -> std::io::Result<()>) {
+/// [`watch`], starting the thread with `spawn`.
+fn watch_via(job: Arc<dyn Job>, spawn: impl FnOnce(fn()) -> std::io::Result<()>) {
     if crate::threads::stopping() {
         job.forsake();
         return;
     }
-    let mut q = queue();
+    let mut q = window_queue();
     q.jobs.push_back(job);
     if q.running == Some(std::process::id()) {
         drop(q);
-        WORK.notify_one();
+        WINDOW_HANDED.notify_one();
         return;
     }
     q.running = Some(std::process::id());
     drop(q);
-    if let Err(err) = spawn(serve) {
+    if let Err(err) = spawn(answer_windows) {
         let unanswered = stop_running();
         log::warn!(
             "device-events: no resolver thread could be started ({err}); \
@@ -202,7 +182,7 @@ fn submit_via(job: Arc<dyn Job>, spawn: impl FnOnce(fn()) -> std::io::Result<()>
         );
         // Without the queue's lock: a job's waker may hand over another.
         for job in unanswered {
-            job.abandon();
+            job.give_up();
         }
     }
 }
@@ -210,7 +190,7 @@ fn submit_via(job: Arc<dyn Job>, spawn: impl FnOnce(fn()) -> std::io::Result<()>
 /// No thread serves the queue any more: the jobs handed over and not yet
 /// taken, for the caller to answer.
 fn stop_running() -> VecDeque<Arc<dyn Job>> {
-    let mut q = queue();
+    let mut q = window_queue();
     q.running = None;
     std::mem::take(&mut q.jobs)
 }
@@ -233,7 +213,7 @@ struct Track {
     /// How many of its first windows were found waiting for a reason of
     /// their own (their starts) when last asked: a window handed over
     /// behind only such is asked as the first of a lane would be.
-    held: usize,
+    waiting_apart: usize,
 }
 
 impl Track {
@@ -244,7 +224,7 @@ impl Track {
             interval: FIRST,
             answered: None,
             behind_work: 0,
-            held: 0,
+            waiting_apart: 0,
         }
     }
 
@@ -264,7 +244,7 @@ impl Track {
     /// Put `job` in record order; most come last. A lane that had none
     /// pending is asked from the start again, or, busy, at its pace.
     fn insert(&mut self, now: Instant, seq: u64, job: Arc<dyn Job>) {
-        if self.jobs.len() <= self.held {
+        if self.jobs.len() <= self.waiting_apart {
             if self.busy(now) {
                 self.interval = HOT;
                 self.next = self.answered.map_or(now, |at| at + HOT);
@@ -278,14 +258,14 @@ impl Track {
             .iter()
             .rposition(|(s, ..)| *s < seq)
             .map_or(0, |i| i + 1);
-        self.held = self.held.min(at);
+        self.waiting_apart = self.waiting_apart.min(at);
         self.jobs.insert(at, (seq, job, now));
     }
 
     /// Ask the first, and the next after each answered or waiting for a
     /// reason of its own, up to the first whose end is ahead; whether any
     /// was answered, and whether the lane is busy.
-    fn serve(&mut self, now: Instant) -> Option<bool> {
+    fn ask(&mut self, now: Instant) -> Option<bool> {
         let busy = self.busy(now);
         let mut answered = false;
         let mut at = 0;
@@ -309,7 +289,7 @@ impl Track {
                 Attempt::Waiting => at += 1,
             }
         }
-        self.held = at;
+        self.waiting_apart = at;
         if answered {
             self.answered = Some(now);
         }
@@ -326,13 +306,13 @@ impl Track {
     }
 }
 
-fn serve() {
+fn answer_windows() {
     let mut lanes: HashMap<LaneKey, Track> = HashMap::new();
     // Jobs with no lane of their own each get one.
     let mut solo = 0u64;
     // When the thread last answered a window of a lane that was not busy.
     let mut answered_at: Option<Instant> = None;
-    let mut q = queue();
+    let mut q = window_queue();
     loop {
         let now = Instant::now();
         for job in q.jobs.drain(..) {
@@ -360,13 +340,13 @@ fn serve() {
             // thread already awake takes it without a wake-up's latency.
             if let Some(at) = answered_at.take() {
                 drop(q);
-                while at.elapsed() < LINGER {
+                while at.elapsed() < YIELD_AFTER_LAST {
                     std::thread::yield_now();
-                    if !queue().jobs.is_empty() {
+                    if !window_queue().jobs.is_empty() {
                         break;
                     }
                 }
-                q = queue();
+                q = window_queue();
                 continue;
             }
             // Awake again when a job comes, or idle lanes are let go.
@@ -374,11 +354,14 @@ fn serve() {
             q = match forget {
                 Some(at) => {
                     let left = (at + HOT_FOR).saturating_duration_since(Instant::now());
-                    WORK.wait_timeout(q, left)
+                    WINDOW_HANDED
+                        .wait_timeout(q, left)
                         .unwrap_or_else(PoisonError::into_inner)
                         .0
                 }
-                None => WORK.wait(q).unwrap_or_else(PoisonError::into_inner),
+                None => WINDOW_HANDED
+                    .wait(q)
+                    .unwrap_or_else(PoisonError::into_inner),
             };
             continue;
         }
@@ -396,7 +379,7 @@ fn serve() {
             return;
         };
         for lane in lanes.values_mut() {
-            if !lane.jobs.is_empty() && lane.next <= now && lane.serve(now) == Some(false) {
+            if !lane.jobs.is_empty() && lane.next <= now && lane.ask(now) == Some(false) {
                 answered_at = Some(now);
             }
         }
@@ -406,20 +389,20 @@ fn serve() {
             .filter(|lane| !lane.jobs.is_empty())
             .map(|lane| lane.next)
             .min();
-        q = queue();
+        q = window_queue();
         if q.jobs.is_empty()
             && let Some(until) = until
         {
             let left = until.saturating_duration_since(Instant::now());
             if left > TIGHT {
-                q = WORK
+                q = WINDOW_HANDED
                     .wait_timeout(q, left)
                     .unwrap_or_else(PoisonError::into_inner)
                     .0;
             } else if !left.is_zero() {
                 drop(q);
                 std::thread::yield_now();
-                q = queue();
+                q = window_queue();
             }
         }
     }
@@ -442,23 +425,23 @@ enum LaneKey {
 /// assert!(!device_events_core::process::resolver_running());
 /// ```
 pub fn resolver_running() -> bool {
-    queue().running == Some(std::process::id())
+    window_queue().running == Some(std::process::id())
 }
 
-/// A profiler's hold on the resolver: it keeps an idle thread alive.
-pub(crate) struct Hold;
+/// A live profiler, as the resolver counts it: it keeps an idle thread alive.
+pub(crate) struct KeepAlive;
 
-impl Hold {
+impl KeepAlive {
     pub(crate) fn new() -> Self {
-        queue().profilers += 1;
+        window_queue().profilers += 1;
         Self
     }
 }
 
-impl Drop for Hold {
+impl Drop for KeepAlive {
     fn drop(&mut self) {
-        queue().profilers -= 1;
-        WORK.notify_all();
+        window_queue().profilers -= 1;
+        WINDOW_HANDED.notify_all();
     }
 }
 
@@ -514,7 +497,7 @@ mod tests {
     #[derive(Default)]
     struct Noted {
         attempted: Mutex<bool>,
-        abandoned_with_lock_free: Mutex<Option<bool>>,
+        given_up_with_lock_free: Mutex<Option<bool>>,
     }
 
     impl Job for Noted {
@@ -526,27 +509,27 @@ mod tests {
             Attempt::EndAhead
         }
         fn forsake(&self) {}
-        fn abandon(&self) {
+        fn give_up(&self) {
             *self
-                .abandoned_with_lock_free
+                .given_up_with_lock_free
                 .lock()
-                .unwrap_or_else(PoisonError::into_inner) = Some(QUEUE.try_lock().is_ok());
+                .unwrap_or_else(PoisonError::into_inner) = Some(WINDOW_QUEUE.try_lock().is_ok());
         }
     }
 
     #[test]
     fn without_a_thread_jobs_are_answered_at_once_without_waiting_in_place() {
         let job = Arc::new(Noted::default());
-        submit_via(Arc::clone(&job) as Arc<dyn Job>, |_| {
+        watch_via(Arc::clone(&job) as Arc<dyn Job>, |_| {
             Err(std::io::Error::other("no threads here"))
         });
         let attempted = *job.attempted.lock().unwrap_or_else(PoisonError::into_inner);
         assert!(!attempted, "the polling thread never asks the driver");
-        let abandoned = *job
-            .abandoned_with_lock_free
+        let given_up = *job
+            .given_up_with_lock_free
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        assert_eq!(abandoned, Some(true), "answered, with the lock free");
+        assert_eq!(given_up, Some(true), "answered, with the lock free");
         assert!(!resolver_running());
     }
 }
