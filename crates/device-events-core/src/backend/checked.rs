@@ -139,7 +139,7 @@ impl<R: RawApi> EventApi for R {
 
     fn stream_destroy(stream: CheckedStream<R>) -> Result<(), DriverError> {
         let call = R::CALLS.destroy_stream;
-        if R::state().streams.held_here(stream.handle) {
+        if R::state().streams.inside_here(stream.handle) {
             // From inside `with_raw` on this very stream: waiting for that
             // call to return would wait for ourselves.
             return Err(DriverError::refused(

@@ -70,7 +70,7 @@ struct Book {
 thread_local! {
     /// The entries this thread is inside [`HandleTable::with_noted`] on:
     /// their table's address and handle.
-    static HELD: std::cell::RefCell<Vec<(usize, Handle)>> =
+    static INSIDE: std::cell::RefCell<Vec<(usize, Handle)>> =
         const { std::cell::RefCell::new(Vec::new()) };
 }
 
@@ -179,19 +179,19 @@ impl<T> HandleTable<T> {
     }
 
     /// [`with`](Self::with) for a caller's closure, which might remove the
-    /// entry: noted for [`held_here`](Self::held_here) meanwhile, so that
+    /// entry: noted for [`inside_here`](Self::inside_here) meanwhile, so that
     /// the removal is refused instead of waiting for itself.
     pub fn with_noted<R>(&self, handle: Handle, f: impl FnOnce(&T) -> R) -> Option<R> {
         let key = self.noted(handle);
         self.with(handle, |value| {
-            // `try_with`: from a thread-local's destructor, once `HELD` is
+            // `try_with`: from a thread-local's destructor, once `INSIDE` is
             // gone, the entry is simply not noted.
-            let _ = HELD.try_with(|held| held.borrow_mut().push(key));
+            let _ = INSIDE.try_with(|inside| inside.borrow_mut().push(key));
             let _release = Undo(Some(|| {
-                let _ = HELD.try_with(|held| {
-                    let mut held = held.borrow_mut();
-                    if let Some(at) = held.iter().rposition(|k| *k == key) {
-                        held.swap_remove(at);
+                let _ = INSIDE.try_with(|inside| {
+                    let mut inside = inside.borrow_mut();
+                    if let Some(at) = inside.iter().rposition(|k| *k == key) {
+                        inside.swap_remove(at);
                     }
                 });
             }));
@@ -201,13 +201,14 @@ impl<T> HandleTable<T> {
 
     /// Whether the calling thread is inside [`with_noted`](Self::with_noted)
     /// on `handle`: removing it now would wait for itself.
-    pub fn held_here(&self, handle: Handle) -> bool {
+    pub fn inside_here(&self, handle: Handle) -> bool {
         let key = self.noted(handle);
-        HELD.try_with(|held| held.borrow().contains(&key))
+        INSIDE
+            .try_with(|inside| inside.borrow().contains(&key))
             .unwrap_or(false)
     }
 
-    /// `handle` in this table, as `HELD` notes it: a handle is never
+    /// `handle` in this table, as `INSIDE` notes it: a handle is never
     /// reused, and the table does not move while borrowed.
     fn noted(&self, handle: Handle) -> (usize, Handle) {
         (std::ptr::from_ref(self) as usize, handle)
