@@ -33,7 +33,7 @@ use crate::root;
 const CORE_ROOMS: &[&str] = &[
     "",
     "fence",
-    "placement",
+    "anchoring",
     "waiting",
     "profiler",
     "backend",

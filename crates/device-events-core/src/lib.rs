@@ -23,7 +23,7 @@
 //! start; its `docs/design.md` explains the threads, graph capture, fork,
 //! exit and placement, and `docs/adding-a-backend.md` lists every place a
 //! new backend touches. The source is in folders by concept (`fence/`,
-//! `placement/`, `waiting/`, `profiler/`, `backend/`, `testing/`), each
+//! `anchoring/`, `waiting/`, `profiler/`, `backend/`, `testing/`), each
 //! importing only from those before it and from the files beside `lib.rs`;
 //! `cargo xtask layers` checks it. The library threads' internal timings
 //! (polls, sleeps, back-offs, idle spells) are in one file beside it,
@@ -52,6 +52,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+mod anchoring;
 mod api;
 mod arena;
 pub mod backend;
@@ -60,7 +61,6 @@ mod driver;
 mod errors;
 mod fence;
 mod owned_stream;
-mod placement;
 pub mod process;
 mod profiler;
 #[cfg(feature = "sim")]

@@ -47,7 +47,7 @@ pub(crate) mod resolver {
 
 /// The calibrator threads', one per device, which take anchors and release
 /// a dropped profiler's anchor stream and gate
-/// ([`crate::placement::calibrator`]). A calibration polls tightly for
+/// ([`crate::anchoring::calibrator`]). A calibration polls tightly for
 /// [`POLL_FOR`](calibrator::POLL_FOR), then asks from sleeps; its thread
 /// makes no driver call that waits on the device, so the process's exit
 /// finds it between asks within the longest of those sleeps.
@@ -99,7 +99,7 @@ pub(crate) mod calibrator {
 }
 
 /// The drift fit's, run on the calibrator thread for each anchor
-/// ([`crate::placement::drift`]): until the rate is known better than
+/// ([`crate::anchoring::drift`]): until the rate is known better than
 /// [`PRIOR`](drift::PRIOR), anchors are refreshed often enough that the
 /// drift they could hide stays under [`TARGET`](drift::TARGET).
 pub(crate) mod drift {

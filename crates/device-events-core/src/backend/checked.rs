@@ -8,12 +8,12 @@ use std::sync::atomic::Ordering;
 
 use cubecl_common::profile::Duration;
 
+use crate::anchoring::{AnchorApi, Gate, HostStamp};
 use crate::api::{EventApi, EventQuery};
 use crate::backend::capture;
 use crate::backend::raw::{Permit, RawApi};
 use crate::driver::{CaptureStatus, DriverError, ErrorKind};
 use crate::fence::FenceApi;
-use crate::placement::{AnchorApi, Gate, HostStamp};
 use crate::threads::ThreadApi;
 
 mod binding;

@@ -16,6 +16,7 @@ pub(crate) mod handle_table;
 pub(crate) mod raw;
 pub(crate) mod symbols;
 
+pub use crate::anchoring::{AnchorApi, Gate, HostStamp};
 pub use crate::api::EventQuery;
 pub use crate::driver::elapsed_from_ms;
 #[cfg(feature = "sim")]
@@ -24,7 +25,6 @@ pub use crate::driver::with_bound;
 #[doc(inline)]
 pub use crate::driver_functions;
 pub use crate::fence::FenceApi;
-pub use crate::placement::{AnchorApi, Gate, HostStamp};
 pub use crate::threads::ThreadApi;
 pub use checked::{CheckedEvent, CheckedStream, State};
 pub use raw::{CallNames, HostWord, Permit, RawApi};

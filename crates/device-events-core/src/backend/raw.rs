@@ -11,9 +11,9 @@ use std::sync::atomic::AtomicU32;
 
 use cubecl_common::profile::Duration;
 
+use crate::anchoring::{Gate, HostStamp};
 use crate::backend::{CheckedStream, State};
 use crate::driver::{CaptureStatus, DriverError};
-use crate::placement::{Gate, HostStamp};
 
 /// Proof that a call comes from the checked layer, which only this crate
 /// can make. A raw call's safety rests on what that layer guarantees: its

@@ -48,7 +48,7 @@ pub fn before_fork() {
         if forking.depth == 1 {
             forking.process = std::process::id();
             forking.locks = vec![
-                crate::placement::calibrator::lock_for_fork(),
+                crate::anchoring::calibrator::lock_for_fork(),
                 crate::waiting::resolver::lock_for_fork(),
             ];
             #[cfg(feature = "sim")]
@@ -83,7 +83,7 @@ pub fn after_fork_in_child() {
     // Only in a child: the parent's threads' work goes on in the parent.
     if release_fork_locks().is_some_and(|parent| parent != std::process::id()) {
         crate::threads::forget_the_parents_calls();
-        crate::placement::calibrator::forget_the_parents_now();
+        crate::anchoring::calibrator::forget_the_parents_now();
     }
 }
 

@@ -5,8 +5,8 @@
 
 mod fork;
 
+pub use crate::anchoring::calibrator::wait_for_calibrations;
 pub use crate::backend::checked::release_idle_events;
-pub use crate::placement::calibrator::wait_for_calibrations;
 #[cfg(feature = "sim")]
 pub use crate::threads::refuse_thread_starts;
 pub use crate::threads::stop_driver_calls;
@@ -23,5 +23,5 @@ pub use fork::{after_fork_in_child, after_fork_in_parent, before_fork};
 /// assert!(!device_events_core::process::library_threads_running());
 /// ```
 pub fn library_threads_running() -> bool {
-    crate::placement::calibrator::running() || crate::waiting::resolver::resolver_running()
+    crate::anchoring::calibrator::running() || crate::waiting::resolver::resolver_running()
 }

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use cubecl_common::profile::ProfileDuration;
 
 use super::{EventProfiler, Opened};
+use crate::anchoring::AnchorApi;
 use crate::errors::ProfileError;
 use crate::fence::point::Point;
-use crate::placement::AnchorApi;
 use crate::profiler::token::ProfileToken;
 use crate::waiting::placed_window::{PlacedWindow, Resolving, Ticks};
 

@@ -8,6 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use cubecl_common::profile::{Duration, ProfileDuration};
 
+use crate::anchoring::AnchorApi;
+use crate::anchoring::refresh::{Anchoring, WindowAnchor};
 use crate::arena::Arena;
 use crate::config::ProfilerConfig;
 use crate::driver::{DriverError, ErrorKind};
@@ -15,8 +17,6 @@ use crate::errors::ProfileError;
 use crate::fence::event_pool::EventPool;
 use crate::fence::owned_event::OwnedEvent;
 use crate::fence::point::Point;
-use crate::placement::AnchorApi;
-use crate::placement::refresh::{Anchoring, WindowAnchor};
 use crate::profiler::token::ProfileToken;
 use crate::waiting::placed_window::{PlacedWindow, Resolving, Ticks};
 use crate::waiting::reading::{Inputs, Limits};

@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 
 use cubecl_common::profile::{ProfileDuration, ProfileTicks};
 
-use crate::placement::AnchorApi;
+use crate::anchoring::AnchorApi;
 use crate::waiting::reading::{
     Inputs, Placement, Unread, end_reached, placement_or_none, read_window,
 };

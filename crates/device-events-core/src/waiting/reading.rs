@@ -5,12 +5,12 @@ use std::sync::Arc;
 
 use cubecl_common::profile::{Duration, ProfileTicks};
 
+use crate::anchoring::AnchorApi;
+use crate::anchoring::anchor::{nanos, reading_error};
+use crate::anchoring::refresh::WindowAnchor;
 use crate::driver::DriverError;
 use crate::fence::event_pool::EventPool;
 use crate::fence::point::Point;
-use crate::placement::AnchorApi;
-use crate::placement::anchor::{nanos, reading_error};
-use crate::placement::refresh::WindowAnchor;
 use crate::waiting::resolver::Lane;
 
 /// What a window's reading is checked against.

@@ -6,10 +6,10 @@ use super::binding::bound;
 use super::idle;
 use super::stream::CheckedStream;
 use crate::EventApi;
+use crate::anchoring::Gate;
 use crate::backend::raw::{HostWord, Permit, RawApi};
 use crate::driver::DriverError;
 use crate::fence::owned_event::OwnedEvent;
-use crate::placement::Gate;
 
 /// A gate over the backend's [`HostWord`]: each close waits for the next
 /// count, each open writes the count, and dropping it opens it, drains the
@@ -86,7 +86,7 @@ impl<R: RawApi> Drop for WordGate<R> {
         let Some(word) = self.word.take() else { return };
         let drained = bound::<R, _>(&self.held, || {
             let event = OwnedEvent::<R>::create()?;
-            crate::placement::drained::<R>(event.raw(), self.stream)
+            crate::anchoring::drained::<R>(event.raw(), self.stream)
         });
         let drained = match drained {
             Ok(Some(drained)) => drained,

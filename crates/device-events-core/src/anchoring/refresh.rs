@@ -10,14 +10,14 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use cubecl_common::profile::{Duration, Instant};
 
+use crate::anchoring::anchor::{Anchor, Bracket, Calibration, nanos, reading_error};
+use crate::anchoring::calibrator;
+use crate::anchoring::drift::{AnchorPlacement, DriftFit};
+use crate::anchoring::{AnchorApi, Gate};
 use crate::config::ProfilerConfig;
 use crate::driver::{DriverError, ErrorKind};
 use crate::fence::event_pool::EventPool;
 use crate::owned_stream::OwnedStream;
-use crate::placement::anchor::{Anchor, Bracket, Calibration, nanos, reading_error};
-use crate::placement::calibrator;
-use crate::placement::drift::{AnchorPlacement, DriftFit};
-use crate::placement::{AnchorApi, Gate};
 use crate::tunables::calibrator::{FIRST_RETRY, LAST_RETRY};
 use crate::tunables::drift::MAX_GAP;
 
@@ -393,7 +393,7 @@ impl<A: AnchorApi> Drop for Release<A> {
         let raw = stream.get();
         let drained = A::in_context_of(raw, || {
             let event = self.pool.take()?;
-            crate::placement::drained::<A>(event.raw(), raw)
+            crate::anchoring::drained::<A>(event.raw(), raw)
         })
         .and_then(|drained| drained);
         match drained {

@@ -19,10 +19,10 @@ use std::sync::Arc;
 use cubecl_common::profile::{Duration, Instant};
 
 use crate::EventApi;
+use crate::anchoring::drift::AnchorPlacement;
+use crate::anchoring::{AnchorApi, Closed, Gate};
 use crate::driver::DriverError;
 use crate::fence::event_pool::{EventPool, PooledEvent};
-use crate::placement::drift::AnchorPlacement;
-use crate::placement::{AnchorApi, Closed, Gate};
 use crate::tunables::calibrator::{ARRIVE_SLEEP, POLL_FOR, REACH_FIRST_SLEEP, REACH_SLEEP_UP_TO};
 
 /// A device event together with where it sits on the host clock.
