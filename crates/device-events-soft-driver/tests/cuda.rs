@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use cudarc::driver::result::{self, DriverError, stream::StreamKind};
 use cudarc::driver::sys::{self, CUresult};
 use device_events_conformance::soft::SoftDriver;
-use support::{context, event};
+use support::{Hold, SURELY, WHILE_HELD, context, event, reached_within};
 
 fn stream() -> sys::CUstream {
     result::stream::create(StreamKind::NonBlocking).unwrap()
@@ -538,25 +538,25 @@ fn only_global_and_thread_local_captures_prohibit_queries() {
 fn streams_sharing_a_hardware_queue_wait_for_each_other() {
     let soft = SoftDriver::exclusive();
     context(0);
-    soft.set_bandwidth(1e9);
-    let behind = |queues: u32| {
+    let runs_beside_a_hold = |queues: u32, limit| {
         soft.set_hw_queues(queues);
-        let (a, b, e) = (stream(), stream(), event());
-        let host = Instant::now();
-        // SAFETY: events and streams are live and of the current context.
+        let (a, b) = (stream(), stream());
+        let hold = Hold::on(a);
+        let reached = reached_within(b, limit);
+        hold.release(a);
+        // SAFETY: made here, destroyed once, drained.
         unsafe {
-            memset(a, 20_000_000); // 20 ms
-            result::event::record(e, b).unwrap();
-            result::event::synchronize(e).unwrap();
+            result::stream::synchronize(b).unwrap();
+            result::stream::destroy(a).unwrap();
+            result::stream::destroy(b).unwrap();
         }
-        host.elapsed()
+        reached
     };
-    let shared = behind(1);
-    let apart = behind(0);
+    let shared = runs_beside_a_hold(1, WHILE_HELD);
+    let apart = runs_beside_a_hold(0, SURELY);
     soft.set_hw_queues(0);
-    soft.set_bandwidth(10e9);
-    assert!(shared >= Duration::from_millis(20), "{shared:?}");
-    assert!(apart < Duration::from_millis(20), "{apart:?}");
+    assert!(!shared, "a record ran past a wait on its hardware queue");
+    assert!(apart, "a record waited for another queue's stream");
 }
 
 /// Row `cuCtxSynchronize`: 900 while any stream of the context captures,

@@ -12,7 +12,7 @@ use cudarc::driver::result::{self, DriverError, stream::StreamKind};
 use cudarc::driver::sys::{self, CUresult};
 use device_events_conformance::cpu::thread_cpu;
 use device_events_conformance::soft::SoftDriver;
-use support::event;
+use support::{Hold, SURELY, WHILE_HELD, event, mapped_word, reached_within};
 
 const LEGACY: sys::CUstream = 0x1 as sys::CUstream;
 const PER_THREAD: sys::CUstream = 0x2 as sys::CUstream;
@@ -31,19 +31,6 @@ fn fifteen_ms(soft: &SoftDriver, stream: sys::CUstream) {
         result::memset_d8_async(ptr, 0, 15_000_000, stream).unwrap();
     }
     soft.set_bandwidth(10e9);
-}
-
-/// How long until an event recorded on `stream` now completes.
-fn record_completes_after(stream: sys::CUstream) -> Duration {
-    let e = event();
-    let started = Instant::now();
-    // SAFETY: a live event; `stream` is live or a default stream.
-    unsafe {
-        result::event::record(e, stream).unwrap();
-        result::event::synchronize(e).unwrap();
-        result::event::destroy(e).unwrap();
-    }
-    started.elapsed()
 }
 
 /// `cuEventRecord`: "the event is recorded after all preceding operations
@@ -105,18 +92,19 @@ fn using_a_destroyed_handle_is_a_counted_misuse() {
 /// blocking stream of the context.
 #[test]
 fn the_legacy_stream_waits_for_blocking_streams_not_non_blocking_ones() {
-    let soft = SoftDriver::exclusive();
+    let _soft = SoftDriver::exclusive();
     context();
     let blocking = result::stream::create(StreamKind::Default).unwrap();
-    fifteen_ms(&soft, blocking);
-    assert!(record_completes_after(LEGACY) >= Duration::from_millis(15));
+    let hold = Hold::on(blocking);
+    assert!(!reached_within(LEGACY, WHILE_HELD));
+    hold.release(LEGACY);
 
     let non_blocking = result::stream::create(StreamKind::NonBlocking).unwrap();
-    fifteen_ms(&soft, non_blocking);
-    assert!(record_completes_after(LEGACY) < Duration::from_millis(10));
+    let hold = Hold::on(non_blocking);
+    assert!(reached_within(LEGACY, SURELY));
+    hold.release(non_blocking);
     // SAFETY: made here, destroyed once.
     unsafe {
-        result::stream::synchronize(non_blocking).unwrap();
         result::stream::destroy(blocking).unwrap();
         result::stream::destroy(non_blocking).unwrap();
     }
@@ -126,13 +114,14 @@ fn the_legacy_stream_waits_for_blocking_streams_not_non_blocking_ones() {
 /// waits for prior work on the legacy stream.
 #[test]
 fn a_blocking_stream_waits_for_the_legacy_stream() {
-    let soft = SoftDriver::exclusive();
+    let _soft = SoftDriver::exclusive();
     context();
     let blocking = result::stream::create(StreamKind::Default).unwrap();
     let non_blocking = result::stream::create(StreamKind::NonBlocking).unwrap();
-    fifteen_ms(&soft, LEGACY);
-    assert!(record_completes_after(non_blocking) < Duration::from_millis(10));
-    assert!(record_completes_after(blocking) >= Duration::from_millis(10));
+    let hold = Hold::on(LEGACY);
+    assert!(reached_within(non_blocking, SURELY));
+    assert!(!reached_within(blocking, WHILE_HELD));
+    hold.release(blocking);
     // SAFETY: made here, destroyed once.
     unsafe {
         result::stream::destroy(blocking).unwrap();
@@ -147,19 +136,20 @@ fn a_blocking_stream_waits_for_the_legacy_stream() {
 /// default stream").
 #[test]
 fn each_thread_has_its_own_per_thread_stream() {
-    let soft = SoftDriver::exclusive();
+    let _soft = SoftDriver::exclusive();
     let ctx = context();
-    fifteen_ms(&soft, PER_THREAD);
+    let hold = Hold::on(PER_THREAD);
     let ctx = ctx as usize;
     let other = std::thread::spawn(move || {
         // SAFETY: the primary context retained above.
         unsafe { result::ctx::set_current(ctx as sys::CUcontext).unwrap() };
-        record_completes_after(PER_THREAD)
+        reached_within(PER_THREAD, SURELY)
     })
     .join()
     .unwrap();
-    assert!(other < Duration::from_millis(10), "{other:?}");
-    assert!(record_completes_after(LEGACY) >= Duration::from_millis(10));
+    assert!(other, "another thread's per-thread stream waited");
+    assert!(!reached_within(LEGACY, WHILE_HELD));
+    hold.release(LEGACY);
 }
 
 /// `cuStreamDestroy`: "in case the device is still doing work in the stream
@@ -172,10 +162,11 @@ fn a_destroyed_blocking_stream_with_work_pending_still_holds_the_legacy_stream()
     let soft = SoftDriver::exclusive();
     context();
     let blocking = result::stream::create(StreamKind::Default).unwrap();
-    fifteen_ms(&soft, blocking);
+    let hold = Hold::on(blocking);
     // SAFETY: made here, destroyed once.
     unsafe { result::stream::destroy(blocking).unwrap() };
-    assert!(record_completes_after(LEGACY) >= Duration::from_millis(12));
+    assert!(!reached_within(LEGACY, WHILE_HELD));
+    hold.release(LEGACY);
     assert_eq!(soft.counts().streams, 0);
 }
 
@@ -347,29 +338,6 @@ fn a_default_wait_spins_and_a_blocking_sync_wait_sleeps_and_wakes_late() {
         block_late >= Duration::from_millis(2),
         "woke {block_late:?} late"
     );
-}
-
-/// Whether the device reports stream memory operations, and a word of
-/// host memory mapped for it: its host and device addresses.
-fn mapped_word() -> (bool, *mut std::ffi::c_void, sys::CUdeviceptr) {
-    use sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1 as MEM_OPS;
-    let (mut supported, mut host, mut device) = (0, std::ptr::null_mut(), 0);
-    // SAFETY: writable outputs; the caller frees the word.
-    unsafe {
-        assert_eq!(
-            sys::cuDeviceGetAttribute(&mut supported, MEM_OPS, 0),
-            CUresult::CUDA_SUCCESS
-        );
-        assert_eq!(
-            sys::cuMemHostAlloc(&mut host, 4, 0x2),
-            CUresult::CUDA_SUCCESS
-        );
-        assert_eq!(
-            sys::cuMemHostGetDevicePointer_v2(&mut device, host, 0),
-            CUresult::CUDA_SUCCESS
-        );
-    }
-    (supported == 1, host, device)
 }
 
 /// Stream memory operations (CUDA driver API, "Stream Memory Operations"):

@@ -112,28 +112,46 @@ fn stream_with(flags: u32) -> hip::hipStream_t {
     stream
 }
 
-/// How long a record on the null stream takes to complete behind 15 ms of
-/// work on a stream created with `flags`.
-fn null_stream_record_behind(flags: u32) -> Duration {
-    let soft = SoftDriver::exclusive();
-    soft.set_bandwidth(1e9);
-    let (busy, on_null) = (stream_with(flags), event());
+/// Whether a record on the null stream is reached, within `limit`, while a
+/// stream created with `flags` is held by a wait on a value: a record that
+/// waits for that stream is never reached while it holds, however loaded
+/// the machine, and one that does not is reached after a launch latency.
+fn null_stream_record_reached_beside_a_hold(flags: u32, limit: Duration) -> bool {
+    let _soft = SoftDriver::exclusive();
+    let (held, on_null) = (stream_with(flags), event());
+    let (supported, word) = signal_word();
+    assert!(supported);
     let started = Instant::now();
-    // SAFETY: event and stream are live; the null stream is the device's.
+    // SAFETY: live handles, each destroyed once; the word outlives the
+    // wait: it is freed after the held stream is drained.
     unsafe {
-        memset(busy, 15_000_000); // 15 ms
+        // Signal memory starts at 1 (an HSA signal's value): wait for 2.
+        check(hip::hipStreamWaitValue32(
+            held,
+            word,
+            2,
+            hip::hipStreamWaitValueGte,
+            u32::MAX,
+        ));
         check(hip::hipEventRecord(on_null, ptr::null_mut()));
+        let reached = loop {
+            if hip::hipEventQuery(on_null) == hip::hipError_t_hipSuccess {
+                break true;
+            }
+            if started.elapsed() >= limit {
+                break false;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        };
+        std::sync::atomic::AtomicU32::from_ptr(word.cast())
+            .store(2, std::sync::atomic::Ordering::Release);
+        check(hip::hipStreamSynchronize(held));
         check(hip::hipEventSynchronize(on_null));
-    }
-    let took = started.elapsed();
-    soft.set_bandwidth(10e9);
-    // SAFETY: made here, destroyed once.
-    unsafe {
-        check(hip::hipStreamSynchronize(busy));
-        check(hip::hipStreamDestroy(busy));
+        check(hip::hipStreamDestroy(held));
         check(hip::hipEventDestroy(on_null));
+        check(hip::hipFree(word));
+        reached
     }
-    took
 }
 
 /// HIP's stream flags: "hipStreamNonBlocking: stream does not implicitly
@@ -141,16 +159,20 @@ fn null_stream_record_behind(flags: u32) -> Duration {
 /// for such a stream's work.
 #[test]
 fn the_null_stream_does_not_wait_for_a_non_blocking_stream() {
-    let took = null_stream_record_behind(hip::hipStreamNonBlocking);
-    assert!(took < Duration::from_millis(10), "{took:?}");
+    assert!(null_stream_record_reached_beside_a_hold(
+        hip::hipStreamNonBlocking,
+        Duration::from_secs(10)
+    ));
 }
 
 /// HIP's `hipStreamDefault` streams do synchronize with the null stream: a
 /// record there waits for their work.
 #[test]
 fn the_null_stream_waits_for_a_blocking_stream() {
-    let took = null_stream_record_behind(hip::hipStreamDefault);
-    assert!(took >= Duration::from_millis(15), "{took:?}");
+    assert!(!null_stream_record_reached_beside_a_hold(
+        hip::hipStreamDefault,
+        Duration::from_millis(20)
+    ));
 }
 
 #[test]
@@ -560,8 +582,10 @@ fn hip_free_waits_for_the_devices_work() {
     let mut spare = ptr::null_mut();
     // SAFETY: `spare` is writable; freed once below.
     check(unsafe { hip::hipMalloc(&mut spare, 64) });
-    memset(s, 20_000_000); // 20 ms
+    // Timed from before the work is queued: it ends 20 ms after that at
+    // the earliest.
     let started = Instant::now();
+    memset(s, 20_000_000); // 20 ms
     // SAFETY: allocated above, freed once.
     check(unsafe { hip::hipFree(spare) });
     assert!(
