@@ -215,7 +215,7 @@ pub struct Pending {
     /// cudarc's events of a chain: each window from one to the next.
     pub cudarc_chain: Vec<cudarc::driver::CudaEvent>,
     /// Our chain's open window.
-    pub chain: Option<device_events_core::ProfileToken>,
+    pub chain: Option<device_events_core::profile::ProfileToken>,
     /// Our fences, plain or pooled, made and not waited on.
     pub fences: Vec<EventFence<Cuda>>,
     /// cudarc's fence events, recorded and not waited on.

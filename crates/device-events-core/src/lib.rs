@@ -76,7 +76,6 @@ pub use errors::ProfileError;
 pub use fence::event_fence::{EventFence, FencePool};
 pub use owned_stream::OwnedStream;
 pub use profiler::EventProfiler;
-pub use profiler::token::ProfileToken;
 #[cfg(feature = "sim")]
 pub use testing::{sim, tally};
 pub use waiting::placed_window::PlacedWindow;
@@ -117,8 +116,10 @@ pub trait Backend: backend::EventQuery + backend::AnchorApi + backend::FenceApi 
 
 impl<A: backend::EventQuery + backend::AnchorApi + backend::FenceApi> Backend for A {}
 
-/// The `cubecl-common` profiling types windows resolve to, re-exported so a
-/// user need not match its version.
+/// A window's types: the token [`EventProfiler::start`] hands out, and the
+/// `cubecl-common` types a window resolves to, re-exported so a user need
+/// not match its version.
 pub mod profile {
+    pub use crate::profiler::token::ProfileToken;
     pub use cubecl_common::profile::{Duration, Instant, ProfileDuration, ProfileTicks};
 }

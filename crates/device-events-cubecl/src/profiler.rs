@@ -6,7 +6,8 @@ use std::hash::{BuildHasherDefault, Hasher};
 use cubecl_runtime::server::{ProfileError, ProfilingToken, ServerError};
 use device_events_core::backend::AnchorApi;
 use device_events_core::profile::ProfileDuration;
-use device_events_core::{EventProfiler, ProfileToken, ProfilerConfig};
+use device_events_core::profile::ProfileToken;
+use device_events_core::{EventProfiler, ProfilerConfig};
 
 use crate::StreamOf;
 use crate::errors::{not_registered, profile_error, server_error};
