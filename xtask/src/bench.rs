@@ -297,7 +297,7 @@ pub(crate) fn bench() -> Result<()> {
     let answering = probe(&["answer"], &soft)?;
     eprintln!(
         "xtask: a server timing every kernel: 10 000 chained windows of 50 µs, read 32 behind, \
-         on 1, 2 and 8 streams (simulated backend), two runs"
+         on 1, 2 and 8 streams and on two devices (simulated backend), two runs"
     );
     let every_kernel = probe_runs(&["every-kernel"], 2, &soft)?;
     eprintln!(
@@ -444,7 +444,10 @@ pub(crate) fn bench() -> Result<()> {
             "runs": every_kernel,
             "goals": { "cpu_share": 0.05, "late_p99_us": 1000.0 },
             "note": "CPU of every thread but the reading one (the library's resolver and \
-                     calibrator: the simulated backend has no threads), as a share of one core",
+                     calibrators: the simulated backend has no threads), as a share of one core; \
+                     devices_2: two simulated devices, a stream and a profiler each, so two \
+                     calibrator threads; library_cpu_share: the library's threads alone, from \
+                     the scheduler's statistics",
         },
         "against_cubecl_server": {
             "submit": {
@@ -691,7 +694,7 @@ fn print_table(r: &Value) {
         share <= 0.05,
     );
     if let Some(runs) = r["every_kernel"]["runs"].as_array() {
-        for streams in ["streams_1", "streams_2", "streams_8"] {
+        for streams in ["streams_1", "streams_2", "streams_8", "devices_2"] {
             // The worst of the runs.
             let worst = |key: &str| {
                 runs.iter()

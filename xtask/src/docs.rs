@@ -508,21 +508,25 @@ fn answering(r: &Value) -> String {
         percent(&ek["goals"]["cpu_share"]),
         num(&ek["goals"]["late_p99_us"], 0),
     );
-    for streams in ["1", "2", "8"] {
-        let key = format!("streams_{streams}");
+    for (streams, key) in [
+        ("1", "streams_1"),
+        ("2", "streams_2"),
+        ("8", "streams_8"),
+        ("2, on two devices", "devices_2"),
+    ] {
         let runs = &ek["runs"];
         let cpu = match runs.as_array() {
             Some(list) if !list.is_empty() => list
                 .iter()
-                .map(|run| percent(&run[&key]["cpu_share"]))
+                .map(|run| percent(&run[key]["cpu_share"]))
                 .collect::<Vec<_>>()
                 .join(", "),
             _ => "—".to_owned(),
         };
         s.push_str(&format!(
             "| {streams} | {cpu} | {} | {} |\n",
-            each_run(runs, |run| &run[&key]["late_median_us"], 1),
-            each_run(runs, |run| &run[&key]["late_p99_us"], 1),
+            each_run(runs, |run| &run[key]["late_median_us"], 1),
+            each_run(runs, |run| &run[key]["late_p99_us"], 1),
         ));
     }
     s

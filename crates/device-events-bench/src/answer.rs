@@ -3,6 +3,7 @@
 //! its end, with another window pending ahead of it, and the CPU the
 //! process spends while many windows pend.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Wake, Waker};
 use std::time::{Duration, Instant};
@@ -214,6 +215,13 @@ pub struct EveryKernel {
     /// CPU time of every thread but the caller's, as a share of one core,
     /// over the run.
     pub cpu_share: f64,
+    /// On-CPU time of the library's own threads (named `device-events-…`),
+    /// from the scheduler's statistics, as a share of one core: the same
+    /// as `cpu_share` where the backend has no threads of its own.
+    pub library_cpu_share: f64,
+    /// The library's threads that were running at the start and had left
+    /// by the end: their time is missing from `library_cpu_share`.
+    pub library_threads_left: usize,
     /// How long after each window's end (as placed) its read returned,
     /// sorted.
     pub late: Vec<Duration>,
@@ -231,27 +239,80 @@ pub fn every_kernel(streams: usize, kernel: Duration, n: usize) -> EveryKernel {
     use device_events_core::sim::Sim;
     let owned: Vec<OwnedStream<Sim>> = (0..streams).map(|_| OwnedStream::new().unwrap()).collect();
     let streams: Vec<_> = owned.iter().map(OwnedStream::get).collect();
-    every_kernel_on::<Sim>(&streams, |_, s| Sim::enqueue_work(s, kernel), n)
+    every_kernel_on::<Sim>(&streams, 1, |_, s| Sim::enqueue_work(s, kernel), n)
+}
+
+/// [`every_kernel`] on two simulated devices, `streams` on each, a
+/// profiler per device (as a server per GPU has): each device's anchors
+/// are taken on a calibrator thread of its own.
+///
+/// # Panics
+///
+/// When a window cannot be chained.
+pub fn every_kernel_on_two_devices(streams: usize, kernel: Duration, n: usize) -> EveryKernel {
+    use device_events_core::sim::Sim;
+    // Device 0's and device 1's streams alternate, as the profilers do.
+    let made: Vec<_> = (0..2 * streams)
+        .map(|i| Sim::stream_create_on(i as u64 % 2).unwrap())
+        .collect();
+    let run = every_kernel_on::<Sim>(&made, 2, |_, s| Sim::enqueue_work(s, kernel), n);
+    for s in made {
+        Sim::stream_destroy(s).unwrap();
+    }
+    run
+}
+
+/// On-CPU nanoseconds of each of the library's threads now, by thread id,
+/// from `/proc/self/task/*/schedstat` (nanosecond resolution, where
+/// `getrusage` of another thread is not to be had).
+fn library_threads_cpu() -> HashMap<u64, u64> {
+    let mut threads = HashMap::new();
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return threads;
+    };
+    for task in tasks.flatten() {
+        let path = task.path();
+        let name = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
+        // The kernel keeps 15 bytes of a thread's name.
+        if !name.starts_with("device-events") {
+            continue;
+        }
+        let on_cpu = std::fs::read_to_string(path.join("schedstat"))
+            .ok()
+            .and_then(|stat| stat.split_whitespace().next()?.parse().ok());
+        let tid = task.file_name().to_string_lossy().parse().ok();
+        if let (Some(tid), Some(on_cpu)) = (tid, on_cpu) {
+            threads.insert(tid, on_cpu);
+        }
+    }
+    threads
 }
 
 /// [`every_kernel`] on `streams` of any backend, `kernel(i, stream)`
-/// queuing the `i`th kernel.
+/// queuing the `i`th kernel; `streams[j]` is profiled by the `j % devices`th
+/// of `devices` profilers, one per device.
 ///
 /// # Panics
 ///
 /// When a window cannot be chained.
 pub fn every_kernel_on<A: device_events_core::Backend>(
     streams: &[A::Stream],
+    devices: usize,
     mut kernel: impl FnMut(usize, A::Stream),
     n: usize,
 ) -> EveryKernel {
     use device_events_conformance::cpu::thread_cpu;
     const BEHIND: usize = 32;
-    let mut profiler = EventProfiler::<A>::new();
-    let mut tokens: Vec<_> = streams.iter().map(|s| profiler.start(*s)).collect();
+    let devices = devices.max(1);
+    let mut profilers: Vec<_> = (0..devices).map(|_| EventProfiler::<A>::new()).collect();
+    let mut tokens: Vec<_> = streams
+        .iter()
+        .enumerate()
+        .map(|(j, s)| profilers[j % devices].start(*s))
+        .collect();
     // A first window read, so that calibration is out of the way.
-    for (token, s) in tokens.iter_mut().zip(streams) {
-        let (window, next) = profiler.split_placed(*s, *token).unwrap();
+    for (j, (token, s)) in tokens.iter_mut().zip(streams).enumerate() {
+        let (window, next) = profilers[j % devices].split_placed(*s, *token).unwrap();
         *token = next;
         pollster::block_on(window.resolve());
     }
@@ -269,12 +330,13 @@ pub fn every_kernel_on<A: device_events_core::Backend>(
             None => unread += 1,
         }
     };
+    let library = library_threads_cpu();
     let (cpu, mine, wall) = (process_cpu(), thread_cpu(), Instant::now());
     for i in 0..n {
         let at = i % streams.len();
         let s = streams[at];
         kernel(i, s);
-        let (window, next) = profiler.split_placed(s, tokens[at]).unwrap();
+        let (window, next) = profilers[at % devices].split_placed(s, tokens[at]).unwrap();
         tokens[at] = next;
         queued.push_back(window);
         if queued.len() > BEHIND
@@ -287,14 +349,26 @@ pub fn every_kernel_on<A: device_events_core::Backend>(
         read(window, &mut late);
     }
     let others = (process_cpu() - cpu).saturating_sub(thread_cpu() - mine);
-    let cpu_share = others.as_secs_f64() / wall.elapsed().as_secs_f64();
-    for token in tokens {
-        let _ = profiler.abandon(token);
+    let library_after = library_threads_cpu();
+    let elapsed = wall.elapsed().as_secs_f64();
+    let cpu_share = others.as_secs_f64() / elapsed;
+    let library_ns: u64 = library_after
+        .iter()
+        .map(|(tid, now)| now.saturating_sub(library.get(tid).copied().unwrap_or(0)))
+        .sum();
+    let library_threads_left = library
+        .keys()
+        .filter(|tid| !library_after.contains_key(tid))
+        .count();
+    for (j, token) in tokens.into_iter().enumerate() {
+        let _ = profilers[j % devices].abandon(token);
     }
-    drop(profiler);
+    drop(profilers);
     late.sort_unstable();
     EveryKernel {
         cpu_share,
+        library_cpu_share: library_ns as f64 / 1e9 / elapsed,
+        library_threads_left,
         late,
         unread,
     }

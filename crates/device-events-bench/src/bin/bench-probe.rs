@@ -359,20 +359,28 @@ fn quantile_us(sorted: &[std::time::Duration], q: f64) -> f64 {
 }
 
 /// A server timing every kernel of 50 µs, 10 000 of them, on 1, 2 and 8
-/// streams: the library's CPU and each window's answer.
+/// streams of one device and on two devices (a stream and a profiler
+/// each): the library's CPU and each window's answer.
 fn every_kernel() -> serde_json::Value {
+    use device_events_bench::answer;
     let mut report = serde_json::Map::new();
-    for streams in [1usize, 2, 8] {
-        let run = device_events_bench::answer::every_kernel(
-            streams,
-            std::time::Duration::from_micros(50),
-            10_000,
-        );
+    let kernel = std::time::Duration::from_micros(50);
+    for (name, run) in [
+        ("streams_1", answer::every_kernel(1, kernel, 10_000)),
+        ("streams_2", answer::every_kernel(2, kernel, 10_000)),
+        ("streams_8", answer::every_kernel(8, kernel, 10_000)),
+        (
+            "devices_2",
+            answer::every_kernel_on_two_devices(1, kernel, 10_000),
+        ),
+    ] {
         let at = |q| quantile_us(&run.late, q);
         report.insert(
-            format!("streams_{streams}"),
+            name.to_owned(),
             json!({
                 "cpu_share": run.cpu_share,
+                "library_cpu_share": run.library_cpu_share,
+                "library_threads_left": run.library_threads_left,
                 "late_median_us": at(0.5),
                 "late_p99_us": at(0.99),
                 "windows_read": run.late.len(),
@@ -483,6 +491,7 @@ fn gpu_day(json_path: &std::path::Path) {
         let only: Vec<_> = streams.iter().map(|(s, _)| *s).collect();
         let run = device_events_bench::answer::every_kernel_on::<Cuda>(
             &only,
+            1,
             |i, s| spin.launch(s, 50_000, &stamps, i).unwrap(),
             10_000,
         );

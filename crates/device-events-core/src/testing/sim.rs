@@ -62,6 +62,8 @@ struct State {
     elapsed_readings: VecDeque<f32>,
     /// By the thread that recorded: calibrations record on their own.
     last_record: HashMap<std::thread::ThreadId, u64>,
+    /// The device of each stream made on one other than the default.
+    devices: HashMap<u64, u64>,
 }
 
 static STATE: LazyLock<Mutex<State>> = LazyLock::new(|| Mutex::new(State::default()));
@@ -70,6 +72,13 @@ static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
 static SKEW_NANOS: AtomicU64 = AtomicU64::new(0);
 /// How much faster the device clock runs, in parts per billion.
 static DRIFT_PPB: AtomicI64 = AtomicI64::new(0);
+
+thread_local! {
+    /// The device this thread's new streams are made on, as a context
+    /// current on it would say: set by [`Sim::stream_create_on`] and by
+    /// [`in_context_of`](crate::backend::ThreadApi::in_context_of).
+    static CURRENT_DEVICE: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
+}
 
 /// The device's state, locked, for [`crate::process::before_fork`].
 pub(crate) fn lock_for_fork() -> Box<dyn std::any::Any> {
@@ -149,6 +158,33 @@ impl Sim {
         *state() = State::default();
         DRIFT_PPB.store(0, Ordering::Relaxed);
         SimGuard { _lock: lock }
+    }
+
+    /// A stream on simulated device `device`: a device of its own for the
+    /// library (its anchors taken on a thread of their own, as a second
+    /// GPU's are), on the same clock as the default device's streams.
+    ///
+    /// ```
+    /// use device_events_core::{EventApi, EventProfiler, sim::Sim};
+    ///
+    /// let s = Sim::stream_create_on(1)?;
+    /// let mut profiler = EventProfiler::<Sim>::new();
+    /// let token = profiler.start(s);
+    /// let window = profiler.stop(s, token)?;
+    /// assert!(pollster::block_on(window.resolve()).is_some());
+    /// # drop(profiler);
+    /// Sim::stream_destroy(s)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As for [`EventApi::stream_create_non_blocking`].
+    pub fn stream_create_on(device: u64) -> Result<SimStream, DriverError> {
+        let before = CURRENT_DEVICE.replace(Some(device));
+        let made = Self::stream_create_non_blocking();
+        CURRENT_DEVICE.set(before);
+        made
     }
 
     /// The host clock the simulated device runs on: the monotonic clock plus
@@ -251,8 +287,24 @@ impl crate::backend::AnchorApi for Sim {}
 impl crate::backend::FenceApi for Sim {}
 
 impl crate::backend::ThreadApi for Sim {
+    /// `call` with `stream`'s device current: the streams it makes are
+    /// made there.
+    fn in_context_of<T>(stream: SimStream, call: impl FnOnce() -> T) -> Result<T, DriverError> {
+        let device = state().devices.get(&stream.0).copied();
+        let before = CURRENT_DEVICE.replace(device);
+        let made = call();
+        CURRENT_DEVICE.set(before);
+        Ok(made)
+    }
+
     fn stream_key(stream: SimStream) -> Option<u64> {
         Some(stream.0)
+    }
+
+    /// A stream made on a device of its own ([`Sim::stream_create_on`])
+    /// names that device; the default device's, none.
+    fn context_key(stream: SimStream) -> Option<u64> {
+        state().devices.get(&stream.0).copied()
     }
 }
 
@@ -368,6 +420,9 @@ impl EventApi for Sim {
         state.next_id += 1;
         let id = state.next_id;
         state.streams.insert(id, 0);
+        if let Some(device) = CURRENT_DEVICE.get() {
+            state.devices.insert(id, device);
+        }
         state.counts.live_streams += 1;
         Ok(SimStream(id))
     }
@@ -378,6 +433,7 @@ impl EventApi for Sim {
         let injected = Self::enter("simStreamDestroy").err();
         let mut state = state();
         if state.streams.remove(&stream.0).is_some() {
+            state.devices.remove(&stream.0);
             state.counts.live_streams -= 1;
         } else {
             state.counts.bad_releases += 1;
