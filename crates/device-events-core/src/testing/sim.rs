@@ -80,6 +80,14 @@ thread_local! {
     static CURRENT_DEVICE: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
 }
 
+/// `call` with `device` current on this thread, as it was after.
+fn on_device<T>(device: Option<u64>, call: impl FnOnce() -> T) -> T {
+    let before = CURRENT_DEVICE.replace(device);
+    let made = call();
+    CURRENT_DEVICE.set(before);
+    made
+}
+
 /// The device's state, locked, for [`crate::process::before_fork`].
 pub(crate) fn lock_for_fork() -> Box<dyn std::any::Any> {
     Box::new(state())
@@ -181,10 +189,7 @@ impl Sim {
     ///
     /// As for [`EventApi::stream_create_non_blocking`].
     pub fn stream_create_on(device: u64) -> Result<SimStream, DriverError> {
-        let before = CURRENT_DEVICE.replace(Some(device));
-        let made = Self::stream_create_non_blocking();
-        CURRENT_DEVICE.set(before);
-        made
+        on_device(Some(device), Self::stream_create_non_blocking)
     }
 
     /// The host clock the simulated device runs on: the monotonic clock plus
@@ -291,10 +296,7 @@ impl crate::backend::ThreadApi for Sim {
     /// made there.
     fn in_context_of<T>(stream: SimStream, call: impl FnOnce() -> T) -> Result<T, DriverError> {
         let device = state().devices.get(&stream.0).copied();
-        let before = CURRENT_DEVICE.replace(device);
-        let made = call();
-        CURRENT_DEVICE.set(before);
-        Ok(made)
+        Ok(on_device(device, call))
     }
 
     fn stream_key(stream: SimStream) -> Option<u64> {
