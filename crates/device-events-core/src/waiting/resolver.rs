@@ -206,10 +206,14 @@ struct Track {
     /// When it last answered one: kept a while after it empties, so that
     /// a busy stream's next window is asked at the busy pace.
     answered: Option<Instant>,
-    /// How many answered in a row had waited past [`BEHIND_WORK`]: their
-    /// ends were queued behind work, not just launched. Two make the lane
-    /// busy; one can be a launch's tail.
-    behind_work: u8,
+    /// Answered in a row that had waited past [`BEHIND_WORK`] (positive:
+    /// their ends were queued behind work, not just launched) or not
+    /// (negative).
+    streak: i8,
+    /// Two in a row behind work make the lane busy, two in a row that were
+    /// not make it idle: one can be a launch's tail, or a window that
+    /// happened to end just as it was handed over.
+    behind_work: bool,
     /// How many of its first windows were found waiting for a reason of
     /// their own (their starts) when last asked: a window handed over
     /// behind only such is asked as the first of a lane would be.
@@ -223,19 +227,20 @@ impl Track {
             next: now,
             interval: FIRST,
             answered: None,
-            behind_work: 0,
+            streak: 0,
+            behind_work: false,
             waiting_apart: 0,
         }
     }
 
-    /// Whether its stream is busy: the last two it answered had waited
-    /// behind queued work, the last under [`HOT_FOR`] ago, as a server
-    /// timing every kernel's do. Its windows are then asked every [`HOT`],
+    /// Whether its stream is busy: two in a row it answered had waited
+    /// behind queued work, and no two in a row since had not, the last
+    /// under [`HOT_FOR`] ago, as a server timing every kernel's do. Its windows are then asked every [`HOT`],
     /// from a sleep, rather than at once. (A window read right after
     /// `stop` on an idle stream waits only for its launch, and is asked at
     /// once.)
     fn busy(&self, now: Instant) -> bool {
-        self.behind_work >= 2
+        self.behind_work
             && self
                 .answered
                 .is_some_and(|at| now.saturating_duration_since(at) < HOT_FOR)
@@ -277,11 +282,14 @@ impl Track {
             }
             match attempt(&**job) {
                 Attempt::Done => {
-                    self.behind_work = if now.saturating_duration_since(*handed) > BEHIND_WORK {
-                        self.behind_work.saturating_add(1)
+                    self.streak = if now.saturating_duration_since(*handed) > BEHIND_WORK {
+                        self.streak.max(0).saturating_add(1)
                     } else {
-                        0
+                        self.streak.min(0).saturating_sub(1)
                     };
+                    if self.streak.abs() >= 2 {
+                        self.behind_work = self.streak > 0;
+                    }
                     self.jobs.remove(at);
                     answered = true;
                 }
@@ -515,6 +523,47 @@ mod tests {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner) = Some(WINDOW_QUEUE.try_lock().is_ok());
         }
+    }
+
+    /// Answered whenever asked.
+    struct Reached;
+
+    impl Job for Reached {
+        fn attempt(&self) -> Attempt {
+            Attempt::Done
+        }
+        fn forsake(&self) {}
+        fn give_up(&self) {}
+    }
+
+    /// One window handed to `lane` at `at`, answered `after` later.
+    fn answer_one(lane: &mut Track, seq: u64, at: Instant, after: Duration) {
+        lane.insert(at, seq, Arc::new(Reached));
+        assert_eq!(lane.jobs.len(), 1);
+        lane.ask(at + after);
+        assert!(lane.jobs.is_empty());
+    }
+
+    #[test]
+    fn a_busy_lane_stays_busy_through_one_window_that_ends_as_it_is_handed_over() {
+        let start = Instant::now();
+        let mut lane = Track::new(start);
+        let behind = BEHIND_WORK * 4;
+        let at = |us| start + Duration::from_micros(us);
+        answer_one(&mut lane, 0, at(0), behind);
+        assert!(
+            !lane.busy(at(200)),
+            "one window behind work can be a launch's tail"
+        );
+        answer_one(&mut lane, 1, at(200), behind);
+        assert!(lane.busy(at(400)), "two in a row make the stream busy");
+        answer_one(&mut lane, 2, at(400), Duration::ZERO);
+        assert!(
+            lane.busy(at(600)),
+            "one answered at once on a busy stream ended as it was handed over"
+        );
+        answer_one(&mut lane, 3, at(600), Duration::ZERO);
+        assert!(!lane.busy(at(800)), "two in a row answered at once: idle");
     }
 
     #[test]
