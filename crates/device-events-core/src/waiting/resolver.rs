@@ -206,9 +206,9 @@ struct Track {
     /// When it last answered one: kept a while after it empties, so that
     /// a busy stream's next window is asked at the busy pace.
     answered: Option<Instant>,
-    /// Answered in a row that had waited past [`BEHIND_WORK`] (positive:
-    /// their ends were queued behind work, not just launched) or not
-    /// (negative).
+    /// Answered in a row, up to two, that had waited past [`BEHIND_WORK`]
+    /// (positive: their ends were queued behind work, not just launched)
+    /// or not (negative).
     streak: i8,
     /// Two in a row behind work make the lane busy, two in a row that were
     /// not make it idle: one can be a launch's tail, or a window that
@@ -282,12 +282,13 @@ impl Track {
             }
             match attempt(&**job) {
                 Attempt::Done => {
+                    // Counted up to two either way: all that is asked of it.
                     self.streak = if now.saturating_duration_since(*handed) > BEHIND_WORK {
-                        self.streak.max(0).saturating_add(1)
+                        (self.streak.max(0) + 1).min(2)
                     } else {
-                        self.streak.min(0).saturating_sub(1)
+                        (self.streak.min(0) - 1).max(-2)
                     };
-                    if self.streak.abs() >= 2 {
+                    if self.streak.abs() == 2 {
                         self.behind_work = self.streak > 0;
                     }
                     self.jobs.remove(at);
@@ -564,6 +565,22 @@ mod tests {
         );
         answer_one(&mut lane, 3, at(600), Duration::ZERO);
         assert!(!lane.busy(at(800)), "two in a row answered at once: idle");
+    }
+
+    #[test]
+    fn a_lane_answered_at_once_for_long_turns_busy_after_two_behind_work() {
+        let start = Instant::now();
+        let mut lane = Track::new(start);
+        let at = |us| start + Duration::from_micros(us);
+        for seq in 0..300 {
+            answer_one(&mut lane, seq, at(seq), Duration::ZERO);
+        }
+        answer_one(&mut lane, 300, at(300), BEHIND_WORK * 4);
+        answer_one(&mut lane, 301, at(500), BEHIND_WORK * 4);
+        assert!(
+            lane.busy(at(700)),
+            "two behind work in a row, however long idle before"
+        );
     }
 
     #[test]
