@@ -35,8 +35,10 @@ pub(crate) mod resolver {
     /// lane's pace is remembered.
     pub(crate) const HOT_FOR: Duration = Duration::from_millis(20);
     /// A window answered this long after it was handed over was queued
-    /// behind work: its stream is busy. One read right after `stop` on an
-    /// idle stream waits only for its launch, a few microseconds.
+    /// behind work (on a busy lane this wait includes the [`HOT`] pace
+    /// itself). Two in a row make its lane busy; two in a row answered
+    /// sooner make it idle again. One read right after `stop` on an idle
+    /// stream waits only for its launch, a few microseconds.
     pub(crate) const BEHIND_WORK: Duration = Duration::from_micros(25);
     /// How long the thread stays awake, yielding, after answering the last
     /// pending window of a lane that is not busy: a server reading windows

@@ -24,7 +24,10 @@
 //! thread. A lane that just answered one is asked again
 //! after [`HOT`], and a busy one (whose windows waited behind queued work,
 //! as a server timing every kernel's do) at that pace, from a sleep: its
-//! next window is not asked at once when handed over.
+//! next window is not asked at once when handed over. A lane stops being
+//! busy once two windows in a row are answered within [`BEHIND_WORK`] of
+//! being handed over, or once it answers none for [`HOT_FOR`]; until then
+//! a window on a stream gone idle is answered up to [`HOT`] after its end.
 //!
 //! Having answered the last pending window, the thread stays awake for
 //! [`YIELD_AFTER_LAST`], yielding, before it sleeps: a server reading windows one
@@ -210,9 +213,10 @@ struct Track {
     /// (positive: their ends were queued behind work, not just launched)
     /// or not (negative).
     streak: i8,
-    /// Two in a row behind work make the lane busy, two in a row that were
-    /// not make it idle: one can be a launch's tail, or a window that
-    /// happened to end just as it was handed over.
+    /// Set by two in a row behind work, cleared by two in a row that were
+    /// not (one can be a launch's tail, or a window that happened to end
+    /// just as it was handed over); with an answer under [`HOT_FOR`] ago,
+    /// it makes the lane busy.
     behind_work: bool,
     /// How many of its first windows were found waiting for a reason of
     /// their own (their starts) when last asked: a window handed over
@@ -233,12 +237,13 @@ impl Track {
         }
     }
 
-    /// Whether its stream is busy: two in a row it answered had waited
-    /// behind queued work, and no two in a row since had not, the last
-    /// under [`HOT_FOR`] ago, as a server timing every kernel's do. Its windows are then asked every [`HOT`],
-    /// from a sleep, rather than at once. (A window read right after
-    /// `stop` on an idle stream waits only for its launch, and is asked at
-    /// once.)
+    /// Whether its stream is busy: it last answered one under [`HOT_FOR`]
+    /// ago, and since two in a row had waited past [`BEHIND_WORK`], no two
+    /// in a row have not, as a server timing every kernel's do. Its windows
+    /// are then asked every [`HOT`], from a sleep, rather than at once. (A
+    /// window read right after `stop` on a stream idle for [`HOT_FOR`]
+    /// waits only for its launch, and is asked at once; on a stream busy
+    /// until lately, once two such windows in a row have been.)
     fn busy(&self, now: Instant) -> bool {
         self.behind_work
             && self
@@ -576,6 +581,10 @@ mod tests {
             answer_one(&mut lane, seq, at(seq), Duration::ZERO);
         }
         answer_one(&mut lane, 300, at(300), BEHIND_WORK * 4);
+        assert!(
+            !lane.busy(at(450)),
+            "one behind work after a long quick run"
+        );
         answer_one(&mut lane, 301, at(500), BEHIND_WORK * 4);
         assert!(
             lane.busy(at(700)),
