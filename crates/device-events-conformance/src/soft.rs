@@ -392,6 +392,18 @@ impl SoftDriver {
         unsafe { f(queues) }
     }
 
+    /// Set how long the HIP ABI's `hipEventDestroy` and `hipStreamWaitEvent`
+    /// take between checking the stream of the event's last record and
+    /// using it, as clr does with no lock held (0, the default: no gap); a
+    /// destroy of that stream that begins in between is counted as a
+    /// misuse. Reset by [`reset`](Self::reset).
+    pub fn set_check_to_use_ns(&self, ns: u64) {
+        type F = unsafe extern "C" fn(u64);
+        let f = self.symbol::<F>(b"soft_driver_set_check_to_use_ns\0");
+        // SAFETY: a plain value; the driver stores it.
+        unsafe { f(ns) }
+    }
+
     /// Set the memset speed, in bytes per second.
     pub fn set_bandwidth(&self, bytes_per_second: f64) {
         type F = unsafe extern "C" fn(f64);

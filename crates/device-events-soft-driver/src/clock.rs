@@ -28,6 +28,17 @@ pub const DEVICES_VAR: &str = "SOFT_DRIVER_DEVICES";
 /// warm and ~32 µs for its first marker; GPU launch latencies are a few µs).
 pub const LAUNCH_VAR: &str = "SOFT_DRIVER_LAUNCH_LATENCY";
 
+/// `SOFT_DRIVER_HIP_VERSION`: the version the HIP ABI reports
+/// (`hipRuntimeGetVersion`, `hipDriverGetVersion`), as major × 10⁷ +
+/// minor × 10⁵ + patch (default 60850000: ROCm 6.8.5), so a test can play
+/// an older runtime.
+pub const HIP_VERSION_VAR: &str = "SOFT_DRIVER_HIP_VERSION";
+
+/// The version [`HIP_VERSION_VAR`] asks for.
+pub(crate) fn hip_version() -> i32 {
+    env(HIP_VERSION_VAR).unwrap_or(60_850_000)
+}
+
 /// `CUDA_DEVICE_MAX_CONNECTIONS`: the hardware queues a device's streams
 /// share, as NVIDIA's driver reads it at initialization (default 0 here:
 /// one per stream; a real device has 8).
@@ -190,4 +201,18 @@ pub(crate) fn wait_value_latency() -> u64 {
 
 pub(crate) fn set_wait_value_latency(ns: u64) {
     WAIT_VALUE_NS.store(ns, Ordering::Relaxed);
+}
+
+/// How long clr's `hipEventDestroy` and `hipStreamWaitEvent` take between
+/// checking the stream of an event's last record (`hip::isValid`) and using
+/// it, with no lock held: 0 (the default) models no gap; a test widens it
+/// to catch a destroy that lands in between.
+static CHECK_TO_USE_NS: AtomicU64 = AtomicU64::new(0);
+
+pub(crate) fn check_to_use_ns() -> u64 {
+    CHECK_TO_USE_NS.load(Ordering::Relaxed)
+}
+
+pub(crate) fn set_check_to_use_ns(ns: u64) {
+    CHECK_TO_USE_NS.store(ns, Ordering::Relaxed);
 }

@@ -168,6 +168,7 @@ pub extern "C" fn soft_driver_set_hw_queues(queues: u32) {
 pub extern "C" fn soft_driver_reset() {
     *control() = Control::default();
     crate::engine::ENGINE.reset_held();
+    clock::set_check_to_use_ns(0);
     // A test that failed before restoring it leaves no shared queues.
     ENGINE.set_hw_queues(clock::max_connections());
 }
@@ -344,6 +345,17 @@ pub unsafe extern "C" fn soft_driver_value_waits_held(out: *mut SoftHeld) -> i32
 #[unsafe(no_mangle)]
 pub extern "C" fn soft_driver_set_wait_value_ns(ns: u64) {
     clock::set_wait_value_latency(ns);
+}
+
+/// Set how long the HIP ABI's `hipEventDestroy` and `hipStreamWaitEvent`
+/// take between checking the stream of the event's last record and using
+/// it, in ns (default 0): clr checks it with `hip::isValid` and then uses
+/// it with no lock held, so a `hipStreamDestroy` of that stream that begins
+/// in between has clr use a stream it frees. Such a destroy is counted as a
+/// misuse. Reset by [`soft_driver_reset`].
+#[unsafe(no_mangle)]
+pub extern "C" fn soft_driver_set_check_to_use_ns(ns: u64) {
+    clock::set_check_to_use_ns(ns);
 }
 
 /// Set the memset speed, in bytes per second.

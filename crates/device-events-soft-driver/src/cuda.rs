@@ -409,7 +409,7 @@ extern "C" fn cuEventDestroy_v2(event: CUevent) -> CUresult {
     release("cuEventDestroy_v2", || {
         initialized()?;
         context_alive(event)?;
-        ENGINE.event_destroy(event as u64)
+        ENGINE.event_destroy(event as u64, false)
     })
 }
 

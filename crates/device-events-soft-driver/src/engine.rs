@@ -412,8 +412,14 @@ impl Engine {
     }
 
     /// Release an event now; a record still queued for it is skipped.
-    pub(crate) fn event_destroy(&self, event: u64) -> Outcome<()> {
+    /// `clr`: as ROCm's runtime, which first checks the stream of the last
+    /// record and, if valid, uses it ([`Engine::checked_then_used`]).
+    pub(crate) fn event_destroy(&self, event: u64, clr: bool) -> Outcome<()> {
         let mut state = self.lock();
+        if clr {
+            let recorded_on = live_event(&state, event)?.recorded_on;
+            state = self.checked_then_used(state, recorded_on);
+        }
         if state.events.remove(&event).is_none() {
             return Err(misuse());
         }
@@ -585,6 +591,36 @@ impl Engine {
     /// Calls a capture did not allow, since the start.
     pub(crate) fn capture_violations(&self) -> u64 {
         self.capture_violations.load(Ordering::Relaxed)
+    }
+
+    /// clr's `hipEventDestroy` and `hipStreamWaitEvent_common`: the stream
+    /// of the event's last record is checked (`hip::isValid`) and, if
+    /// valid, used, with no lock held in between. With a gap set
+    /// ([`clock::check_to_use_ns`]) the engine's lock is let go for that
+    /// long between the two, and a destroy of the stream that began
+    /// meanwhile is a counted misuse: clr would use a stream it frees.
+    fn checked_then_used<'a>(
+        &'a self,
+        state: MutexGuard<'a, State>,
+        recorded_on: Option<u64>,
+    ) -> MutexGuard<'a, State> {
+        let gap = clock::check_to_use_ns();
+        let valid = |state: &State| {
+            recorded_on
+                .and_then(|s| state.streams.get(&s))
+                .is_some_and(|s| !s.destroyed)
+        };
+        if gap == 0 || !valid(&state) {
+            return state;
+        }
+        drop(state);
+        std::thread::sleep(Duration::from_nanos(gap));
+        let state = self.lock();
+        if !valid(&state) {
+            // What clr does then is undefined; the call goes on here.
+            count_misuse();
+        }
+        state
     }
 
     /// ROCm's rule before 7.2 (clr `ihipEventQuery`, `hipEventSynchronize`):
@@ -766,10 +802,24 @@ impl Engine {
                     c.unjoined.remove(&stream);
                 }
             }
-            let target = state.streams.get(&stream).map_or(0, |s| s.enqueued);
-            state = self.wait_while(state, |s| {
+            // clr takes the stream out of its device's pools before it
+            // waits (`RemoveStreamFromPools`, then `Destroy`): from here
+            // `hip::isValid` says no, and the handle is not usable.
+            let Some(s) = state.streams.get_mut(&stream) else {
+                return Err(misuse());
+            };
+            s.destroyed = true;
+            let target = s.enqueued;
+            if s.completed == target {
+                state.streams.remove(&stream);
+            }
+            // Its worker removes it once drained.
+            let state = self.wait_while(state, |s| {
                 s.streams.get(&stream).is_some_and(|s| s.completed < target)
             });
+            drop(state);
+            self.signal();
+            return Ok(());
         }
         let s = live_stream(&mut state, stream)?;
         if s.completed == s.enqueued {
@@ -790,7 +840,18 @@ impl Engine {
         rules: WaitRules,
     ) -> Outcome<()> {
         let mut state = self.lock();
-        live_event(&state, event)?;
+        let recorded_on = live_event(&state, event)?.recorded_on;
+        if let WaitRules::Clr = rules {
+            // The waiter first, as clr checks it first.
+            lookup(&mut state, stream)?;
+            // clr takes an event whose last record's stream is no longer
+            // valid (destroyed, or being destroyed) as reached, and adds no
+            // wait (`hipStreamWaitEvent_common`).
+            if recorded_on.is_some_and(|s| state.streams.get(&s).is_none_or(|s| s.destroyed)) {
+                return Ok(());
+            }
+            state = self.checked_then_used(state, recorded_on);
+        }
         let stream = resolve(&mut state, stream)?;
         let capture = state
             .streams
@@ -1679,7 +1740,7 @@ mod tests {
         // Never recorded, so complete: not waiting for a record that never comes.
         assert_eq!(engine.event_query(event, false), Ok(()));
         assert_ne!(engine.last_recorded(), event);
-        engine.event_destroy(event).expect("live event");
+        engine.event_destroy(event, false).expect("live event");
         engine.lock().streams.remove(&stream);
     }
 }

@@ -25,7 +25,6 @@ const HIP_STREAM_NON_BLOCKING: c_uint = 0x1;
 const HIP_STREAM_PER_THREAD: usize = 0x2;
 /// Event timing resolution HIP documents: about 1 µs.
 const RESOLUTION_NS: u64 = 1000;
-const VERSION: c_int = 60_850_000;
 
 thread_local! {
     static DEVICE: Cell<usize> = const { Cell::new(0) };
@@ -85,7 +84,7 @@ extern "C" fn hipInit(flags: c_uint) -> HipError {
 unsafe extern "C" fn hipDriverGetVersion(version: *mut c_int) -> HipError {
     // SAFETY: the caller passes null or a pointer valid for a write.
     call("hipDriverGetVersion", || unsafe {
-        out::put(version, VERSION)
+        out::put(version, clock::hip_version())
     })
 }
 
@@ -96,7 +95,7 @@ unsafe extern "C" fn hipDriverGetVersion(version: *mut c_int) -> HipError {
 unsafe extern "C" fn hipRuntimeGetVersion(version: *mut c_int) -> HipError {
     // SAFETY: the caller passes null or a pointer valid for a write.
     call("hipRuntimeGetVersion", || unsafe {
-        out::put(version, VERSION)
+        out::put(version, clock::hip_version())
     })
 }
 
@@ -227,7 +226,9 @@ unsafe extern "C" fn hipEventElapsedTime(ms: *mut f32, start: HipEvent, end: Hip
 
 #[unsafe(no_mangle)]
 extern "C" fn hipEventDestroy(event: HipEvent) -> HipError {
-    release("hipEventDestroy", || ENGINE.event_destroy(event as u64))
+    release("hipEventDestroy", || {
+        ENGINE.event_destroy(event as u64, true)
+    })
 }
 
 /// # Safety

@@ -805,6 +805,181 @@ fn destroying_a_stream_waits_for_its_work() {
     );
 }
 
+/// A stream held by a wait on a host word, its destroy begun on another
+/// thread (which returns once the word is written and the stream drained),
+/// and an event recorded on it before: for the rows on what clr does while
+/// a stream is being destroyed.
+struct Destroying {
+    recorded: hip::hipEvent_t,
+    word: *mut c_void,
+    destroy: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Destroying {
+    fn begin(soft: &SoftDriver) -> Self {
+        let (s, recorded) = (stream(), event());
+        let (supported, word) = signal_word();
+        assert!(supported);
+        let destroys = soft.call_count("hipStreamDestroy");
+        // SAFETY: live handles; the word outlives the wait (freed in
+        // `Drop`, once the destroy, which drains the stream, returned).
+        unsafe {
+            // Signal memory starts at 1: wait for 2.
+            check(hip::hipStreamWaitValue32(
+                s,
+                word,
+                2,
+                hip::hipStreamWaitValueGte,
+                u32::MAX,
+            ));
+            check(hip::hipEventRecord(recorded, s));
+        }
+        let raw = s as usize;
+        // SAFETY: the stream is live, destroyed once, here.
+        let destroy = std::thread::spawn(move || check(unsafe { hip::hipStreamDestroy(raw as _) }));
+        while soft.call_count("hipStreamDestroy") == destroys {
+            std::thread::yield_now();
+        }
+        Self {
+            recorded,
+            word,
+            destroy: Some(destroy),
+        }
+    }
+}
+
+impl Drop for Destroying {
+    /// Let the stream go, and wait for its destroy; also as a failed test
+    /// unwinds, so that no stream is left held.
+    fn drop(&mut self) {
+        // SAFETY: the word is live until freed below, after the destroy.
+        unsafe {
+            std::sync::atomic::AtomicU32::from_ptr(self.word.cast())
+                .store(2, std::sync::atomic::Ordering::Release);
+        }
+        if let Some(destroy) = self.destroy.take() {
+            let _ = destroy.join();
+        }
+        // SAFETY: live handles, released once.
+        unsafe {
+            hip::hipEventDestroy(self.recorded);
+            hip::hipFree(self.word);
+        }
+    }
+}
+
+/// Row `hipStreamWaitEvent` (clr `hipStreamWaitEvent_common`): once
+/// `hipStreamDestroy` has begun, the stream is no longer valid, and a wait
+/// on an event last recorded there adds no dependency: the waiter's work
+/// runs while the destroyed stream's is still queued.
+#[test]
+fn a_wait_on_an_event_of_a_stream_being_destroyed_adds_no_dependency() {
+    let soft = SoftDriver::exclusive();
+    let destroying = Destroying::begin(&soft);
+    let (waiter, after) = (stream(), event());
+    // SAFETY: live handles, each destroyed once.
+    unsafe {
+        check(hip::hipStreamWaitEvent(waiter, destroying.recorded, 0));
+        check(hip::hipEventRecord(after, waiter));
+    }
+    // Reached with the destroyed stream still held: no dependency was added
+    // (were one added, it would not be reached before `destroying` ends).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    // SAFETY: a live event.
+    while unsafe { hip::hipEventQuery(after) } == hip::hipError_t_hipErrorNotReady {
+        assert!(
+            Instant::now() < deadline,
+            "the waiter waits for the held stream"
+        );
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    // SAFETY: a live event.
+    check(unsafe { hip::hipEventQuery(after) });
+    drop(destroying);
+    // SAFETY: live handles, destroyed once.
+    unsafe {
+        check(hip::hipEventDestroy(after));
+        check(hip::hipStreamDestroy(waiter));
+    }
+}
+
+/// Rows `hipEventQuery`, `hipEventSynchronize`: clr reads the stream of the
+/// event's last record with no check; once that stream's destroy has begun,
+/// a query reads a stream being freed: a counted misuse.
+#[test]
+fn asking_an_event_of_a_stream_being_destroyed_is_a_misuse() {
+    let soft = SoftDriver::exclusive();
+    soft.allow_misuses(1);
+    let destroying = Destroying::begin(&soft);
+    let misuses = soft.counts().misuses;
+    // SAFETY: a live event.
+    let _ = unsafe { hip::hipEventQuery(destroying.recorded) };
+    assert_eq!(soft.counts().misuses, misuses + 1);
+    drop(destroying);
+}
+
+/// Rows `hipEventDestroy`, `hipStreamWaitEvent` (clr): the stream of the
+/// event's last record is checked with `hip::isValid`, then used with no
+/// lock held. A destroy of that stream that begins in between has clr use a
+/// stream it frees: with the gap widened, a counted misuse.
+#[test]
+fn a_stream_destroyed_between_an_event_calls_check_and_use_is_a_misuse() {
+    let soft = SoftDriver::exclusive();
+    soft.allow_misuses(2);
+    for wait in [false, true] {
+        let (s, recorded, waiter) = (stream(), event(), stream());
+        let (supported, word) = signal_word();
+        assert!(supported);
+        soft.set_check_to_use_ns(1_000_000_000);
+        let misuses = soft.counts().misuses;
+        // SAFETY: live handles; the word outlives the stream's wait.
+        unsafe {
+            check(hip::hipStreamWaitValue32(
+                s,
+                word,
+                2,
+                hip::hipStreamWaitValueGte,
+                u32::MAX,
+            ));
+            check(hip::hipEventRecord(recorded, s));
+        }
+        let (event, into) = (recorded as usize, waiter as usize);
+        let calls = soft.call_count("hipEventDestroy") + soft.call_count("hipStreamWaitEvent");
+        let user = std::thread::spawn(move || {
+            // SAFETY: live handles; the event is destroyed once.
+            unsafe {
+                if wait {
+                    hip::hipStreamWaitEvent(into as _, event as _, 0)
+                } else {
+                    hip::hipEventDestroy(event as _)
+                }
+            }
+        });
+        while soft.call_count("hipEventDestroy") + soft.call_count("hipStreamWaitEvent") == calls {
+            std::thread::yield_now();
+        }
+        // Past the check, inside the second-long gap.
+        std::thread::sleep(Duration::from_millis(100));
+        let raw = s as usize;
+        // SAFETY: the stream is live, destroyed once.
+        let destroy = std::thread::spawn(move || check(unsafe { hip::hipStreamDestroy(raw as _) }));
+        assert_eq!(user.join().unwrap(), hip::HIP_SUCCESS);
+        assert_eq!(soft.counts().misuses, misuses + 1, "wait: {wait}");
+        soft.set_check_to_use_ns(0);
+        // SAFETY: the word is freed once, after the destroy drained the stream.
+        unsafe {
+            std::sync::atomic::AtomicU32::from_ptr(word.cast())
+                .store(2, std::sync::atomic::Ordering::Release);
+            destroy.join().unwrap();
+            if wait {
+                check(hip::hipEventDestroy(recorded));
+            }
+            check(hip::hipStreamDestroy(waiter));
+            check(hip::hipFree(word));
+        }
+    }
+}
+
 /// Row `hipStreamDestroy`: a stream that began a capture ends it, silently;
 /// nothing captures afterwards.
 #[test]
