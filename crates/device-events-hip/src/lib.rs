@@ -31,7 +31,9 @@
 //! repository's `README.md`; the minimum is set by `hipEventDestroy`, which
 //! before ROCm 5.7 read the stream of the event's last record with no check
 //! that it still lived, so a fence dropped after its stream read freed
-//! memory (clr, rocm-5.6.0 against rocm-5.7.0).
+//! memory (clr, rocm-5.6.0 against rocm-5.7.0). An older runtime is refused
+//! once `hipInit` has found a device ([`OLDEST_RUNTIME`]); on a machine
+//! without one it still reports no device.
 //!
 //! The crate resolves 18 functions: `hipInit`, `hipRuntimeGetVersion`,
 //! `hipDriverGetVersion`, `hipGetDeviceCount`, `hipGetDevice`,
@@ -171,6 +173,7 @@ pub(crate) fn runtime_initialised() -> Result<&'static Runtime, DriverError> {
     INIT.get_or_init(|| {
         // SAFETY: `hipInit` takes flags 0.
         check("hipInit", unsafe { (rt.fns.hipInit)(0) })?;
+        refuse_before_rocm_5_7(rt)?;
         // Registered once the runtime is initialised, so it runs before
         // the exit handlers the runtime registered (the last registered
         // runs first).
@@ -194,6 +197,43 @@ pub(crate) fn runtime_initialised() -> Result<&'static Runtime, DriverError> {
     })
     .clone()?;
     Ok(rt)
+}
+
+/// The oldest runtime this crate uses, as `hipRuntimeGetVersion` encodes
+/// it: ROCm 5.7.
+pub const OLDEST_RUNTIME: i32 = 50_700_000;
+
+/// Refuse a runtime older than [`OLDEST_RUNTIME`]: before ROCm 5.7,
+/// `hipEventDestroy` reads the stream of the event's last record with no
+/// check that it still lives, so a fence dropped after its stream would
+/// have the runtime read freed memory. Asked once `hipInit` found a device:
+/// an older runtime on a machine without one still says "no device".
+fn refuse_before_rocm_5_7(rt: &Runtime) -> Result<(), DriverError> {
+    let mut version = 0;
+    // SAFETY: a writable output.
+    check("hipRuntimeGetVersion", unsafe {
+        (rt.fns.hipRuntimeGetVersion)(&mut version)
+    })?;
+    if version >= OLDEST_RUNTIME {
+        return Ok(());
+    }
+    let found = RuntimeInfo {
+        path: rt.path.clone(),
+        runtime_version: version,
+        driver_version: 0,
+    };
+    Err(DriverError::refused(
+        <Hip as RawApi>::BACKEND,
+        "loading the runtime",
+        ErrorKind::Other,
+        format!(
+            "HIP runtime {} ({}) is older than ROCm 5.7, the oldest this crate uses: before 5.7 \
+             hipEventDestroy reads freed memory when an event outlives the stream it was \
+             recorded on; install ROCm 5.7 or later, or name one with DEVICE_EVENTS_HIP_RUNTIME",
+            found.version(),
+            found.path.display()
+        ),
+    ))
 }
 
 /// The calling thread's current device.

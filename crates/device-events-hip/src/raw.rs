@@ -198,7 +198,9 @@ impl RawApi for Hip {
     /// clr (`hipEventSynchronize` from 6.0, `ihipEventQuery` from 6.2, to
     /// today's amd-staging) reads the stream of an event's last record,
     /// unless that was the null stream, with no check that it still lives;
-    /// `hipStreamDestroy` waits for the stream's work.
+    /// `hipEventDestroy` and `hipStreamWaitEvent` check it and then use it
+    /// with no lock held. `hipStreamDestroy` waits for the stream's work:
+    /// clr does (`HostQueue::terminate`), HIP's reference does not say so.
     fn asking_reads_stream_of(stream: &RawStream) -> bool {
         !stream.0.is_null()
     }

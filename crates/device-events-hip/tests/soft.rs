@@ -374,3 +374,237 @@ fn exiting_while_a_dropped_profiler_is_released_leaves_the_runtime_first() {
         "calls in flight as the runtime's exit handler began, or made after"
     );
 }
+
+/// A host word `stream` waits on until [`Held::release`]: the stream's
+/// work is held for as long as the test says, however loaded the machine.
+struct Held(*mut std::ffi::c_void);
+
+// SAFETY: a host address, written atomically.
+unsafe impl Send for Held {}
+
+impl Held {
+    fn on(stream: device_events_hip::HipStream) -> Self {
+        let mut word = std::ptr::null_mut();
+        // SAFETY: `word` is writable; freed in `Drop`, once the stream no
+        // longer waits on it (the tests drain or destroy it first).
+        check("hipExtMallocWithFlags", unsafe {
+            cubecl_hip_sys::hipExtMallocWithFlags(
+                &mut word,
+                8,
+                cubecl_hip_sys::hipMallocSignalMemory,
+            )
+        });
+        stream
+            .with_raw(|raw| {
+                // SAFETY: the stream is held live meanwhile; signal memory
+                // starts at 1: wait for 2.
+                check("hipStreamWaitValue32", unsafe {
+                    cubecl_hip_sys::hipStreamWaitValue32(
+                        raw.cast(),
+                        word,
+                        2,
+                        cubecl_hip_sys::hipStreamWaitValueGte,
+                        u32::MAX,
+                    )
+                })
+            })
+            .unwrap();
+        Self(word)
+    }
+
+    fn release(&self) {
+        // SAFETY: live until `Drop`.
+        unsafe { std::sync::atomic::AtomicU32::from_ptr(self.0.cast()) }
+            .store(2, std::sync::atomic::Ordering::Release);
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.release();
+        // SAFETY: allocated in `on`, freed once.
+        let _ = unsafe { cubecl_hip_sys::hipFree(self.0) };
+    }
+}
+
+fn check(call: &'static str, status: cubecl_hip_sys::hipError_t) {
+    device_events_hip::check(call, status).unwrap();
+}
+
+/// A stream of this crate's, or one made by hand and admitted (whose
+/// `stream_destroy` forgets it, draining it first); and how to know its
+/// destroy (or forget) is in the runtime, and what to destroy after.
+fn made_or_admitted(admitted: bool) -> (device_events_hip::HipStream, &'static str, Option<usize>) {
+    if !admitted {
+        return (support::stream(), "hipStreamDestroy", None);
+    }
+    let mut raw = std::ptr::null_mut();
+    // SAFETY: `raw` is writable.
+    check("hipStreamCreateWithFlags", unsafe {
+        cubecl_hip_sys::hipStreamCreateWithFlags(&mut raw, 1)
+    });
+    // SAFETY: a stream of device 0, destroyed by the caller once forgotten.
+    let s = unsafe { Hip::stream_from_raw(raw.cast(), 0) }.unwrap();
+    (s, "hipStreamSynchronize", Some(raw as usize))
+}
+
+/// Start `Hip::stream_destroy(s)` on a thread of its own, and return once
+/// it is in the runtime (`call` counted): out of the table, waiting for the
+/// stream's work.
+fn destroy_in_background(
+    soft: &SoftDriver,
+    s: device_events_hip::HipStream,
+    call: &str,
+) -> std::thread::JoinHandle<Result<(), device_events_core::DriverError>> {
+    let calls = soft.call_count(call);
+    let destroy = std::thread::spawn(move || Hip::stream_destroy(s));
+    while soft.call_count(call) == calls {
+        std::thread::yield_now();
+    }
+    destroy
+}
+
+/// clr's `hipStreamDestroy` waits for the stream's work, and a forget
+/// drains the stream first: until that returns, a fence recorded there is
+/// not complete, and a wait on it returns only once the work is done.
+#[test]
+fn a_fence_is_complete_only_once_a_destroy_of_its_stream_has_drained_it() {
+    let soft = SoftDriver::exclusive();
+    bind(0);
+    for admitted in [false, true] {
+        let (s, drained_by, raw) = made_or_admitted(admitted);
+        let held = Held::on(s);
+        let fence = device_events_core::EventFence::<Hip>::new(s);
+        let destroy = destroy_in_background(&soft, s, drained_by);
+        assert!(
+            !fence.is_complete().unwrap(),
+            "read complete while its stream's work is held (admitted: {admitted})"
+        );
+        let waiter = std::thread::spawn(move || {
+            fence.wait_sync().unwrap();
+            std::time::Instant::now()
+        });
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let released = std::time::Instant::now();
+        held.release();
+        destroy.join().unwrap().unwrap();
+        let waited_until = waiter.join().unwrap();
+        assert!(
+            waited_until >= released,
+            "wait_sync returned {:?} before the stream's work was let go (admitted: {admitted})",
+            released - waited_until
+        );
+        drop(held);
+        if let Some(raw) = raw {
+            // SAFETY: forgotten and drained above; destroyed once.
+            check("hipStreamDestroy", unsafe {
+                cubecl_hip_sys::hipStreamDestroy(raw as _)
+            });
+        }
+    }
+    device_events_core::process::release_idle_events();
+}
+
+/// clr adds no wait on an event whose stream is being destroyed: a stream
+/// made to wait on such a fence waits for the destroy's end instead, so
+/// its later work never runs before the destroyed stream's.
+#[test]
+fn a_wait_on_a_fence_of_a_stream_being_destroyed_is_never_dropped() {
+    let soft = SoftDriver::exclusive();
+    bind(0);
+    let (s, w) = (support::stream(), support::stream());
+    let held = Held::on(s);
+    let fence = device_events_core::EventFence::<Hip>::new(s);
+    let destroy = destroy_in_background(&soft, s, "hipStreamDestroy");
+    let waiter = std::thread::spawn(move || {
+        fence.wait_async(w).unwrap();
+        device_events_core::EventFence::<Hip>::new(w)
+    });
+    // Long enough for the waiter's later work to run, were it not held.
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    if waiter.is_finished() {
+        let after = waiter.join().unwrap();
+        assert!(
+            !after.is_complete().unwrap(),
+            "the waiter's later work ran while the stream it waits for was held"
+        );
+        held.release();
+        destroy.join().unwrap().unwrap();
+    } else {
+        held.release();
+        destroy.join().unwrap().unwrap();
+        waiter.join().unwrap().wait_sync().unwrap();
+    }
+    drop(held);
+    Hip::stream_destroy(w).unwrap();
+    device_events_core::process::release_idle_events();
+}
+
+/// clr's `hipEventDestroy` and `hipStreamWaitEvent` check the stream of the
+/// event's last record and then use it with no lock held: that stream is
+/// held across each call, so a destroy of it waits for the call, and the
+/// runtime never uses a stream it is freeing (counted on the software
+/// driver with the gap between the check and the use widened to 1 s).
+#[test]
+fn an_event_destroyed_or_waited_on_holds_the_stream_it_was_recorded_on() {
+    let soft = SoftDriver::exclusive();
+    bind(0);
+    for wait in [false, true] {
+        let (s, w) = (support::stream(), support::stream());
+        let mut event = Hip::event_create().unwrap();
+        Hip::event_record(&event, s).unwrap();
+        soft.set_check_to_use_ns(1_000_000_000);
+        let call = if wait {
+            "hipStreamWaitEvent"
+        } else {
+            "hipEventDestroy"
+        };
+        let calls = soft.call_count(call);
+        let user = std::thread::spawn(move || {
+            if wait {
+                Hip::stream_wait_event(w, &event)
+            } else {
+                Hip::event_destroy(&mut event)
+            }
+        });
+        while soft.call_count(call) == calls {
+            std::thread::yield_now();
+        }
+        // Past the runtime's check, inside its second-long gap.
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        Hip::stream_destroy(s).unwrap();
+        user.join().unwrap().unwrap();
+        soft.set_check_to_use_ns(0);
+        Hip::stream_destroy(w).unwrap();
+    }
+}
+
+/// Run by the test below, with the runtime playing ROCm 5.6.
+#[test]
+#[ignore = "run by the test below, in a child process"]
+fn child_with_a_rocm_5_6_runtime() {
+    let err = Hip::probe().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Other, "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("5.6.0") && text.contains("older than ROCm 5.7"),
+        "{text}"
+    );
+    let err = Hip::stream_create_non_blocking().unwrap_err();
+    assert!(err.to_string().contains("older than ROCm 5.7"), "{err}");
+    // What it is, still said.
+    assert_eq!(Hip::runtime().unwrap().runtime_version, 50_600_000);
+}
+
+/// Before ROCm 5.7 `hipEventDestroy` reads the stream of the event's last
+/// record unchecked, so a fence dropped after its stream would read freed
+/// memory: a runtime with a device and an older version is refused, with
+/// its version and the reason in the error.
+#[test]
+fn a_runtime_older_than_rocm_5_7_is_refused_with_a_clear_error() {
+    device_events_conformance::run_without_driver(
+        "child_with_a_rocm_5_6_runtime",
+        &[],
+        &[("SOFT_DRIVER_HIP_VERSION", "50600000")],
+    );
+}

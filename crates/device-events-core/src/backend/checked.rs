@@ -24,6 +24,7 @@ mod stream;
 mod word_gate;
 
 pub use event::CheckedEvent;
+use event::Recorded;
 pub use state::State;
 pub use stream::CheckedStream;
 use stream::Live;
@@ -44,7 +45,13 @@ impl<R: RawApi> EventApi for R {
     fn event_destroy(event: &mut CheckedEvent<R>) -> Result<(), DriverError> {
         let call = R::CALLS.destroy_event;
         let raw = event.raw.take().ok_or_else(|| dead::<R>(call, "event"))?;
-        releasing::<R, _>(&event.held, || R::destroy_event(Permit::new(), raw))
+        // Where the driver reads the stream of the event's last record as
+        // it destroys the event, that stream is held meanwhile.
+        event.with_recorded(
+            None,
+            || None,
+            |_| releasing::<R, _>(&event.held, || R::destroy_event(Permit::new(), raw)),
+        )
     }
 
     fn event_record(event: &CheckedEvent<R>, stream: CheckedStream<R>) -> Result<(), DriverError> {
@@ -57,9 +64,12 @@ impl<R: RawApi> EventApi for R {
         let call = R::CALLS.synchronize_event;
         let raw = event.live(call)?;
         bound::<R, _>(&event.held, || {
+            // A wait on an event whose stream is being destroyed ends once
+            // the destroy has (it waits for the stream's work).
             event.ask(
                 raw,
                 (),
+                None,
                 || {
                     Err(DriverError::refused(
                         R::BACKEND,
@@ -105,7 +115,22 @@ impl<R: RawApi> EventApi for R {
             if !R::WAITS_ACROSS_CONTEXTS {
                 event.same_context(call, &live.held)?;
             }
-            R::wait_event(Permit::new(), &live.raw, raw)
+            // Where the driver reads the stream of the event's last record
+            // as it adds the wait, that stream is held meanwhile. A wait on
+            // an event of a stream being destroyed would be dropped by
+            // such a driver (HIP's: it takes the event as reached once its
+            // stream is not valid): it waits for the destroy's end instead,
+            // when the stream's work is done and nothing is left to wait for.
+            event.with_recorded(
+                Some((stream.handle, live)),
+                || None,
+                |recorded| match recorded {
+                    Recorded::Gone => Ok(()),
+                    Recorded::On(_) | Recorded::Unread => {
+                        R::wait_event(Permit::new(), &live.raw, raw)
+                    }
+                },
+            )
         })
     }
 
@@ -157,16 +182,20 @@ impl<R: RawApi> EventApi for R {
         {
             return Err(dead::<R>(call, "stream"));
         }
-        // Out of the table first, once calls in flight on it have returned:
-        // no copy of the handle can reach the driver after this.
-        let live = R::state()
+        // Out of the table, once calls in flight on it have returned: no
+        // copy of the handle can reach the driver after this. Until the
+        // destroy (or the forget's drain) returns, the entry is closing:
+        // an event recorded there is not yet reached, and is not asked of
+        // the driver either, which may be freeing the stream.
+        R::state()
             .streams
-            .remove(stream.handle)
-            .ok_or_else(|| dead::<R>(call, "stream"))?;
-        if !live.owned {
-            return forget(live);
-        }
-        releasing::<R, _>(&live.held, || R::destroy_stream(Permit::new(), live.raw))
+            .remove_with(stream.handle, |live| {
+                if !live.owned {
+                    return forget(live);
+                }
+                releasing::<R, _>(&live.held, || R::destroy_stream(Permit::new(), live.raw))
+            })
+            .ok_or_else(|| dead::<R>(call, "stream"))?
     }
 }
 
@@ -215,10 +244,11 @@ fn forget_refused<R: RawApi>(live: &Live<R>, call: &'static str) -> Result<(), D
     Ok(())
 }
 
-/// Forget a stream admitted from elsewhere, out of the table now. Where the
-/// driver reads an event's stream as it answers, the stream is drained
-/// first: the events recorded on it are then reached, and are answered so
-/// without asking the driver about a stream its owner may destroy next.
+/// Forget a stream admitted from elsewhere, taken out of the table. Where
+/// the driver reads an event's stream as it answers, the stream is drained
+/// before the entry is gone: the events recorded on it are then reached,
+/// and are answered so without asking the driver about a stream its owner
+/// may destroy next.
 fn forget<R: RawApi>(live: Live<R>) -> Result<(), DriverError> {
     if !R::asking_reads_stream_of(&live.raw) {
         return Ok(());
@@ -233,9 +263,12 @@ impl<R: RawApi> EventQuery for R {
         let raw = event.live(R::CALLS.query_event)?;
         bound::<R, _>(&event.held, || {
             // Not knowable without breaking the capture: not yet.
+            // Not knowable while the event's stream is being destroyed, nor
+            // without breaking the capture: not yet.
             event.ask(
                 raw,
                 true,
+                Some(false),
                 || Ok(false),
                 |raw| R::query_event(Permit::new(), raw),
             )

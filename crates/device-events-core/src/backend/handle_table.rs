@@ -7,11 +7,15 @@
 //! every copy of the handle finds nothing, and the backend refuses the call
 //! instead of passing a freed (or recycled, someone else's) stream to the
 //! driver.
+//!
+//! A removal can run a closing call on the value before it is gone (a
+//! driver's destroy, which may wait for the stream's work): meanwhile the
+//! entry is *closing*, which a lookup can tell from gone, and wait out.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Condvar, MappedRwLockReadGuard, Mutex, RwLock, RwLockReadGuard};
 
 use crate::arena::Key;
 use crate::driver::Undo;
@@ -42,10 +46,15 @@ const FIRST_SHIFT: u32 = 5;
 /// Chunks enough for every `u32` index: `FIRST · (2^CHUNKS − 1) > 2^32`.
 const CHUNKS: usize = 28;
 
-/// One entry's place. `generation` is the live handle's, or past it while
-/// the entry is being removed and after: a handle finds the value only
-/// while the two agree. Past `u32::MAX` the slot is retired: wrapping would
-/// bring an old handle back to life.
+/// Set in a slot's generation while its entry is closing
+/// ([`HandleTable::remove_with`]): above every `u32` generation, so no
+/// handle matches it.
+const CLOSING: u64 = 1 << 40;
+
+/// One entry's place. `generation` is the live handle's, the handle's with
+/// [`CLOSING`] while the entry is being removed, and past it after: a
+/// handle finds the value only while the two agree. Past `u32::MAX` the
+/// slot is retired: wrapping would bring an old handle back to life.
 struct Slot<T> {
     generation: AtomicU64,
     value: RwLock<Option<T>>,
@@ -88,6 +97,19 @@ thread_local! {
 pub struct HandleTable<T> {
     chunks: [OnceLock<Box<[Slot<T>]>>; CHUNKS],
     book: Mutex<Book>,
+    /// Told, under `book`, each time a closing entry is gone.
+    closed: Condvar,
+}
+
+/// An entry as a lookup finds it ([`HandleTable::pin`]).
+pub enum Pinned<'a, T> {
+    /// Live, and held against removal while this lives.
+    Live(MappedRwLockReadGuard<'a, T>),
+    /// Being removed: its closing call has begun, or waits for calls in
+    /// flight ([`HandleTable::wait_closed`] waits it out).
+    Closing,
+    /// Removed, or never this table's.
+    Gone,
 }
 
 impl<T> Default for HandleTable<T> {
@@ -115,6 +137,7 @@ impl<T> HandleTable<T> {
                 next: 0,
                 len: 0,
             }),
+            closed: Condvar::new(),
         }
     }
 
@@ -216,26 +239,88 @@ impl<T> HandleTable<T> {
 
     /// Take the value out, once calls using it have returned; `None` when the
     /// handle is not live (removed already, or never this table's).
+    #[cfg(test)]
     pub fn remove(&self, handle: Handle) -> Option<T> {
+        self.remove_with(handle, |value| value)
+    }
+
+    /// Take the value out, once calls using it have returned, and run
+    /// `close` on it before the entry is gone: meanwhile a lookup finds it
+    /// closing ([`pin`](Self::pin)), not gone, and can wait for the close
+    /// to end ([`wait_closed`](Self::wait_closed)). `None` when the handle
+    /// is not live (removed already, or never this table's).
+    pub fn remove_with<R>(&self, handle: Handle, close: impl FnOnce(T) -> R) -> Option<R> {
         let slot = self.slot(handle.0.index)?;
         let generation = u64::from(handle.0.generation);
-        // From here no lookup finds it; one removal only wins.
+        // From here no lookup finds it live; one removal only wins.
         slot.generation
             .compare_exchange(
                 generation,
-                generation + 1,
+                generation | CLOSING,
                 Ordering::AcqRel,
                 Ordering::Acquire,
             )
             .ok()?;
+        // Told whatever `close` does, unwinding included.
+        let _closed = crate::driver::Undo(Some(|| {
+            let mut book = self.book.lock();
+            slot.generation.store(generation + 1, Ordering::Release);
+            book.len -= 1;
+            if generation < u64::from(u32::MAX) {
+                book.free.push(handle.0.index);
+            }
+            self.closed.notify_all();
+        }));
         // Waits (parked) for the calls in flight on it.
         let value = slot.value.write().take();
-        let mut book = self.book.lock();
-        book.len -= 1;
-        if generation < u64::from(u32::MAX) {
-            book.free.push(handle.0.index);
+        value.map(close)
+    }
+
+    /// The entry of `handle`: live (and held against removal while the
+    /// result lives), closing, or gone. A thread inside
+    /// [`with_noted`](Self::with_noted) on a closing entry finds it live:
+    /// its removal waits for that thread, which may use it meanwhile.
+    pub fn pin(&self, handle: Handle) -> Pinned<'_, T> {
+        let Some(slot) = self.slot(handle.0.index) else {
+            return Pinned::Gone;
+        };
+        let generation = u64::from(handle.0.generation);
+        let seen = |pinned: &mut Option<bool>| match slot.generation.load(Ordering::Acquire) {
+            now if now == generation => Some(true),
+            now if now == generation | CLOSING => {
+                Some(*pinned.get_or_insert_with(|| self.inside_here(handle)))
+            }
+            _ => None,
+        };
+        let mut pinned = None;
+        match seen(&mut pinned) {
+            None => return Pinned::Gone,
+            Some(false) => return Pinned::Closing,
+            Some(true) => {}
         }
-        value
+        // Recursive, as in `with`.
+        let value = slot.value.read_recursive();
+        match seen(&mut pinned) {
+            None => Pinned::Gone,
+            Some(false) => Pinned::Closing,
+            Some(true) => {
+                RwLockReadGuard::try_map(value, Option::as_ref).map_or(Pinned::Gone, Pinned::Live)
+            }
+        }
+    }
+
+    /// Wait until the entry of `handle` is no longer closing: at once when
+    /// it is live or gone. The caller holds no lookup of it (the removal
+    /// would wait for that), as [`pin`](Self::pin) arranges.
+    pub fn wait_closed(&self, handle: Handle) {
+        let Some(slot) = self.slot(handle.0.index) else {
+            return;
+        };
+        let closing = u64::from(handle.0.generation) | CLOSING;
+        let mut book = self.book.lock();
+        while slot.generation.load(Ordering::Acquire) == closing {
+            self.closed.wait(&mut book);
+        }
     }
 
     /// How many values are live.
@@ -314,6 +399,64 @@ mod tests {
         let next = table.insert(2);
         assert_ne!(next.0.index, first.0.index);
         assert_eq!(table.with(last, |v| *v), None);
+    }
+
+    /// While a removal's close runs, a lookup finds the entry closing, not
+    /// gone, and a wait for it returns only once the close has ended.
+    #[test]
+    fn a_closing_entry_is_told_from_a_gone_one_and_waited_out() {
+        use super::Pinned;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::mpsc;
+        static TABLE: HandleTable<u64> = HandleTable::new();
+        static CLOSED: AtomicBool = AtomicBool::new(false);
+        let handle = TABLE.insert(7);
+        assert!(matches!(TABLE.pin(handle), Pinned::Live(v) if *v == 7));
+        let (closing, began) = mpsc::channel();
+        let (release, go) = mpsc::channel::<()>();
+        let remover = std::thread::spawn(move || {
+            TABLE.remove_with(handle, |v| {
+                closing.send(()).unwrap();
+                go.recv().unwrap();
+                CLOSED.store(true, Ordering::SeqCst);
+                v
+            })
+        });
+        began.recv().unwrap();
+        assert!(matches!(TABLE.pin(handle), Pinned::Closing));
+        assert_eq!(TABLE.with(handle, |v| *v), None);
+        let waiter = std::thread::spawn(move || {
+            TABLE.wait_closed(handle);
+            CLOSED.load(Ordering::SeqCst)
+        });
+        release.send(()).unwrap();
+        assert!(waiter.join().unwrap(), "the wait ended before the close");
+        assert_eq!(remover.join().unwrap(), Some(7));
+        assert!(matches!(TABLE.pin(handle), Pinned::Gone));
+        assert_eq!(TABLE.len(), 0);
+    }
+
+    /// A thread inside `with_noted` on an entry whose removal has begun
+    /// still finds it live: the removal waits for that thread.
+    #[test]
+    fn a_closing_entry_is_live_to_the_thread_holding_it() {
+        use super::Pinned;
+        static TABLE: HandleTable<u64> = HandleTable::new();
+        let handle = TABLE.insert(7);
+        let found = TABLE.with_noted(handle, |_| {
+            let remover = std::thread::spawn(move || TABLE.remove(handle));
+            while !matches!(
+                TABLE.slot(handle.0.index).map(|s| s.generation.load(std::sync::atomic::Ordering::Acquire)),
+                Some(g) if g & super::CLOSING != 0
+            ) {
+                std::thread::yield_now();
+            }
+            let found = matches!(TABLE.pin(handle), Pinned::Live(v) if *v == 7);
+            (found, remover)
+        });
+        let (found, remover) = found.unwrap();
+        assert!(found);
+        assert_eq!(remover.join().unwrap(), Some(7));
     }
 
     /// A removal returns only once the call using its value has: no call

@@ -291,15 +291,18 @@ pub trait RawApi: Sized + Send + Sync + 'static {
         false
     }
 
-    /// Whether the driver reads `stream` when it is asked (a query or a
-    /// wait) about an event last recorded there, as ROCm's runtime does
-    /// with no check that the stream still lives (clr `hipEventQuery`,
-    /// `hipEventSynchronize`). The checked layer then holds the stream
-    /// live across each such ask, and answers an event whose stream is
-    /// gone as reached without asking, so a backend that says `true` must
-    /// also have a stream destroy that waits for the stream's work
-    /// (`hipStreamDestroy` does); a stream admitted from elsewhere is
-    /// drained as it is forgotten.
+    /// Whether the driver reads `stream` when it takes an event last
+    /// recorded there (a query, a wait, a destroy, a stream's wait on it),
+    /// as ROCm's runtime does with no check that the stream still lives
+    /// (clr `hipEventQuery`, `hipEventSynchronize`) or with a check and no
+    /// lock (`hipEventDestroy`, `hipStreamWaitEvent`). The checked layer
+    /// then holds the stream live across each such call; while the stream
+    /// is being destroyed it answers "not yet" or waits for the destroy's
+    /// end, and once it is gone it answers the event as reached without
+    /// asking. So a backend that says `true` must also have a stream
+    /// destroy that waits for the stream's work (`hipStreamDestroy` does,
+    /// in clr, though HIP's reference does not promise it); a stream
+    /// admitted from elsewhere is drained as it is forgotten.
     fn asking_reads_stream_of(stream: &Self::Stream) -> bool {
         let _ = stream;
         false

@@ -6,9 +6,10 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::binding::dead;
+use super::stream::Live;
 use crate::EventApi;
 use crate::backend::capture;
-use crate::backend::handle_table::Handle;
+use crate::backend::handle_table::{Handle, Pinned};
 use crate::backend::raw::{Permit, RawApi};
 use crate::driver::{CaptureStatus, DriverError, ErrorKind};
 
@@ -72,41 +73,94 @@ impl<R: RawApi> CheckedEvent<R> {
         self.raw.as_ref().ok_or_else(|| dead::<R>(call, "event"))
     }
 
-    /// Ask the event (`ask`, a query or a wait), where the driver reads
-    /// the stream of its last record as it answers
-    /// ([`RawApi::asking_reads_stream_of`]): with that stream held live
-    /// across the look and the call, so no destroy lands between them.
-    /// `gone` when the stream was destroyed or forgotten: such a driver's
-    /// destroy waits for the stream's work, and a forget drains it first,
-    /// so the event is reached and the driver is not asked about a stream
-    /// it freed. `capturing` while the stream captures, where asking would
-    /// break that capture ([`RawApi::asking_breaks_capture_of`]). The
-    /// caller has the event's context bound.
+    /// Run `f` with the stream of the event's last record held live, where
+    /// the driver reads that stream as it takes the event
+    /// ([`RawApi::asking_reads_stream_of`]: HIP's runtime checks it, then
+    /// uses it with no lock held), so no destroy lands between the two.
+    /// `held` is a stream the caller holds already, which is not looked up
+    /// again. While that stream is being destroyed or forgotten, `f` waits
+    /// for the destroy's end (it waits for the stream's work, and a forget
+    /// drains it first) and then runs with [`Recorded::Gone`], unless
+    /// `not_yet` answers for now; a thread inside `with_raw` on the stream
+    /// holds it, and runs `f` on it at once.
+    pub(super) fn with_recorded<T>(
+        &self,
+        held: Option<(Handle, &Live<R>)>,
+        not_yet: impl FnOnce() -> Option<T>,
+        f: impl FnOnce(Recorded<'_, R>) -> T,
+    ) -> T {
+        let Some(stream) = Handle::from_bits(self.recorded_on.load(Ordering::Relaxed)) else {
+            return f(Recorded::Unread);
+        };
+        if let Some((handle, live)) = held
+            && handle == stream
+        {
+            return f(Recorded::On(live));
+        }
+        let streams = &R::state().streams;
+        match streams.pin(stream) {
+            Pinned::Live(live) => f(Recorded::On(&live)),
+            Pinned::Closing => {
+                if let Some(answer) = not_yet() {
+                    return answer;
+                }
+                streams.wait_closed(stream);
+                f(Recorded::Gone)
+            }
+            Pinned::Gone => f(Recorded::Gone),
+        }
+    }
+
+    /// Ask the event (`ask`, a query or a wait) with the stream of its
+    /// last record held ([`with_recorded`](Self::with_recorded)). `gone`
+    /// once that stream was destroyed or forgotten: the event is reached,
+    /// and the driver is not asked about a stream it freed; `not_yet` while
+    /// it is being destroyed, or, when that is `None`, `gone` once the
+    /// destroy has returned. `capturing` while the stream captures, where
+    /// asking would break that capture
+    /// ([`RawApi::asking_breaks_capture_of`]). The caller has the event's
+    /// context bound.
     pub(super) fn ask<T>(
         &self,
         raw: &R::Event,
         gone: T,
+        not_yet: Option<T>,
         capturing: impl FnOnce() -> Result<T, DriverError>,
         ask: impl FnOnce(&R::Event) -> Result<T, DriverError>,
     ) -> Result<T, DriverError> {
-        let Some(stream) = Handle::from_bits(self.recorded_on.load(Ordering::Relaxed)) else {
-            return capture::relaxed::<R, _>(|| ask(raw));
-        };
-        R::state()
-            .streams
-            .with(stream, |live| {
-                if R::asking_breaks_capture_of(&live.raw)
-                    && matches!(
-                        R::capture_status(Permit::new(), &live.raw)?,
-                        Some(CaptureStatus::Active)
-                    )
-                {
-                    return capturing();
+        self.with_recorded(
+            None,
+            || not_yet.map(Ok),
+            |recorded| match recorded {
+                Recorded::Unread => capture::relaxed::<R, _>(|| ask(raw)),
+                Recorded::Gone => Ok(gone),
+                Recorded::On(live) => {
+                    if R::asking_breaks_capture_of(&live.raw)
+                        && matches!(
+                            R::capture_status(Permit::new(), &live.raw)?,
+                            Some(CaptureStatus::Active)
+                        )
+                    {
+                        return capturing();
+                    }
+                    capture::relaxed::<R, _>(|| ask(raw))
                 }
-                capture::relaxed::<R, _>(|| ask(raw))
-            })
-            .unwrap_or(Ok(gone))
+            },
+        )
     }
+}
+
+/// Where an event was last recorded, as a call that takes it finds it
+/// ([`CheckedEvent::with_recorded`]).
+pub(super) enum Recorded<'a, R: RawApi> {
+    /// Nowhere the driver reads: never recorded, on the null stream, or on
+    /// a driver that reads no stream as it takes an event.
+    Unread,
+    /// On this stream, held live for the call.
+    On(&'a Live<R>),
+    /// On a stream destroyed or forgotten since, whose work is done: the
+    /// destroy waited for it, and a forget drained it.
+    Gone,
 }
 
 impl<R: RawApi> Drop for CheckedEvent<R> {
