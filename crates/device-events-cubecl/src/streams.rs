@@ -142,18 +142,20 @@ impl<A: RawStreams> CubeStreams<A> {
     /// in flight on this thread, inside `with_raw`), as a [`ServerError`]:
     /// the entry is kept, so that a later `forget` releases it.
     pub fn forget(raw: A::Raw) -> Result<(), ServerError> {
-        let mut admitted = lock::<A>();
-        let Some(&(_, stream)) = admitted.get(&A::key(raw)) else {
+        let Some(stream) = lock::<A>().get(&A::key(raw)).map(|&(_, stream)| stream) else {
             return Ok(());
         };
+        // With the map let go: the destroy can wait for the stream's work
+        // (HIP drains it), and for a call on it in flight, which may look
+        // a stream up meanwhile; other streams' lookups go on.
         match <A as EventApi>::stream_destroy(stream) {
             Ok(()) => {
-                admitted.remove(&A::key(raw));
+                drop_entry::<A>(raw, stream);
                 Ok(())
             }
             // Destroyed elsewhere: nothing is left to release.
             Err(err) if err.kind() == ErrorKind::InvalidHandle => {
-                admitted.remove(&A::key(raw));
+                drop_entry::<A>(raw, stream);
                 Ok(())
             }
             Err(err) => {
@@ -164,6 +166,18 @@ impl<A: RawStreams> CubeStreams<A> {
                 Err(server_error(&err))
             }
         }
+    }
+}
+
+/// Drop the entry of `raw`, if it is still `stream`'s (not one admitted
+/// afresh meanwhile).
+fn drop_entry<A: RawStreams>(raw: A::Raw, stream: A::Stream) {
+    let mut admitted = lock::<A>();
+    if admitted
+        .get(&A::key(raw))
+        .is_some_and(|&(_, kept)| A::stream_key(kept) == A::stream_key(stream))
+    {
+        admitted.remove(&A::key(raw));
     }
 }
 

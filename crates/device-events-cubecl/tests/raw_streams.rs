@@ -290,3 +290,83 @@ fn a_refused_stream_wait_into_a_capture_is_an_error_not_a_host_wait() {
     Cuda::stream_destroy(b).unwrap();
     assert_eq!(soft.counts().misuses, 0);
 }
+
+/// `f` on a thread of its own, given 10 s: `None` when it has not
+/// returned by then (it is left running).
+fn within_10s<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    let (done, result) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(f());
+    });
+    result.recv_timeout(std::time::Duration::from_secs(10)).ok()
+}
+
+/// A forget waits for calls in flight on its stream (and on HIP drains
+/// it), with the process's map of raw streams let go: a lookup from
+/// another thread, and one from inside `with_raw` on the very stream the
+/// forget waits for, each return at once.
+#[test]
+fn a_forget_in_progress_blocks_no_lookup() {
+    let soft = SoftDriver::exclusive();
+    type Create = unsafe extern "C" fn(*mut *mut c_void, u32) -> c_int;
+    type Destroy = unsafe extern "C" fn(*mut c_void) -> c_int;
+    // SAFETY: HIP's C signatures of these names.
+    let (create, destroy) = unsafe {
+        (
+            soft.function::<Create>(b"hipStreamCreateWithFlags\0")
+                .unwrap(),
+            soft.function::<Destroy>(b"hipStreamDestroy\0").unwrap(),
+        )
+    };
+    Hip::probe().unwrap();
+    let make = || {
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: `raw` is writable; device 0 is current; 1 is
+        // `hipStreamNonBlocking`.
+        assert_eq!(unsafe { create(&mut raw, 1) }, 0);
+        raw
+    };
+    let (raw, other) = (make(), make());
+    // SAFETY: both of device 0, live until destroyed below, once forgotten.
+    unsafe {
+        CubeStreams::<Hip>::admit(raw, 0).unwrap();
+        CubeStreams::<Hip>::admit(other, 0).unwrap();
+    }
+    let s = CubeStreams::<Hip>::get(raw).unwrap();
+    let (raw_bits, other_bits) = (raw as usize, other as usize);
+    let asked = soft.call_count("hipStreamIsCapturing");
+    let inside_elsewhere = s
+        .with_raw(|_| {
+            // The forget waits for this call to return.
+            let forget = std::thread::spawn(move || {
+                CubeStreams::<Hip>::forget(raw_bits as *mut c_void).map_err(|e| e.to_string())
+            });
+            while soft.call_count("hipStreamIsCapturing") == asked {
+                std::thread::yield_now();
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            let elsewhere =
+                within_10s(move || CubeStreams::<Hip>::get(other_bits as *mut c_void).is_ok());
+            // Asked only where it cannot wait for good: the forget waits
+            // for this very call.
+            let inside = elsewhere.is_some() && CubeStreams::<Hip>::get(other).is_ok();
+            (inside, elsewhere, forget)
+        })
+        .unwrap();
+    let (inside, elsewhere, forget) = inside_elsewhere;
+    assert_eq!(
+        elsewhere,
+        Some(true),
+        "another thread's lookup waited for the forget"
+    );
+    assert!(inside);
+    forget.join().unwrap().unwrap();
+    assert!(CubeStreams::<Hip>::get(raw).is_err());
+    CubeStreams::<Hip>::forget(other).unwrap();
+    // SAFETY: forgotten above, destroyed once.
+    unsafe {
+        assert_eq!(destroy(raw), 0);
+        assert_eq!(destroy(other), 0);
+    }
+    assert_eq!(soft.counts().misuses, 0);
+}
