@@ -102,7 +102,10 @@ pub fn fence<A: device_events_core::backend::FenceApi>(stream: A::Stream) {
 }
 
 /// The same with a pooled event.
-pub fn pooled_fence<A: EventApi>(pool: &FencePool<A>, stream: A::Stream) {
+pub fn pooled_fence<A: device_events_core::backend::FenceApi>(
+    pool: &FencePool<A>,
+    stream: A::Stream,
+) {
     pool.fence(stream).wait_sync().unwrap();
 }
 

@@ -239,3 +239,29 @@ fn a_record_on_the_callers_word_refuses_a_destroyed_stream() {
     assert_eq!(err.kind(), ErrorKind::InvalidHandle, "{err}");
     assert_eq!(Tally::calls("record_event"), records);
 }
+
+/// A fence's event is made without timing, the kind the drivers document as
+/// fast to record, query and wait on, whether it is the fence's own or a
+/// pool's; `event_create`'s, for windows and anchors, with.
+#[test]
+fn a_fences_event_is_made_without_timing_and_a_windows_with() {
+    let _one = exclusive();
+    Tally::set_current(Some(1));
+    let s = Tally::stream_create_non_blocking().unwrap();
+    // None kept from an earlier fence.
+    device_events_core::process::release_idle_events();
+    let (timed, untimed) = (
+        Tally::calls("create_event"),
+        Tally::calls("create_event_without_timing"),
+    );
+    let fence = device_events_core::EventFence::<Tally>::new(s);
+    let pool = device_events_core::FencePool::<Tally>::new();
+    let pooled = pool.fence(s);
+    let event = Tally::event_create().unwrap();
+    assert_eq!(Tally::calls("create_event_without_timing"), untimed + 2);
+    assert_eq!(Tally::calls("create_event"), timed + 1);
+    drop((fence, pooled, pool, event));
+    device_events_core::process::release_idle_events();
+    Tally::stream_destroy(s).unwrap();
+    assert_eq!(Tally::faults(), 0);
+}

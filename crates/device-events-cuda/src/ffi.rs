@@ -82,6 +82,9 @@ fn missing(name: &'static str) -> DriverError {
 pub(crate) const EVENT_DEFAULT: c_uint = 0;
 /// `CU_EVENT_BLOCKING_SYNC`: a wait sleeps instead of spinning.
 pub(crate) const EVENT_BLOCKING_SYNC: c_uint = 1;
+/// `CU_EVENT_DISABLE_TIMING`: no timestamp; the fast kind for a fence
+/// (`cuStreamWaitEvent`, `cuEventQuery`), refused by `cuEventElapsedTime`.
+pub(crate) const EVENT_DISABLE_TIMING: c_uint = 2;
 /// `CUDA_ERROR_NOT_READY`.
 pub(crate) const NOT_READY: u32 = 600;
 /// `CU_STREAM_NON_BLOCKING`.

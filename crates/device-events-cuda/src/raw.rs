@@ -115,12 +115,16 @@ impl RawApi for Cuda {
         _: Permit<Self>,
         _: &Arc<Context>,
         blocking_sync: bool,
+        timing: bool,
     ) -> Result<RawEvent, DriverError> {
-        let flags = if blocking_sync {
+        let mut flags = if blocking_sync {
             ffi::EVENT_BLOCKING_SYNC
         } else {
             ffi::EVENT_DEFAULT
         };
+        if !timing {
+            flags |= ffi::EVENT_DISABLE_TIMING;
+        }
         let mut raw = std::ptr::null_mut();
         cu!(cuEventCreate(&mut raw, flags))?;
         Ok(RawEvent(raw))

@@ -664,3 +664,37 @@ fn exiting_with_a_calibration_in_flight_leaves_the_driver_before_its_teardown() 
         "calls in flight as the driver's exit handler began, or made after"
     );
 }
+
+/// A fence's event is made with `CU_EVENT_DISABLE_TIMING`, the kind NVIDIA
+/// documents as fast to record, query and wait on: the driver refuses its
+/// elapsed time, which a window's event gives.
+#[test]
+fn a_fences_event_has_no_timing_and_a_windows_has() {
+    let soft = SoftDriver::exclusive();
+    bind(0);
+    let s = stream();
+    let elapsed_of_itself = |event: usize| {
+        let mut ms = 0.0f32;
+        // SAFETY: a live event, recorded and reached; `ms` is writable.
+        unsafe { sys::cuEventElapsedTime(&mut ms, event as sys::CUevent, event as sys::CUevent) }
+    };
+    let fence = EventFence::<Cuda>::new(s);
+    let fenced = soft.last_recorded_event();
+    fence.wait_sync().unwrap();
+    assert_eq!(
+        elapsed_of_itself(fenced),
+        sys::cudaError_enum::CUDA_ERROR_INVALID_HANDLE,
+        "a fence's event has timing"
+    );
+    let mut profiler = EventProfiler::<Cuda>::new();
+    let token = profiler.start(s);
+    let started = soft.last_recorded_event();
+    let window = profiler.stop(s, token).unwrap();
+    assert!(pollster::block_on(window.resolve()).is_some());
+    assert_eq!(
+        elapsed_of_itself(started),
+        sys::cudaError_enum::CUDA_SUCCESS
+    );
+    drop((fence, profiler));
+    Cuda::stream_destroy(s).unwrap();
+}

@@ -112,12 +112,16 @@ impl RawApi for Hip {
         _: Permit<Self>,
         _: &c_int,
         blocking_sync: bool,
+        timing: bool,
     ) -> Result<RawEvent, DriverError> {
-        let flags = if blocking_sync {
+        let mut flags = if blocking_sync {
             runtime::HIP_EVENT_BLOCKING_SYNC
         } else {
             runtime::HIP_EVENT_DEFAULT
         };
+        if !timing {
+            flags |= runtime::HIP_EVENT_DISABLE_TIMING;
+        }
         let mut raw = std::ptr::null_mut();
         hip!(hipEventCreateWithFlags(&mut raw, flags))?;
         Ok(RawEvent(raw))

@@ -28,6 +28,8 @@ pub(crate) type Status = c_int;
 pub(crate) const HIP_SUCCESS: Status = 0;
 pub(crate) const HIP_EVENT_DEFAULT: c_uint = 0;
 pub(crate) const HIP_EVENT_BLOCKING_SYNC: c_uint = 1;
+/// `hipEventDisableTiming`: no timestamp, the fast kind for a fence.
+pub(crate) const HIP_EVENT_DISABLE_TIMING: c_uint = 2;
 pub(crate) const HIP_ERROR_NOT_READY: Status = 600;
 pub(crate) const HIP_STREAM_NON_BLOCKING: c_uint = 1;
 pub(crate) const HIP_STREAM_CAPTURE_STATUS_NONE: c_int = 0;

@@ -608,3 +608,34 @@ fn a_runtime_older_than_rocm_5_7_is_refused_with_a_clear_error() {
         &[("SOFT_DRIVER_HIP_VERSION", "50600000")],
     );
 }
+
+/// A fence's event is made with `hipEventDisableTiming`, the fast kind to
+/// record, query and wait on: the runtime refuses its elapsed time, which a
+/// window's event gives.
+#[test]
+fn a_fences_event_has_no_timing_and_a_windows_has() {
+    let soft = SoftDriver::exclusive();
+    bind(0);
+    let s = support::stream();
+    let elapsed_of_itself = |event: usize| {
+        let mut ms = 0.0f32;
+        // SAFETY: a live event, recorded and reached; `ms` is writable.
+        unsafe { cubecl_hip_sys::hipEventElapsedTime(&mut ms, event as _, event as _) }
+    };
+    let fence = device_events_core::EventFence::<Hip>::new(s);
+    let fenced = soft.last_recorded_event();
+    fence.wait_sync().unwrap();
+    assert_eq!(
+        elapsed_of_itself(fenced),
+        cubecl_hip_sys::hipError_t_hipErrorInvalidHandle,
+        "a fence's event has timing"
+    );
+    let mut profiler = device_events_core::EventProfiler::<Hip>::new();
+    let token = profiler.start(s);
+    let started = soft.last_recorded_event();
+    let window = profiler.stop(s, token).unwrap();
+    assert!(pollster::block_on(window.resolve()).is_some());
+    assert_eq!(elapsed_of_itself(started), cubecl_hip_sys::HIP_SUCCESS);
+    drop((fence, profiler));
+    Hip::stream_destroy(s).unwrap();
+}

@@ -193,7 +193,12 @@ impl RawApi for OpenCl {
         Ok(())
     }
 
-    fn create_event(_: Permit<Self>, _: &Arc<Context>, _: bool) -> Result<RawEvent, DriverError> {
+    fn create_event(
+        _: Permit<Self>,
+        _: &Arc<Context>,
+        _: bool,
+        _: bool,
+    ) -> Result<RawEvent, DriverError> {
         LIVE_EVENTS.fetch_add(1, Ordering::Relaxed);
         Ok(RawEvent {
             marker: Mutex::new(std::ptr::null_mut()),

@@ -39,7 +39,7 @@ impl<R: RawApi> EventApi for R {
 
     fn event_create() -> Result<CheckedEvent<R>, DriverError> {
         // The current context is `held`'s: nothing to bind.
-        CheckedEvent::create(R::hold_current(Permit::new(), R::CALLS.create_event)?)
+        CheckedEvent::create(R::hold_current(Permit::new(), R::CALLS.create_event)?, true)
     }
 
     fn event_destroy(event: &mut CheckedEvent<R>) -> Result<(), DriverError> {

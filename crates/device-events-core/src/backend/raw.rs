@@ -178,8 +178,11 @@ pub trait RawApi: Sized + Send + Sync + 'static {
         previous: Option<Self::Context>,
     ) -> Result<(), DriverError>;
 
-    /// Create a timing event in the current context, `held`; `blocking_sync` makes
-    /// its waits sleep instead of spin.
+    /// Create an event in the current context, `held`; `blocking_sync` makes
+    /// its waits sleep instead of spin. `timing`: for windows and anchors,
+    /// whose elapsed times are read; a fence's event is made without
+    /// (`CU_EVENT_DISABLE_TIMING`, `hipEventDisableTiming`), the kind the
+    /// drivers document as fast to record, query and wait on.
     ///
     /// # Errors
     ///
@@ -188,6 +191,7 @@ pub trait RawApi: Sized + Send + Sync + 'static {
         permit: Permit<Self>,
         held: &Self::Held,
         blocking_sync: bool,
+        timing: bool,
     ) -> Result<Self::Event, DriverError>;
     /// Release an event.
     ///

@@ -6,7 +6,7 @@ use super::FenceApi;
 use crate::EventApi;
 use crate::driver::DriverError;
 use crate::fence::event_pool::{EventPool, PooledEvent};
-use crate::fence::owned_event::KeptEvent;
+use crate::fence::owned_event::{KeptEvent, OwnedEvent};
 
 /// The event behind a fence: its own (kept for reuse by the backend when
 /// dropped), or one on loan from a [`FencePool`].
@@ -182,15 +182,21 @@ impl<A: EventApi> FencePool<A> {
         }
     }
 
-    /// A fence on `stream`, as [`EventFence::new`], with a pooled event that
-    /// goes back to the pool when the fence is dropped.
-    pub fn fence(&self, stream: A::Stream) -> EventFence<A> {
-        EventFence::record(self.events.take().map(FenceEvent::Pooled), stream)
-    }
-
     /// Events idle in the pool.
     pub fn idle(&self) -> usize {
         self.events.idle()
+    }
+}
+
+impl<A: FenceApi> FencePool<A> {
+    /// A fence on `stream`, as [`EventFence::new`], with a pooled event that
+    /// goes back to the pool when the fence is dropped. A new one is made
+    /// as a fence's are (without timing, in the stream's context).
+    pub fn fence(&self, stream: A::Stream) -> EventFence<A> {
+        let event = self
+            .events
+            .take_or(|| A::fence_event(stream).map(OwnedEvent::adopt));
+        EventFence::record(event.map(FenceEvent::Pooled), stream)
     }
 }
 

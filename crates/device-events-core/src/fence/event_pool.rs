@@ -35,10 +35,18 @@ impl<A: EventApi> EventPool<A> {
     /// An idle event, or a new one, in the current context, when none is
     /// idle.
     pub(crate) fn take(self: &Arc<Self>) -> Result<PooledEvent<A>, DriverError> {
+        self.take_or(OwnedEvent::create)
+    }
+
+    /// An idle event, or one from `create` when none is idle.
+    pub(crate) fn take_or(
+        self: &Arc<Self>,
+        create: impl FnOnce() -> Result<OwnedEvent<A>, DriverError>,
+    ) -> Result<PooledEvent<A>, DriverError> {
         let reused = self.lock().pop();
         let event = match reused {
             Some(event) => event,
-            None => OwnedEvent::create()?,
+            None => create()?,
         };
         Ok(self.lend(event))
     }

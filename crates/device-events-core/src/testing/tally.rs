@@ -148,8 +148,17 @@ impl RawApi for Tally {
         CURRENT.set(previous);
         Ok(())
     }
-    fn create_event(_: Permit<Self>, _: &u32, _: bool) -> Result<TallyHandle, DriverError> {
-        Self::make("create_event")
+    fn create_event(
+        _: Permit<Self>,
+        _: &u32,
+        _: bool,
+        timing: bool,
+    ) -> Result<TallyHandle, DriverError> {
+        Self::make(if timing {
+            "create_event"
+        } else {
+            "create_event_without_timing"
+        })
     }
     fn destroy_event(_: Permit<Self>, event: TallyHandle) -> Result<(), DriverError> {
         Self::release("destroy_event", &event)

@@ -58,10 +58,11 @@ impl<R: RawApi> CheckedEvent<R> {
         R::context_of(&self.held)
     }
 
-    /// A new event in `held`, which the caller has current.
-    pub(super) fn create(held: R::Held) -> Result<Self, DriverError> {
+    /// A new event in `held`, which the caller has current; with timing
+    /// for a window or an anchor, without for a fence.
+    pub(super) fn create(held: R::Held, timing: bool) -> Result<Self, DriverError> {
         let blocking = R::state().blocking_sync.load(Ordering::Relaxed);
-        let raw = R::create_event(Permit::new(), &held, blocking)?;
+        let raw = R::create_event(Permit::new(), &held, blocking, timing)?;
         Ok(Self {
             raw: Some(raw),
             held,

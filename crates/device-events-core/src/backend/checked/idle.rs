@@ -144,7 +144,8 @@ pub(super) fn fence_event<R: RawApi>(
         }
     }
     let held = stream.held(R::CALLS.record_event)?;
-    bound::<R, _>(&held.clone(), || CheckedEvent::create(held))
+    // Without timing: a fence's event is only recorded, asked and waited on.
+    bound::<R, _>(&held.clone(), || CheckedEvent::create(held, false))
 }
 
 /// Keep `event` while there is room; else give it back.
