@@ -404,6 +404,16 @@ impl SoftDriver {
         unsafe { f(ns) }
     }
 
+    /// How many calls have entered the gap of
+    /// [`set_check_to_use_ns`](Self::set_check_to_use_ns) since load: past
+    /// their check of the event's stream, not yet at its use.
+    pub fn check_to_use_gaps(&self) -> u64 {
+        type F = unsafe extern "C" fn() -> u64;
+        let f = self.symbol::<F>(b"soft_driver_check_to_use_gaps\0");
+        // SAFETY: no arguments; the driver counts.
+        unsafe { f() }
+    }
+
     /// Set the memset speed, in bytes per second.
     pub fn set_bandwidth(&self, bytes_per_second: f64) {
         type F = unsafe extern "C" fn(f64);

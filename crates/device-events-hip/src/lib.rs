@@ -201,6 +201,18 @@ pub(crate) fn runtime_initialised() -> Result<&'static Runtime, DriverError> {
 
 /// The oldest runtime this crate uses, as `hipRuntimeGetVersion` encodes
 /// it: ROCm 5.7.
+///
+/// ```
+/// use device_events_hip::{Hip, OLDEST_RUNTIME};
+///
+/// match Hip::runtime() {
+///     Ok(found) if found.runtime_version < OLDEST_RUNTIME => {
+///         println!("{found} is refused once a device is found")
+///     }
+///     Ok(found) => println!("{found}"),
+///     Err(err) => println!("no HIP runtime: {err}"),
+/// }
+/// ```
 pub const OLDEST_RUNTIME: i32 = 50_700_000;
 
 /// Refuse a runtime older than [`OLDEST_RUNTIME`]: before ROCm 5.7,

@@ -432,11 +432,10 @@ fn check(call: &'static str, status: cubecl_hip_sys::hipError_t) {
 }
 
 /// A stream of this crate's, or one made by hand and admitted (whose
-/// `stream_destroy` forgets it, draining it first); and how to know its
-/// destroy (or forget) is in the runtime, and what to destroy after.
-fn made_or_admitted(admitted: bool) -> (device_events_hip::HipStream, &'static str, Option<usize>) {
+/// `stream_destroy` forgets it), and the raw stream to destroy after.
+fn made_or_admitted(admitted: bool) -> (device_events_hip::HipStream, Option<usize>) {
     if !admitted {
-        return (support::stream(), "hipStreamDestroy", None);
+        return (support::stream(), None);
     }
     let mut raw = std::ptr::null_mut();
     // SAFETY: `raw` is writable.
@@ -445,37 +444,88 @@ fn made_or_admitted(admitted: bool) -> (device_events_hip::HipStream, &'static s
     });
     // SAFETY: a stream of device 0, destroyed by the caller once forgotten.
     let s = unsafe { Hip::stream_from_raw(raw.cast(), 0) }.unwrap();
-    (s, "hipStreamSynchronize", Some(raw as usize))
+    (s, Some(raw as usize))
 }
 
 /// Start `Hip::stream_destroy(s)` on a thread of its own, and return once
-/// it is in the runtime (`call` counted): out of the table, waiting for the
-/// stream's work.
+/// it has made its `nth` call of `call` since: draining the stream while
+/// it is live (`hipStreamSynchronize`), or destroying it, out of the table
+/// (`hipStreamDestroy`).
 fn destroy_in_background(
     soft: &SoftDriver,
     s: device_events_hip::HipStream,
     call: &str,
+    nth: u64,
 ) -> std::thread::JoinHandle<Result<(), device_events_core::DriverError>> {
     let calls = soft.call_count(call);
     let destroy = std::thread::spawn(move || Hip::stream_destroy(s));
-    while soft.call_count(call) == calls {
-        std::thread::yield_now();
-    }
+    until_called(soft, call, calls + nth);
     destroy
 }
 
-/// clr's `hipStreamDestroy` waits for the stream's work, and a forget
-/// drains the stream first: until that returns, a fence recorded there is
-/// not complete, and a wait on it returns only once the work is done.
+/// Wait until `call` has been made `count` times since the last reset;
+/// fail after 10 s.
+fn until_called(soft: &SoftDriver, call: &str, count: u64) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while soft.call_count(call) < count {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no {call} within 10 s"
+        );
+        std::thread::yield_now();
+    }
+}
+
+/// A stream being destroyed whose destroy is in the runtime, waiting for
+/// `late`: work queued on the stream while its drain (before the destroy)
+/// ran, so the drain did not wait for it. The fence recorded after `late`
+/// is in the window where the runtime can no longer be asked about it.
+struct Closing {
+    /// Freed last: `hipFree` waits for every stream of the device.
+    _early: Held,
+    late: Held,
+    fence: device_events_core::EventFence<Hip>,
+    /// An event recorded after `late` too, to drop meanwhile.
+    event: device_events_hip::HipEvent,
+    destroy: std::thread::JoinHandle<Result<(), device_events_core::DriverError>>,
+}
+
+impl Closing {
+    fn begin(soft: &SoftDriver) -> Self {
+        let s = support::stream();
+        let early = Held::on(s);
+        // The drain waits for `early`.
+        let destroy = destroy_in_background(soft, s, "hipStreamSynchronize", 1);
+        let late = Held::on(s);
+        let fence = device_events_core::EventFence::<Hip>::new(s);
+        let event = Hip::event_create().unwrap();
+        Hip::event_record(&event, s).unwrap();
+        let destroys = soft.call_count("hipStreamDestroy");
+        early.release();
+        until_called(soft, "hipStreamDestroy", destroys + 1);
+        Self {
+            _early: early,
+            late,
+            fence,
+            event,
+            destroy,
+        }
+    }
+}
+
+/// Until a destroy (or forget) of its stream has drained the stream, a
+/// fence recorded there is not complete, and a wait on it returns only once
+/// the work is done: asked of the runtime while the drain runs (the stream
+/// still live), and not asked at all once the runtime destroys the stream.
 #[test]
 fn a_fence_is_complete_only_once_a_destroy_of_its_stream_has_drained_it() {
     let soft = SoftDriver::exclusive();
     bind(0);
     for admitted in [false, true] {
-        let (s, drained_by, raw) = made_or_admitted(admitted);
+        let (s, raw) = made_or_admitted(admitted);
         let held = Held::on(s);
         let fence = device_events_core::EventFence::<Hip>::new(s);
-        let destroy = destroy_in_background(&soft, s, drained_by);
+        let destroy = destroy_in_background(&soft, s, "hipStreamSynchronize", 1);
         assert!(
             !fence.is_complete().unwrap(),
             "read complete while its stream's work is held (admitted: {admitted})"
@@ -505,46 +555,149 @@ fn a_fence_is_complete_only_once_a_destroy_of_its_stream_has_drained_it() {
     device_events_core::process::release_idle_events();
 }
 
-/// clr adds no wait on an event whose stream is being destroyed: a stream
-/// made to wait on such a fence waits for the destroy's end instead, so
-/// its later work never runs before the destroyed stream's.
+/// Once the runtime is destroying the stream (which it no longer counts as
+/// valid), a fence recorded there reads not complete without the runtime
+/// being asked, a wait on it waits for the destroy, and an event recorded
+/// there and dropped meanwhile is destroyed once the destroy has returned,
+/// the thread that dropped it never waiting.
+#[test]
+fn a_fence_in_a_stream_the_runtime_is_destroying_is_not_complete_and_not_asked() {
+    let soft = SoftDriver::exclusive();
+    bind(0);
+    let closing = Closing::begin(&soft);
+    let asked = soft.call_count("hipEventQuery") + soft.call_count("hipEventSynchronize");
+    assert!(!closing.fence.is_complete().unwrap());
+    assert_eq!(
+        soft.call_count("hipEventQuery") + soft.call_count("hipEventSynchronize"),
+        asked
+    );
+    let destroyed = soft.call_count("hipEventDestroy");
+    let mut event = closing.event;
+    Hip::event_destroy(&mut event).unwrap();
+    assert_eq!(
+        soft.call_count("hipEventDestroy"),
+        destroyed,
+        "destroyed while its stream is"
+    );
+    let fence = closing.fence;
+    let waiter = std::thread::spawn(move || {
+        fence.wait_sync().unwrap();
+        soft_now()
+    });
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let released = soft_now();
+    closing.late.release();
+    closing.destroy.join().unwrap().unwrap();
+    assert!(
+        waiter.join().unwrap() >= released,
+        "the wait returned before the work was done"
+    );
+    assert_eq!(soft.call_count("hipEventDestroy"), destroyed + 1);
+    drop(closing.late);
+    device_events_core::process::release_idle_events();
+}
+
+/// The software driver's clock, which its truths are on.
+fn soft_now() -> u64 {
+    SoftDriver::get().unwrap().host_now_ns()
+}
+
+/// clr adds no wait on an event whose stream it is destroying: a stream
+/// made to wait on such a fence waits for the destroy's end instead, on the
+/// host, so its later work never runs before the destroyed stream's.
 #[test]
 fn a_wait_on_a_fence_of_a_stream_being_destroyed_is_never_dropped() {
     let soft = SoftDriver::exclusive();
     bind(0);
-    let (s, w) = (support::stream(), support::stream());
-    let held = Held::on(s);
-    let fence = device_events_core::EventFence::<Hip>::new(s);
-    let destroy = destroy_in_background(&soft, s, "hipStreamDestroy");
+    let closing = Closing::begin(&soft);
+    let w = support::stream();
+    let fence = closing.fence;
     let waiter = std::thread::spawn(move || {
         fence.wait_async(w).unwrap();
-        device_events_core::EventFence::<Hip>::new(w)
+        let after = device_events_core::EventFence::<Hip>::new(w);
+        let recorded = SoftDriver::get().unwrap().last_recorded_event();
+        (after, recorded)
     });
-    // Long enough for the waiter's later work to run, were it not held.
-    std::thread::sleep(std::time::Duration::from_millis(50));
-    if waiter.is_finished() {
-        let after = waiter.join().unwrap();
-        assert!(
-            !after.is_complete().unwrap(),
-            "the waiter's later work ran while the stream it waits for was held"
-        );
-        held.release();
-        destroy.join().unwrap().unwrap();
-    } else {
-        held.release();
-        destroy.join().unwrap().unwrap();
-        waiter.join().unwrap().wait_sync().unwrap();
-    }
-    drop(held);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let released = soft_now();
+    closing.late.release();
+    closing.destroy.join().unwrap().unwrap();
+    let (after, recorded) = waiter.join().unwrap();
+    after.wait_sync().unwrap();
+    let reached = soft.event_truth_ns(recorded).unwrap();
+    assert!(
+        reached >= released,
+        "the waiter's later work ran {} ns before the stream it waits for was let go",
+        released - reached
+    );
+    drop((after, closing.event, closing.late));
     Hip::stream_destroy(w).unwrap();
     device_events_core::process::release_idle_events();
+}
+
+/// A stream wait on a fence of a stream being destroyed waits for that
+/// destroy holding no stream: the waiting stream's own destroy, meanwhile,
+/// returns without waiting for the other stream's work.
+#[test]
+fn a_stream_waiting_out_anothers_destroy_can_itself_be_destroyed() {
+    let soft = SoftDriver::exclusive();
+    bind(0);
+    let closing = Closing::begin(&soft);
+    let w = support::stream();
+    let fence = closing.fence;
+    let waiter = std::thread::spawn(move || fence.wait_async(w).map_err(|e| e.kind()));
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let destroyed_w = within_10s(move || Hip::stream_destroy(w).is_ok());
+    closing.late.release();
+    closing.destroy.join().unwrap().unwrap();
+    assert_eq!(
+        destroyed_w,
+        Some(true),
+        "the waiter's destroy waited for the other stream"
+    );
+    // Its stream gone meanwhile, or waited for: either is an answer.
+    let _ = waiter.join().unwrap();
+    drop((closing.event, closing.late));
+    device_events_core::process::release_idle_events();
+}
+
+/// From inside `with_raw`, a wait for a fence whose stream the runtime is
+/// destroying is refused rather than waited for: that destroy could be
+/// waiting for a call on the stream this thread holds.
+#[test]
+fn a_wait_from_inside_with_raw_for_a_stream_being_destroyed_is_refused() {
+    let soft = SoftDriver::exclusive();
+    bind(0);
+    let closing = Closing::begin(&soft);
+    let other = support::stream();
+    let refused = other
+        .with_raw(|_| closing.fence.wait_sync().map_err(|e| e.to_string()))
+        .unwrap();
+    let err = refused.unwrap_err();
+    assert!(err.contains("inside with_raw"), "{err}");
+    closing.late.release();
+    closing.destroy.join().unwrap().unwrap();
+    closing.fence.wait_sync().unwrap();
+    drop((closing.fence, closing.event, closing.late));
+    Hip::stream_destroy(other).unwrap();
+    device_events_core::process::release_idle_events();
+}
+
+/// `f` on a thread of its own, given 10 s: `None` when it has not returned
+/// by then (it is left running).
+fn within_10s<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    let (done, result) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(f());
+    });
+    result.recv_timeout(std::time::Duration::from_secs(10)).ok()
 }
 
 /// clr's `hipEventDestroy` and `hipStreamWaitEvent` check the stream of the
 /// event's last record and then use it with no lock held: that stream is
 /// held across each call, so a destroy of it waits for the call, and the
 /// runtime never uses a stream it is freeing (counted on the software
-/// driver with the gap between the check and the use widened to 1 s).
+/// driver with the gap between the check and the use widened to 300 ms).
 #[test]
 fn an_event_destroyed_or_waited_on_holds_the_stream_it_was_recorded_on() {
     let soft = SoftDriver::exclusive();
@@ -553,13 +706,8 @@ fn an_event_destroyed_or_waited_on_holds_the_stream_it_was_recorded_on() {
         let (s, w) = (support::stream(), support::stream());
         let mut event = Hip::event_create().unwrap();
         Hip::event_record(&event, s).unwrap();
-        soft.set_check_to_use_ns(1_000_000_000);
-        let call = if wait {
-            "hipStreamWaitEvent"
-        } else {
-            "hipEventDestroy"
-        };
-        let calls = soft.call_count(call);
+        soft.set_check_to_use_ns(300_000_000);
+        let gaps = soft.check_to_use_gaps();
         let user = std::thread::spawn(move || {
             if wait {
                 Hip::stream_wait_event(w, &event)
@@ -567,11 +715,10 @@ fn an_event_destroyed_or_waited_on_holds_the_stream_it_was_recorded_on() {
                 Hip::event_destroy(&mut event)
             }
         });
-        while soft.call_count(call) == calls {
+        // Past the runtime's check, inside its gap.
+        while soft.check_to_use_gaps() == gaps {
             std::thread::yield_now();
         }
-        // Past the runtime's check, inside its second-long gap.
-        std::thread::sleep(std::time::Duration::from_millis(100));
         Hip::stream_destroy(s).unwrap();
         user.join().unwrap().unwrap();
         soft.set_check_to_use_ns(0);

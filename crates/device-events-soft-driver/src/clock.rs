@@ -216,3 +216,15 @@ pub(crate) fn check_to_use_ns() -> u64 {
 pub(crate) fn set_check_to_use_ns(ns: u64) {
     CHECK_TO_USE_NS.store(ns, Ordering::Relaxed);
 }
+
+/// How many calls have entered that gap, so a test knows a call is past
+/// its check.
+static IN_GAP: AtomicU64 = AtomicU64::new(0);
+
+pub(crate) fn entered_gap() {
+    IN_GAP.fetch_add(1, Ordering::SeqCst);
+}
+
+pub(crate) fn gaps_entered() -> u64 {
+    IN_GAP.load(Ordering::SeqCst)
+}

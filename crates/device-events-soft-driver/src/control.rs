@@ -358,6 +358,13 @@ pub extern "C" fn soft_driver_set_check_to_use_ns(ns: u64) {
     clock::set_check_to_use_ns(ns);
 }
 
+/// How many calls have entered the gap [`soft_driver_set_check_to_use_ns`]
+/// sets, since load: a test waits for it to know a call is past its check.
+#[unsafe(no_mangle)]
+pub extern "C" fn soft_driver_check_to_use_gaps() -> u64 {
+    clock::gaps_entered()
+}
+
 /// Set the memset speed, in bytes per second.
 #[unsafe(no_mangle)]
 pub extern "C" fn soft_driver_set_bandwidth(bytes_per_second: f64) {

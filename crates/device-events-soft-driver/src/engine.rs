@@ -596,9 +596,10 @@ impl Engine {
     /// clr's `hipEventDestroy` and `hipStreamWaitEvent_common`: the stream
     /// of the event's last record is checked (`hip::isValid`) and, if
     /// valid, used, with no lock held in between. With a gap set
-    /// ([`clock::check_to_use_ns`]) the engine's lock is let go for that
-    /// long between the two, and a destroy of the stream that began
-    /// meanwhile is a counted misuse: clr would use a stream it frees.
+    /// ([`clock::check_to_use_ns`]) the engine's lock is let go for up to
+    /// that long between the two (until a destroy of the stream begins),
+    /// and a destroy of the stream that began meanwhile is a counted
+    /// misuse: clr would use a stream it frees.
     fn checked_then_used<'a>(
         &'a self,
         state: MutexGuard<'a, State>,
@@ -614,8 +615,15 @@ impl Engine {
             return state;
         }
         drop(state);
-        std::thread::sleep(Duration::from_nanos(gap));
-        let state = self.lock();
+        clock::entered_gap();
+        // The gap, cut short by a destroy of the stream begun in it.
+        let until = std::time::Instant::now() + Duration::from_nanos(gap);
+        let mut state = self.lock();
+        while valid(&state) && std::time::Instant::now() < until {
+            drop(state);
+            std::thread::sleep(Duration::from_millis(1));
+            state = self.lock();
+        }
         if !valid(&state) {
             // What clr does then is undefined; the call goes on here.
             count_misuse();
@@ -802,9 +810,10 @@ impl Engine {
                     c.unjoined.remove(&stream);
                 }
             }
-            // clr takes the stream out of its device's pools before it
-            // waits (`RemoveStreamFromPools`, then `Destroy`): from here
-            // `hip::isValid` says no, and the handle is not usable.
+            // clr takes the stream out of its device's set before it waits
+            // (`hip::Stream::Destroy`: `Device::RemoveStream`, then the
+            // release that waits): from here `hip::isValid` says no, and
+            // the handle is not usable.
             let Some(s) = state.streams.get_mut(&stream) else {
                 return Err(misuse());
             };

@@ -820,7 +820,7 @@ impl Destroying {
         let (s, recorded) = (stream(), event());
         let (supported, word) = signal_word();
         assert!(supported);
-        let destroys = soft.call_count("hipStreamDestroy");
+        let streams = soft.counts().streams;
         // SAFETY: live handles; the word outlives the wait (freed in
         // `Drop`, once the destroy, which drains the stream, returned).
         unsafe {
@@ -837,7 +837,9 @@ impl Destroying {
         let raw = s as usize;
         // SAFETY: the stream is live, destroyed once, here.
         let destroy = std::thread::spawn(move || check(unsafe { hip::hipStreamDestroy(raw as _) }));
-        while soft.call_count("hipStreamDestroy") == destroys {
+        // Not valid from the moment the destroy began (it no longer
+        // counts as live), while it waits for the stream's work.
+        while soft.counts().streams == streams {
             std::thread::yield_now();
         }
         Self {
@@ -930,7 +932,8 @@ fn a_stream_destroyed_between_an_event_calls_check_and_use_is_a_misuse() {
         let (s, recorded, waiter) = (stream(), event(), stream());
         let (supported, word) = signal_word();
         assert!(supported);
-        soft.set_check_to_use_ns(1_000_000_000);
+        // Long: the gap ends as the destroy begins.
+        soft.set_check_to_use_ns(60_000_000_000);
         let misuses = soft.counts().misuses;
         // SAFETY: live handles; the word outlives the stream's wait.
         unsafe {
@@ -944,7 +947,7 @@ fn a_stream_destroyed_between_an_event_calls_check_and_use_is_a_misuse() {
             check(hip::hipEventRecord(recorded, s));
         }
         let (event, into) = (recorded as usize, waiter as usize);
-        let calls = soft.call_count("hipEventDestroy") + soft.call_count("hipStreamWaitEvent");
+        let gaps = soft.check_to_use_gaps();
         let user = std::thread::spawn(move || {
             // SAFETY: live handles; the event is destroyed once.
             unsafe {
@@ -955,11 +958,10 @@ fn a_stream_destroyed_between_an_event_calls_check_and_use_is_a_misuse() {
                 }
             }
         });
-        while soft.call_count("hipEventDestroy") + soft.call_count("hipStreamWaitEvent") == calls {
+        // Past the check, inside the gap.
+        while soft.check_to_use_gaps() == gaps {
             std::thread::yield_now();
         }
-        // Past the check, inside the second-long gap.
-        std::thread::sleep(Duration::from_millis(100));
         let raw = s as usize;
         // SAFETY: the stream is live, destroyed once.
         let destroy = std::thread::spawn(move || check(unsafe { hip::hipStreamDestroy(raw as _) }));

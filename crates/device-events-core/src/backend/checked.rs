@@ -11,6 +11,7 @@ use cubecl_common::profile::Duration;
 use crate::anchoring::{AnchorApi, Gate, HostStamp};
 use crate::api::{EventApi, EventQuery};
 use crate::backend::capture;
+use crate::backend::handle_table::{Handle, Pinned, inside_any};
 use crate::backend::raw::{Permit, RawApi};
 use crate::driver::{CaptureStatus, DriverError, ErrorKind};
 use crate::fence::FenceApi;
@@ -45,13 +46,30 @@ impl<R: RawApi> EventApi for R {
     fn event_destroy(event: &mut CheckedEvent<R>) -> Result<(), DriverError> {
         let call = R::CALLS.destroy_event;
         let raw = event.raw.take().ok_or_else(|| dead::<R>(call, "event"))?;
+        let destroy = |raw| releasing::<R, _>(&event.held, || R::destroy_event(Permit::new(), raw));
         // Where the driver reads the stream of the event's last record as
-        // it destroys the event, that stream is held meanwhile.
-        event.with_recorded(
-            None,
-            || None,
-            |_| releasing::<R, _>(&event.held, || R::destroy_event(Permit::new(), raw)),
-        )
+        // it destroys the event, that stream is held meanwhile; while it is
+        // being destroyed, its destroy destroys the event after, so no
+        // thread here waits for the stream's work.
+        let Some(stream) = event.recorded_stream() else {
+            return destroy(raw);
+        };
+        let state = R::state();
+        match state.streams.pin(stream) {
+            Pinned::Live(_held) => destroy(raw),
+            Pinned::Gone => destroy(raw),
+            Pinned::Closing => {
+                let mut after_close = state.after_close.lock();
+                // Asked again under the list's lock, which the destroy
+                // takes once its entry is gone.
+                if matches!(state.streams.pin(stream), Pinned::Closing) {
+                    after_close.push((stream, raw, event.held.clone()));
+                    return Ok(());
+                }
+                drop(after_close);
+                destroy(raw)
+            }
+        }
     }
 
     fn event_record(event: &CheckedEvent<R>, stream: CheckedStream<R>) -> Result<(), DriverError> {
@@ -69,7 +87,7 @@ impl<R: RawApi> EventApi for R {
             event.ask(
                 raw,
                 (),
-                None,
+                |can_wait| (!can_wait).then(|| Err(closing_inside_with_raw::<R>(call))),
                 || {
                     Err(DriverError::refused(
                         R::BACKEND,
@@ -111,27 +129,44 @@ impl<R: RawApi> EventApi for R {
     ) -> Result<(), DriverError> {
         let call = R::CALLS.wait_event;
         let raw = event.live(call)?;
-        stream.on_live(call, |live| {
-            if !R::WAITS_ACROSS_CONTEXTS {
-                event.same_context(call, &live.held)?;
+        // Where the driver reads the stream of the event's last record as
+        // it adds the wait, that stream is held meanwhile. Such a driver
+        // (HIP's) would drop a wait on an event of a stream being
+        // destroyed (it takes the event as reached once the stream is not
+        // valid): the destroy's end is waited for instead, when the
+        // stream's work is done and nothing is left to wait for. Waited
+        // for holding no stream: the destroy of the stream held could be
+        // waiting for this call, and this call for it.
+        loop {
+            if let Some(recorded) = event.recorded_stream()
+                && recorded != stream.handle
+                && matches!(R::state().streams.pin(recorded), Pinned::Closing)
+            {
+                if inside_any() {
+                    return Err(closing_inside_with_raw::<R>(call));
+                }
+                R::state().streams.wait_closed(recorded);
             }
-            // Where the driver reads the stream of the event's last record
-            // as it adds the wait, that stream is held meanwhile. A wait on
-            // an event of a stream being destroyed would be dropped by
-            // such a driver (HIP's: it takes the event as reached once its
-            // stream is not valid): it waits for the destroy's end instead,
-            // when the stream's work is done and nothing is left to wait for.
-            event.with_recorded(
-                Some((stream.handle, live)),
-                || None,
-                |recorded| match recorded {
-                    Recorded::Gone => Ok(()),
-                    Recorded::On(_) | Recorded::Unread => {
-                        R::wait_event(Permit::new(), &live.raw, raw)
-                    }
-                },
-            )
-        })
+            let added = stream.on_live(call, |live| {
+                if !R::WAITS_ACROSS_CONTEXTS {
+                    event.same_context(call, &live.held)?;
+                }
+                event.with_recorded(
+                    Some((stream.handle, live)),
+                    // Closing since the look above: again, unheld.
+                    |_| Some(Ok(false)),
+                    |recorded| match recorded {
+                        Recorded::Gone => Ok(true),
+                        Recorded::On(_) | Recorded::Unread => {
+                            R::wait_event(Permit::new(), &live.raw, raw).map(|()| true)
+                        }
+                    },
+                )
+            })?;
+            if added {
+                return Ok(());
+            }
+        }
     }
 
     fn stream_synchronize(stream: CheckedStream<R>) -> Result<(), DriverError> {
@@ -174,28 +209,40 @@ impl<R: RawApi> EventApi for R {
                 "the stream is in use on this thread (inside with_raw): destroy it after",
             ));
         }
-        if R::state()
-            .streams
-            .with(stream.handle, |live| forget_refused(live, call))
-            .transpose()?
-            .is_none()
-        {
-            return Err(dead::<R>(call, "stream"));
-        }
+        let streams = &R::state().streams;
+        let drained = streams
+            .with(stream.handle, |live| {
+                forget_refused(live, call)?;
+                Ok(drain_first(live))
+            })
+            .transpose()?;
         // Out of the table, once calls in flight on it have returned: no
         // copy of the handle can reach the driver after this. Until the
         // destroy (or the forget's drain) returns, the entry is closing:
         // an event recorded there is not yet reached, and is not asked of
         // the driver either, which may be freeing the stream.
-        R::state()
-            .streams
-            .remove_with(stream.handle, |live| {
-                if !live.owned {
-                    return forget(live);
-                }
-                releasing::<R, _>(&live.held, || R::destroy_stream(Permit::new(), live.raw))
-            })
-            .ok_or_else(|| dead::<R>(call, "stream"))?
+        let closed = drained.and_then(|drained| {
+            streams
+                .remove_with(stream.handle, |live| {
+                    if !live.owned {
+                        return forget(live);
+                    }
+                    releasing::<R, _>(&live.held, || R::destroy_stream(Permit::new(), live.raw))
+                })
+                .map(|closed| closed.and(drained))
+        });
+        let Some(closed) = closed else {
+            // Destroyed, or being destroyed by another thread: answered
+            // once that destroy has returned, so that a second destroy
+            // (or forget) never returns while the first still waits for
+            // the stream's work.
+            if !inside_any() {
+                streams.wait_closed(stream.handle);
+            }
+            return Err(dead::<R>(call, "stream"));
+        };
+        release_after_close::<R>(stream.handle);
+        closed
     }
 }
 
@@ -219,6 +266,63 @@ fn record<R: RawApi>(
     };
     event.recorded_on.store(on, Ordering::Relaxed);
     R::record_event(Permit::new(), raw, &live.raw)
+}
+
+/// Where the driver reads an event's stream as it takes the event, drain
+/// `live` while it is still live, before its destroy: its fences are asked
+/// of the driver, and waited on by other streams, as usual while its work
+/// runs, and the destroy that follows (its entry closing, when such
+/// fences can only be answered "not yet") has little or nothing left to
+/// wait for. Not while it captures, which a synchronize would invalidate
+/// (its destroy ends the capture). An error here is the stream's work's,
+/// reported after the destroy.
+fn drain_first<R: RawApi>(live: &Live<R>) -> Result<(), DriverError> {
+    if !R::asking_reads_stream_of(&live.raw) {
+        return Ok(());
+    }
+    bound::<R, _>(&live.held, || {
+        if matches!(
+            R::capture_status(Permit::new(), &live.raw)?,
+            Some(CaptureStatus::Active | CaptureStatus::Invalidated)
+        ) {
+            return Ok(());
+        }
+        capture::relaxed::<R, _>(|| R::synchronize_stream(Permit::new(), &live.raw))
+    })
+}
+
+/// Destroy the events dropped while `stream` was being destroyed
+/// ([`State::after_close`]), now that the driver has let it go.
+fn release_after_close<R: RawApi>(stream: Handle) {
+    let mine: Vec<_> = {
+        let mut after_close = R::state().after_close.lock();
+        if after_close.is_empty() {
+            return;
+        }
+        let (mine, rest) = std::mem::take(&mut *after_close)
+            .into_iter()
+            .partition(|(of, _, _)| *of == stream);
+        *after_close = rest;
+        mine
+    };
+    for (_, raw, held) in mine {
+        if let Err(err) = releasing::<R, _>(&held, || R::destroy_event(Permit::new(), raw)) {
+            log::warn!("{}: an event could not be released: {err}", R::BACKEND);
+        }
+    }
+}
+
+/// The refusal of a wait for a stream being destroyed, from a thread inside
+/// `with_raw`: the destroy may be waiting for a call on the stream this
+/// thread holds, which would wait for this one.
+fn closing_inside_with_raw<R: RawApi>(call: &'static str) -> DriverError {
+    DriverError::refused(
+        R::BACKEND,
+        call,
+        ErrorKind::Other,
+        "the event's stream is being destroyed, and this thread is inside with_raw, \
+         which a destroy may be waiting for: wait outside with_raw",
+    )
 }
 
 /// Why a stream admitted from elsewhere cannot be forgotten now: where the
@@ -268,7 +372,7 @@ impl<R: RawApi> EventQuery for R {
             event.ask(
                 raw,
                 true,
-                Some(false),
+                |_| Some(Ok(false)),
                 || Ok(false),
                 |raw| R::query_event(Permit::new(), raw),
             )

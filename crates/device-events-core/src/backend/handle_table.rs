@@ -13,7 +13,7 @@
 //! entry is *closing*, which a lookup can tell from gone, and wait out.
 
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use parking_lot::{Condvar, MappedRwLockReadGuard, Mutex, RwLock, RwLockReadGuard};
 
@@ -58,6 +58,9 @@ const CLOSING: u64 = 1 << 40;
 struct Slot<T> {
     generation: AtomicU64,
     value: RwLock<Option<T>>,
+    /// The process whose thread runs the entry's close, while it is
+    /// closing: a fork child's copy of a closing entry is never closed.
+    closer: AtomicU32,
 }
 
 impl<T> Slot<T> {
@@ -65,6 +68,7 @@ impl<T> Slot<T> {
         Self {
             generation: AtomicU64::new(0),
             value: RwLock::new(None),
+            closer: AtomicU32::new(0),
         }
     }
 }
@@ -81,6 +85,15 @@ thread_local! {
     /// their table's address and handle.
     static INSIDE: std::cell::RefCell<Vec<(usize, Handle)>> =
         const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Whether the calling thread is inside [`HandleTable::with_noted`] on any
+/// entry of any table: a wait for a close could then wait for itself,
+/// through a close that waits for that entry.
+pub fn inside_any() -> bool {
+    INSIDE
+        .try_with(|inside| !inside.borrow().is_empty())
+        .unwrap_or(false)
 }
 
 /// Live values behind [`Handle`]s, shared by every thread.
@@ -252,6 +265,8 @@ impl<T> HandleTable<T> {
     pub fn remove_with<R>(&self, handle: Handle, close: impl FnOnce(T) -> R) -> Option<R> {
         let slot = self.slot(handle.0.index)?;
         let generation = u64::from(handle.0.generation);
+        // Before the entry reads closing; no other removal of it runs.
+        slot.closer.store(std::process::id(), Ordering::Relaxed);
         // From here no lookup finds it live; one removal only wins.
         slot.generation
             .compare_exchange(
@@ -310,8 +325,10 @@ impl<T> HandleTable<T> {
     }
 
     /// Wait until the entry of `handle` is no longer closing: at once when
-    /// it is live or gone. The caller holds no lookup of it (the removal
-    /// would wait for that), as [`pin`](Self::pin) arranges.
+    /// it is live or gone, and in a fork child whose parent was closing
+    /// it (no thread of the child will). The caller holds no entry of any
+    /// table (see [`inside_any`]): the close may wait for
+    /// a call in flight on its entry, which may be waiting for another.
     pub fn wait_closed(&self, handle: Handle) {
         let Some(slot) = self.slot(handle.0.index) else {
             return;
@@ -319,6 +336,9 @@ impl<T> HandleTable<T> {
         let closing = u64::from(handle.0.generation) | CLOSING;
         let mut book = self.book.lock();
         while slot.generation.load(Ordering::Acquire) == closing {
+            if slot.closer.load(Ordering::Relaxed) != std::process::id() {
+                return;
+            }
             self.closed.wait(&mut book);
         }
     }
@@ -429,6 +449,9 @@ mod tests {
             TABLE.wait_closed(handle);
             CLOSED.load(Ordering::SeqCst)
         });
+        // However long the waiter has had, it is still waiting.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(!waiter.is_finished());
         release.send(()).unwrap();
         assert!(waiter.join().unwrap(), "the wait ended before the close");
         assert_eq!(remover.join().unwrap(), Some(7));

@@ -9,7 +9,7 @@ use super::binding::dead;
 use super::stream::Live;
 use crate::EventApi;
 use crate::backend::capture;
-use crate::backend::handle_table::{Handle, Pinned};
+use crate::backend::handle_table::{Handle, Pinned, inside_any};
 use crate::backend::raw::{Permit, RawApi};
 use crate::driver::{CaptureStatus, DriverError, ErrorKind};
 
@@ -82,15 +82,18 @@ impl<R: RawApi> CheckedEvent<R> {
     /// again. While that stream is being destroyed or forgotten, `f` waits
     /// for the destroy's end (it waits for the stream's work, and a forget
     /// drains it first) and then runs with [`Recorded::Gone`], unless
-    /// `not_yet` answers for now; a thread inside `with_raw` on the stream
-    /// holds it, and runs `f` on it at once.
+    /// `not_yet` answers for now; it is told whether this thread may wait
+    /// (not while it is inside `with_raw` on any stream: the destroy may be
+    /// waiting for that stream's call, which would wait for this one). A
+    /// thread inside `with_raw` on the stream itself holds it, and runs `f`
+    /// on it at once.
     pub(super) fn with_recorded<T>(
         &self,
         held: Option<(Handle, &Live<R>)>,
-        not_yet: impl FnOnce() -> Option<T>,
+        not_yet: impl FnOnce(bool) -> Option<T>,
         f: impl FnOnce(Recorded<'_, R>) -> T,
     ) -> T {
-        let Some(stream) = Handle::from_bits(self.recorded_on.load(Ordering::Relaxed)) else {
+        let Some(stream) = self.recorded_stream() else {
             return f(Recorded::Unread);
         };
         if let Some((handle, live)) = held
@@ -102,7 +105,7 @@ impl<R: RawApi> CheckedEvent<R> {
         match streams.pin(stream) {
             Pinned::Live(live) => f(Recorded::On(&live)),
             Pinned::Closing => {
-                if let Some(answer) = not_yet() {
+                if let Some(answer) = not_yet(!inside_any()) {
                     return answer;
                 }
                 streams.wait_closed(stream);
@@ -112,12 +115,20 @@ impl<R: RawApi> CheckedEvent<R> {
         }
     }
 
+    /// The stream of the event's last record, where the driver reads it as
+    /// it takes the event ([`RawApi::asking_reads_stream_of`]).
+    pub(super) fn recorded_stream(&self) -> Option<Handle> {
+        Handle::from_bits(self.recorded_on.load(Ordering::Relaxed))
+    }
+
     /// Ask the event (`ask`, a query or a wait) with the stream of its
     /// last record held ([`with_recorded`](Self::with_recorded)). `gone`
     /// once that stream was destroyed or forgotten: the event is reached,
     /// and the driver is not asked about a stream it freed; `not_yet` while
-    /// it is being destroyed, or, when that is `None`, `gone` once the
-    /// destroy has returned. `capturing` while the stream captures, where
+    /// it is being destroyed (told whether this thread may wait, as
+    /// [`with_recorded`](Self::with_recorded) says), or, when that is
+    /// `None`, `gone` once the destroy has returned. `capturing` while the
+    /// stream captures, where
     /// asking would break that capture
     /// ([`RawApi::asking_breaks_capture_of`]). The caller has the event's
     /// context bound.
@@ -125,29 +136,25 @@ impl<R: RawApi> CheckedEvent<R> {
         &self,
         raw: &R::Event,
         gone: T,
-        not_yet: Option<T>,
+        not_yet: impl FnOnce(bool) -> Option<Result<T, DriverError>>,
         capturing: impl FnOnce() -> Result<T, DriverError>,
         ask: impl FnOnce(&R::Event) -> Result<T, DriverError>,
     ) -> Result<T, DriverError> {
-        self.with_recorded(
-            None,
-            || not_yet.map(Ok),
-            |recorded| match recorded {
-                Recorded::Unread => capture::relaxed::<R, _>(|| ask(raw)),
-                Recorded::Gone => Ok(gone),
-                Recorded::On(live) => {
-                    if R::asking_breaks_capture_of(&live.raw)
-                        && matches!(
-                            R::capture_status(Permit::new(), &live.raw)?,
-                            Some(CaptureStatus::Active)
-                        )
-                    {
-                        return capturing();
-                    }
-                    capture::relaxed::<R, _>(|| ask(raw))
+        self.with_recorded(None, not_yet, |recorded| match recorded {
+            Recorded::Unread => capture::relaxed::<R, _>(|| ask(raw)),
+            Recorded::Gone => Ok(gone),
+            Recorded::On(live) => {
+                if R::asking_breaks_capture_of(&live.raw)
+                    && matches!(
+                        R::capture_status(Permit::new(), &live.raw)?,
+                        Some(CaptureStatus::Active)
+                    )
+                {
+                    return capturing();
                 }
-            },
-        )
+                capture::relaxed::<R, _>(|| ask(raw))
+            }
+        })
     }
 }
 

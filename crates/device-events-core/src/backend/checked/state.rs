@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::idle::Idle;
 use super::stream::Live;
-use crate::backend::handle_table::HandleTable;
+use crate::backend::handle_table::{Handle, HandleTable};
 use crate::backend::raw::RawApi;
 
 /// A backend's live streams and settings, kept in a `static` of its own
@@ -15,6 +15,11 @@ pub struct State<R: RawApi> {
     pub(crate) blocking_sync: AtomicBool,
     /// Fences' events and gates' words kept for reuse.
     pub(crate) idle: Idle<R>,
+    /// Events dropped while the stream of their last record was being
+    /// destroyed, where the driver reads that stream as it destroys an
+    /// event: destroyed by that stream's destroy, once it has returned.
+    #[allow(clippy::type_complexity)]
+    pub(crate) after_close: parking_lot::Mutex<Vec<(Handle, R::Event, R::Held)>>,
 }
 
 impl<R: RawApi> State<R> {
@@ -25,6 +30,7 @@ impl<R: RawApi> State<R> {
             streams: HandleTable::new(),
             blocking_sync: AtomicBool::new(false),
             idle: Idle::new(),
+            after_close: parking_lot::Mutex::new(Vec::new()),
         }
     }
 
