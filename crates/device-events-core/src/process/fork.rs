@@ -70,8 +70,11 @@ pub fn after_fork_in_parent() {
 
 /// For `fork`, after it in the child (`pthread_atfork`'s `child`): give
 /// back what [`before_fork`] took, and forget the parent's threads' work
-/// (their calibrations, their calls in flight), none of which goes on in
-/// the child: its profilers take their own anchors, on threads of its own.
+/// (their calibrations, their calls in flight, the windows handed to the
+/// resolver and not yet taken), none of which goes on in the child: its
+/// profilers take their own anchors, on threads of its own. Forgotten, not
+/// dropped: their events and streams are the parent's, which CUDA and ROCm
+/// do not let a child use, and releasing one would be a driver call too.
 ///
 /// ```
 /// // `pthread_atfork` runs it in the child; in the process that took the
@@ -84,6 +87,7 @@ pub fn after_fork_in_child() {
     if release_fork_locks().is_some_and(|parent| parent != std::process::id()) {
         crate::threads::forget_the_parents_calls();
         crate::anchoring::calibrator::forget_the_parents_now();
+        crate::waiting::resolver::forget_the_parents_now();
     }
 }
 

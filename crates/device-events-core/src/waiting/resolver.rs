@@ -152,6 +152,23 @@ pub(crate) fn lock_for_fork() -> Box<dyn std::any::Any> {
     Box::new(window_queue())
 }
 
+/// In a child made by `fork`, the queue is the parent's: its thread is not
+/// here, and the windows handed to it and not yet taken are the parent's,
+/// their events of the parent's driver state. A resolver the child starts
+/// must never ask them, nor release them (both driver calls, which CUDA
+/// and ROCm do not support in a child): they are forgotten, not dropped.
+fn forget_the_parents(q: &mut WindowQueue) {
+    if q.running.is_some_and(|pid| pid != std::process::id()) {
+        q.running = None;
+        std::mem::forget(std::mem::take(&mut q.jobs));
+    }
+}
+
+/// [`forget_the_parents`], at once: in a child made by `fork`.
+pub(crate) fn forget_the_parents_now() {
+    forget_the_parents(&mut window_queue());
+}
+
 /// Hand `job` to the resolver thread, starting it if needed. Where no
 /// thread can be started, every job queued is answered with nothing, at
 /// once: the polling thread is the user's, never blocked or spun here.
@@ -168,6 +185,9 @@ fn watch_via(job: Arc<dyn Job>, spawn: impl FnOnce(fn()) -> std::io::Result<()>)
         return;
     }
     let mut q = window_queue();
+    // Where no fork handler ran (none registered): the parent's windows
+    // are forgotten here, before this one joins them.
+    forget_the_parents(&mut q);
     q.jobs.push_back(job);
     if q.running == Some(std::process::id()) {
         drop(q);
