@@ -156,7 +156,9 @@ pub(crate) fn lock_for_fork() -> Box<dyn std::any::Any> {
 /// here, and the windows handed to it and not yet taken are the parent's,
 /// their events of the parent's driver state. A resolver the child starts
 /// must never ask them, nor release them (both driver calls, which CUDA
-/// and ROCm do not support in a child): they are forgotten, not dropped.
+/// and ROCm do not support in a child): they are forgotten, not dropped,
+/// and their futures, polled in the child, read `None`
+/// (`placed_window::Pending`).
 fn forget_the_parents(q: &mut WindowQueue) {
     if q.running.is_some_and(|pid| pid != std::process::id()) {
         q.running = None;
@@ -400,6 +402,9 @@ fn answer_windows() {
             continue;
         }
         drop(q);
+        // Every lock the asks take is taken inside it: a fork waits for
+        // the round to end (`fork_gate`).
+        let work = crate::fork_gate::library_work();
         let Some(working) = crate::threads::working() else {
             // The process is exiting: no more asks, and nothing released;
             // whoever waits hears `None`.
@@ -418,6 +423,7 @@ fn answer_windows() {
             }
         }
         drop(working);
+        drop(work);
         let until = lanes
             .values()
             .filter(|lane| !lane.jobs.is_empty())
@@ -501,11 +507,13 @@ impl<T> Answer<T> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Leave the answer and wake the waiter.
+    /// Leave the answer and wake the waiter. The waker is the user's
+    /// code, run with no lock of the library's held, and outside the
+    /// resolver's piece of work: a fork never waits on it.
     pub(crate) fn fill(&self, value: T) {
         let previous = std::mem::replace(&mut *self.lock(), SlotState::Done(value));
         if let SlotState::Waiting(Some(waker)) = previous {
-            waker.wake();
+            crate::fork_gate::outside_library_work(|| waker.wake());
         }
     }
 
