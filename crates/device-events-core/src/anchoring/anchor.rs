@@ -91,6 +91,10 @@ impl<A: AnchorApi> Bracket<A> {
             if crate::threads::stopping() {
                 return Err(exiting::<A>());
             }
+            // No lock is held between samples: a fork under way goes
+            // first, rather than wait for every sample of a long
+            // calibration.
+            outside_library_work(|| ());
             let event = pool.take()?;
             let sample = Self::sample(pool, &event, stream, &mut how);
             let (before, width) = match sample {
