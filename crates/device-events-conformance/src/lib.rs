@@ -29,6 +29,7 @@ pub mod chain;
 pub mod contract;
 pub mod cpu;
 pub mod cubecl;
+pub mod fork;
 pub mod lanes;
 pub mod noting;
 pub mod soft;

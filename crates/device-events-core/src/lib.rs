@@ -60,6 +60,7 @@ mod config;
 mod driver;
 mod errors;
 mod fence;
+mod fork_gate;
 mod owned_stream;
 pub mod process;
 mod profiler;

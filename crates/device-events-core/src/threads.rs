@@ -142,15 +142,15 @@ pub(crate) fn stopping() -> bool {
 /// Stop the library's threads (the calibrator and the resolver) from
 /// calling the driver, for good, and wait at most `timeout` for the calls
 /// they are in; whether none is left. For the process's exit, before its
-/// handlers unload the driver: `device-events-cuda` and `-hip` call it from
-/// an exit handler registered once the driver is loaded. Afterwards
-/// windows not yet read resolve to `None` and calibrations never run;
-/// nothing more is released (the process is ending: an anchor stream, a
-/// gate's word or events in use then are left to it).
+/// handlers unload the driver: `device-events-cuda`, `-hip` and `-opencl`
+/// call it from an exit handler registered once the driver is loaded.
+/// Afterwards windows not yet read resolve to `None` and calibrations
+/// never run; nothing more is released (the process is ending: an anchor
+/// stream, a gate's word or events in use then are left to it).
 ///
-/// Where the backend can ask without waiting (CUDA, HIP), the library's
-/// threads make no driver call that waits on the device: they ask, and
-/// sleep briefly between asks (the bounds are the crate's
+/// Where the backend can ask without waiting (CUDA, HIP, OpenCL), the
+/// library's threads make no driver call that waits on the device: they
+/// ask, and sleep briefly between asks (the bounds are the crate's
 /// `src/tunables.rs`), looking for this stop each time. A calibration
 /// behind a long kernel, or a dropped profiler's release, is left within
 /// one such sleep, however long its work.

@@ -131,8 +131,8 @@ pub(crate) mod drift {
 }
 
 /// The process's exit ([`crate::process::stop_driver_calls`]). How long
-/// the exit waits in all is the caller's: `device-events-cuda` and `-hip`
-/// pass their own bound from their exit handlers.
+/// the exit waits in all is the caller's: `device-events-cuda`, `-hip` and
+/// `-opencl` pass their own bound from their exit handlers.
 pub(crate) mod exit {
     use super::Duration;
 

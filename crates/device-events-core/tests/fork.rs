@@ -117,3 +117,254 @@ fn a_child_forked_during_a_calibration_takes_its_own_anchor() {
     drop(profiler);
     assert!(wait_for_calibrations(Duration::from_secs(2)));
 }
+
+/// The exit status of `child`, or `None` when it had not exited after
+/// 10 s (killed then): a child that hangs fails the test instead of
+/// hanging it.
+fn status_of(child: libc::pid_t) -> Option<i32> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut status = 0;
+    loop {
+        // SAFETY: `child` is this process's child; `status` is writable.
+        let reaped = unsafe { libc::waitpid(child, &raw mut status, libc::WNOHANG) };
+        if reaped == child {
+            return libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+        }
+        assert_eq!(reaped, 0, "waitpid failed");
+        if std::time::Instant::now() > deadline {
+            // SAFETY: `child` is this process's unreaped child.
+            unsafe {
+                libc::kill(child, libc::SIGKILL);
+                libc::waitpid(child, &raw mut status, 0);
+            }
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// The core's fork handlers, registered once, as a process that uses no
+/// backend crate registers them.
+fn register_fork_handlers() {
+    extern "C" fn prepare() {
+        device_events_core::process::before_fork();
+    }
+    extern "C" fn parent() {
+        device_events_core::process::after_fork_in_parent();
+    }
+    extern "C" fn child() {
+        device_events_core::process::after_fork_in_child();
+    }
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    // SAFETY: three functions of no arguments that do not unwind.
+    ONCE.call_once(|| unsafe {
+        libc::pthread_atfork(Some(prepare), Some(parent), Some(child));
+    });
+}
+
+/// Set: each ask of a window's events on the resolver thread, and each
+/// anchor record on a calibrator thread, lasts 100 ms (a driver call that
+/// takes its time), with [`IN_CALL`] set meanwhile.
+static SLOW_ASKS: AtomicBool = AtomicBool::new(false);
+static SLOW_ANCHORS: AtomicBool = AtomicBool::new(false);
+static IN_CALL: AtomicBool = AtomicBool::new(false);
+
+/// On a library thread named `name`, while `slow` is set: 100 ms in the
+/// "driver", flagged.
+fn slow_call(slow: &AtomicBool, name: &str) {
+    if slow.load(Ordering::Acquire) && std::thread::current().name() == Some(name) {
+        IN_CALL.store(true, Ordering::Release);
+        std::thread::sleep(Duration::from_millis(100));
+        IN_CALL.store(false, Ordering::Release);
+    }
+}
+
+/// Wait up to 2 s for a library thread to be inside a slow call.
+fn in_a_call() -> bool {
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    while !IN_CALL.load(Ordering::Acquire) {
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    true
+}
+
+/// The simulated backend, with calls of the library's threads that take
+/// their time ([`slow_call`]).
+struct Slow;
+
+impl EventApi for Slow {
+    type Event = <Sim as EventApi>::Event;
+    type Stream = device_events_core::sim::SimStream;
+    const BACKEND: &'static str = "sim";
+
+    fn event_create() -> Result<Self::Event, device_events_core::DriverError> {
+        Sim::event_create()
+    }
+    fn event_destroy(event: &mut Self::Event) -> Result<(), device_events_core::DriverError> {
+        Sim::event_destroy(event)
+    }
+    fn event_record(
+        event: &Self::Event,
+        stream: Self::Stream,
+    ) -> Result<(), device_events_core::DriverError> {
+        slow_call(&SLOW_ANCHORS, "device-events-calibrator");
+        Sim::event_record(event, stream)
+    }
+    fn event_wait(event: &Self::Event) -> Result<(), device_events_core::DriverError> {
+        Sim::event_wait(event)
+    }
+    fn event_elapsed(
+        start: &Self::Event,
+        end: &Self::Event,
+    ) -> Result<Duration, device_events_core::DriverError> {
+        slow_call(&SLOW_ASKS, "device-events-resolver");
+        Sim::event_elapsed(start, end)
+    }
+    fn stream_wait_event(
+        stream: Self::Stream,
+        event: &Self::Event,
+    ) -> Result<(), device_events_core::DriverError> {
+        Sim::stream_wait_event(stream, event)
+    }
+    fn stream_synchronize(stream: Self::Stream) -> Result<(), device_events_core::DriverError> {
+        Sim::stream_synchronize(stream)
+    }
+    fn stream_create_non_blocking() -> Result<Self::Stream, device_events_core::DriverError> {
+        Sim::stream_create_non_blocking()
+    }
+    fn stream_destroy(stream: Self::Stream) -> Result<(), device_events_core::DriverError> {
+        Sim::stream_destroy(stream)
+    }
+}
+
+impl device_events_core::backend::AnchorApi for Slow {}
+impl device_events_core::backend::ThreadApi for Slow {}
+impl device_events_core::backend::FenceApi for Slow {}
+
+/// A profiler of [`Slow`] with its anchor taken, and a window on `s`
+/// behind 300 ms of work, handed to the resolver thread, which is inside
+/// a slow ask of it (holding the window's own lock) when this returns.
+fn window_being_asked(
+    s: device_events_core::sim::SimStream,
+) -> (EventProfiler<Slow>, device_events_core::PlacedWindow) {
+    let mut profiler = EventProfiler::<Slow>::new();
+    assert!(read_late_window(&mut profiler, Duration::from_millis(1)));
+    let token = profiler.start(s);
+    Sim::enqueue_work(s, Duration::from_millis(300));
+    let mut window = profiler.stop_placed(s, token).unwrap();
+    SLOW_ASKS.store(true, Ordering::Release);
+    assert!(window.try_resolve().is_none(), "handed to the resolver");
+    assert!(in_a_call(), "the resolver asks the window within 2 s");
+    (profiler, window)
+}
+
+/// `docs/design.md`'s promise after `fork`: no lock of the library's is
+/// left held in the child. The parent's resolver thread is inside a
+/// driver call asking a window (holding the window's own lock) as the
+/// process forks; the child drops that window without hanging.
+#[test]
+fn a_child_drops_a_window_its_parents_resolver_was_asking_at_the_fork() {
+    let _sim = Sim::exclusive();
+    register_fork_handlers();
+    let s = Sim::stream_create_non_blocking().unwrap();
+    let (profiler, window) = window_being_asked(s);
+    // SAFETY: the child only drops the window and exits; the other threads
+    // are the library's, which the fork handlers fence off.
+    let child = unsafe { libc::fork() };
+    assert!(child >= 0, "fork failed");
+    if child == 0 {
+        drop(window);
+        // SAFETY: leaves the child at once.
+        unsafe { libc::_exit(0) };
+    }
+    SLOW_ASKS.store(false, Ordering::Release);
+    let status = status_of(child);
+    assert!(
+        pollster::block_on(window.resolve()).is_some(),
+        "the parent reads it"
+    );
+    drop(profiler);
+    assert_eq!(
+        status,
+        Some(0),
+        "the child's drop of the window (None: hung, killed)"
+    );
+}
+
+/// As above, the child reading the window instead: it is the parent's,
+/// handed to the parent's resolver, which the child does not have; it
+/// reads `None` at once, never asked there.
+#[test]
+fn a_child_reads_none_from_a_window_its_parents_resolver_was_asking_at_the_fork() {
+    let _sim = Sim::exclusive();
+    register_fork_handlers();
+    let s = Sim::stream_create_non_blocking().unwrap();
+    let (profiler, window) = window_being_asked(s);
+    // SAFETY: as above; the child reads the window on a thread of its own.
+    let child = unsafe { libc::fork() };
+    assert!(child >= 0, "fork failed");
+    if child == 0 {
+        let (sent, answer) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = sent.send(pollster::block_on(window.resolve()).is_none());
+        });
+        let code = match answer.recv_timeout(Duration::from_secs(2)) {
+            Ok(true) => 0,
+            Ok(false) => 2,
+            Err(_) => 1,
+        };
+        // SAFETY: leaves the child at once, with the outcome as its status.
+        unsafe { libc::_exit(code) };
+    }
+    SLOW_ASKS.store(false, Ordering::Release);
+    let status = status_of(child);
+    assert!(
+        pollster::block_on(window.resolve()).is_some(),
+        "the parent reads it"
+    );
+    drop(profiler);
+    assert_eq!(
+        status,
+        Some(0),
+        "1: no answer within 2 s; 2: read Some in the child; None: hung, killed"
+    );
+}
+
+/// The parent's calibrator thread is inside a driver call taking a
+/// profiler's first anchor as the process forks; the child uses that
+/// profiler (a window read), a fence made before the fork, and drops both,
+/// without hanging.
+#[test]
+fn a_child_uses_and_drops_a_profiler_and_a_fence_whose_anchor_was_in_a_call_at_the_fork() {
+    let _sim = Sim::exclusive();
+    register_fork_handlers();
+    let s = Sim::stream_create_non_blocking().unwrap();
+    let mut profiler = EventProfiler::<Slow>::new();
+    let fence = device_events_core::EventFence::<Slow>::new(s);
+    SLOW_ANCHORS.store(true, Ordering::Release);
+    let token = profiler.start(s);
+    assert!(in_a_call(), "the calibrator records the anchor within 2 s");
+    // SAFETY: as above.
+    let child = unsafe { libc::fork() };
+    assert!(child >= 0, "fork failed");
+    if child == 0 {
+        SLOW_ANCHORS.store(false, Ordering::Release);
+        let read = read_late_window(&mut profiler, Duration::from_millis(5));
+        let waited = fence.wait_sync().is_ok();
+        drop((fence, profiler));
+        // SAFETY: leaves the child at once, with the outcome as its status.
+        unsafe { libc::_exit(i32::from(!read) | (i32::from(!waited) << 1)) };
+    }
+    SLOW_ANCHORS.store(false, Ordering::Release);
+    let status = status_of(child);
+    let _ = profiler.stop(s, token);
+    drop((fence, profiler));
+    assert_eq!(
+        status,
+        Some(0),
+        "1: the child's window unread; 2: its fence wait failed; None: hung, killed"
+    );
+}

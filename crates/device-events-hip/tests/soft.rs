@@ -337,11 +337,14 @@ fn exiting_with_a_calibration_in_flight_leaves_the_runtime_before_its_teardown()
 }
 
 /// In a process of its own: a calibrated profiler is dropped while 10 s of
-/// work runs on another stream of its device, and the process exits.
+/// work runs on another stream of its device, on the one hardware queue
+/// its anchor stream shares, so that its release (which drains the anchor
+/// stream) waits behind the work; the process exits meanwhile.
 #[test]
 #[ignore = "run in a process of its own by the test below"]
 fn child_exits_while_a_dropped_profiler_is_released() {
     let soft = SoftDriver::get().unwrap();
+    soft.set_hw_queues(1);
     bind(0);
     let s = support::stream();
     let mut profiler = device_events_core::EventProfiler::<Hip>::new();
@@ -357,6 +360,10 @@ fn child_exits_while_a_dropped_profiler_is_released() {
     // Its anchor stream and gate are released on the calibrator thread.
     drop(profiler);
     std::thread::sleep(std::time::Duration::from_millis(50));
+    assert!(
+        !device_events_core::process::wait_for_calibrations(std::time::Duration::ZERO),
+        "the release drains the anchor stream behind the work, in flight at exit"
+    );
     std::process::exit(0);
 }
 

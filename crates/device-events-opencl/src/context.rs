@@ -163,6 +163,9 @@ pub(crate) fn create(platform: usize, device: usize) -> Result<Arc<Context>, Dri
         .contains("Portable Computing Language");
     let cpu = cl3::device::get_device_info(device, CL_DEVICE_TYPE)
         .is_ok_and(|kind| u64::from(kind) & CL_DEVICE_TYPE_CPU != 0);
+    // The runtime is loaded and has made a context: its exit handlers are
+    // registered, and the library's run before them.
+    crate::process::register_handlers();
     Ok(Arc::new(Context {
         raw,
         device,

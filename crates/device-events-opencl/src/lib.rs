@@ -35,6 +35,9 @@
 //!   before it), flushes the queue so the marker is submitted without
 //!   waiting for anyone, and releases the marker it replaces.
 //! - [`event_wait`](device_events_core::EventApi::event_wait) is `clWaitForEvents`.
+//!   The library's own threads never wait so: a calibration asks its
+//!   anchor's `CL_EVENT_COMMAND_EXECUTION_STATUS` (`clGetEventInfo`), and
+//!   sleeps between asks, as on CUDA and HIP.
 //! - [`event_elapsed`](device_events_core::EventApi::event_elapsed) is the difference of the two
 //!   markers' `CL_PROFILING_COMMAND_END` times, integer nanoseconds, exact to
 //!   the device's `CL_DEVICE_PROFILING_TIMER_RESOLUTION` (1 ns on PoCL). A
@@ -57,9 +60,15 @@
 //! Events and queues hold their context, so it is released only after the
 //! last of them. No loader, no platform or no device is an
 //! [`ErrorKind::NoDevice`](device_events_core::ErrorKind::NoDevice) error, never a panic.
+//!
+//! Once the runtime has made its first context, the crate registers the
+//! core's exit handler (`process::stop_driver_calls`, so that no library
+//! thread is in the runtime as its own exit handlers tear it down) and its
+//! `pthread_atfork` handlers, as the CUDA and HIP backends do.
 
 mod anchor;
 mod context;
+mod process;
 pub mod raw;
 mod status;
 
@@ -94,7 +103,8 @@ impl OpenCl {
     /// `CU_EVENT_BLOCKING_SYNC` and HIP's `hipEventBlockingSync` do: PoCL
     /// sleeps on a condition variable until the command completes, which
     /// is what blocking asks for elsewhere. Spinning instead would mean
-    /// polling `clGetEventInfo` on a core, which this library never does.
+    /// polling `clGetEventInfo` on a core for the whole wait, which this
+    /// library never does.
     ///
     /// ```
     /// device_events_opencl::OpenCl::set_blocking_sync(true); // no effect

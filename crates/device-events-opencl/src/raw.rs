@@ -158,7 +158,6 @@ impl RawApi for OpenCl {
         bind: "clCreateUserEvent",
     };
     const WAITS_ACROSS_CONTEXTS: bool = false;
-    const POLLS_ANCHORS: bool = false;
     /// The context's number in this process.
     type Context = u64;
     type Held = Arc<Context>;

@@ -162,3 +162,62 @@ fn asking_a_fence_never_waits_behind_another_threads_wait_on_it() {
         "asking took {took:?}"
     );
 }
+
+/// A calibration on the library's thread asks its anchor marker whether it
+/// is done (`clGetEventInfo`) and sleeps between asks, as on CUDA and HIP,
+/// rather than block in `clWaitForEvents`: a marker queued behind a user
+/// event no one has completed reads "not yet", at once, and "done" once
+/// the event is.
+#[test]
+fn a_calibration_asks_its_anchor_instead_of_waiting_for_it() {
+    use device_events_core::backend::AnchorApi;
+    OpenCl::probe().expect("an OpenCL platform with a device");
+    let s = OwnedStream::<OpenCl>::new().unwrap();
+    let context = s
+        .get()
+        .with_raw(|queue| {
+            cl3::command_queue::get_command_queue_info(queue, 0x1090) // CL_QUEUE_CONTEXT
+                .map(|info| info.to_ptr() as cl3::types::cl_context)
+        })
+        .unwrap()
+        .unwrap();
+    let user = cl3::event::create_user_event(context).unwrap();
+    s.get()
+        .with_raw(|queue| {
+            // SAFETY: a live queue; the wait list is one live user event of
+            // its context.
+            let barrier = unsafe {
+                cl3::command_queue::enqueue_barrier_with_wait_list(queue, 1, &raw const user)
+            }
+            .unwrap();
+            // SAFETY: the barrier's own event, not kept.
+            unsafe { cl3::event::release_event(barrier) }.unwrap();
+        })
+        .unwrap();
+    let mut anchor = OpenCl::event_create().unwrap();
+    OpenCl::event_record(&anchor, s.get()).unwrap();
+    let asked = std::time::Instant::now();
+    let answer = <OpenCl as AnchorApi>::poll(&anchor).map(Result::unwrap);
+    let took = asked.elapsed();
+    cl3::event::set_user_event_status(user, 0).unwrap(); // CL_COMPLETE
+    // SAFETY: made above, released once, its status set.
+    unsafe { cl3::event::release_event(user) }.unwrap();
+    assert_eq!(
+        answer,
+        Some(false),
+        "asked, and not done behind the user event"
+    );
+    assert!(
+        took < std::time::Duration::from_millis(200),
+        "asking took {took:?}"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while <OpenCl as AnchorApi>::poll(&anchor).map(Result::unwrap) != Some(true) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "done once the event is"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    OpenCl::event_destroy(&mut anchor).unwrap();
+}

@@ -23,6 +23,7 @@ use crate::anchoring::drift::AnchorPlacement;
 use crate::anchoring::{AnchorApi, Closed, Gate};
 use crate::driver::DriverError;
 use crate::fence::event_pool::{EventPool, PooledEvent};
+use crate::fork_gate::outside_library_work;
 use crate::tunables::calibrator::{ARRIVE_SLEEP, POLL_FOR, REACH_FIRST_SLEEP, REACH_SLEEP_UP_TO};
 
 /// A device event together with where it sits on the host clock.
@@ -90,6 +91,10 @@ impl<A: AnchorApi> Bracket<A> {
             if crate::threads::stopping() {
                 return Err(exiting::<A>());
             }
+            // No lock is held between samples: a fork under way goes
+            // first, rather than wait for every sample of a long
+            // calibration.
+            outside_library_work(|| ());
             let event = pool.take()?;
             let sample = Self::sample(pool, &event, stream, &mut how);
             let (before, width) = match sample {
@@ -229,10 +234,14 @@ fn arrive<A: AnchorApi>(mark: &PooledEvent<A>, bound: Duration) -> Result<(), Dr
                 if started.elapsed() < POLL_FOR {
                     std::thread::yield_now();
                 } else {
-                    std::thread::sleep(ARRIVE_SLEEP.min(bound.saturating_sub(started.elapsed())));
+                    let sleep = ARRIVE_SLEEP.min(bound.saturating_sub(started.elapsed()));
+                    outside_library_work(|| std::thread::sleep(sleep));
                 }
             }
-            None => std::thread::sleep(bound.saturating_sub(started.elapsed())),
+            None => {
+                let sleep = bound.saturating_sub(started.elapsed());
+                outside_library_work(|| std::thread::sleep(sleep));
+            }
         }
     }
     Ok(())
@@ -259,11 +268,16 @@ fn reach<A: AnchorApi>(event: &PooledEvent<A>) -> Result<(), DriverError> {
             // among them on a small machine.
             std::thread::yield_now();
         } else {
-            std::thread::sleep(interval);
+            outside_library_work(|| std::thread::sleep(interval));
             interval = (interval * 2).min(REACH_SLEEP_UP_TO);
         }
     }
-    A::event_wait(event.raw())
+    // A wait in the driver, for a backend that cannot ask: outside the
+    // calibrator's piece of work, so that a fork does not wait for the
+    // device. The core holds no lock of its here; the checked layer holds
+    // a stream's entry across a wait only where asking reads the event's
+    // stream (HIP), and HIP polls.
+    outside_library_work(|| A::event_wait(event.raw()))
 }
 
 /// A calibration left because the process is exiting.

@@ -150,6 +150,9 @@ fn run_device_tasks(device: Device) {
         if let Some(task) = q.device(device).1.pop_front() {
             idle_since = None;
             drop(q);
+            // Every lock the task takes is taken inside it: a fork waits
+            // for the task to sleep between asks, or to end (`fork_gate`).
+            let work = crate::fork_gate::library_work();
             if let Some(_working) = crate::threads::working() {
                 // A task never panics by design; one that did must not take
                 // the thread, and the device's calibrations, with it.
@@ -161,6 +164,7 @@ fn run_device_tasks(device: Device) {
                 // (dropping could release driver handles).
                 std::mem::forget(task);
             }
+            drop(work);
             q = calibration_queue();
             q.busy -= 1;
             if q.busy == 0 {

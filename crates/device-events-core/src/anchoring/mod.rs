@@ -113,7 +113,7 @@ pub(crate) fn drained<A: AnchorApi>(
                 }
             }
         }
-        std::thread::sleep(interval);
+        crate::fork_gate::outside_library_work(|| std::thread::sleep(interval));
         interval = (interval * 2).min(DRAIN_SLEEP_UP_TO);
     }
 }

@@ -1,7 +1,30 @@
-//! Around `fork`: the library's process-wide locks taken before it and
-//! given back after, so that a child never waits on a lock one of the
-//! parent's threads locks; in the child, the parent's threads' work is
-//! forgotten.
+//! Around `fork`: the library's threads fenced off and its process-wide
+//! locks taken before it, given back after, so that a child never waits on
+//! a lock one of the parent's threads held; in the child, the parent's
+//! threads' work is forgotten.
+//!
+//! What is taken, in this order (a library thread takes them in no other):
+//! 1. the library's threads' work (`fork_gate`): the handler waits until
+//!    neither the resolver nor a calibrator is inside a piece of work, the
+//!    only place they take any other lock of the library's (a window's own,
+//!    a profiler's anchor, an event pool, a handle table's entry across a
+//!    driver call); their sleeps between asks, and a wait in the driver,
+//!    lie outside it, so a fork waits for one round of asks, never for the
+//!    device;
+//! 2. the calibrator's queue;
+//! 3. the resolver's queue;
+//! 4. with the `sim` feature, the simulated device's state.
+//!
+//! A `pthread_atfork` prepare handler of your own that calls into the
+//! library must run before this one: glibc runs prepare handlers in the
+//! reverse order of their registration, and the backends register theirs
+//! once their driver is loaded (at the first call), so a handler registered
+//! earlier runs after it, with these locks held, and a call of it into the
+//! library (a profiler's `start`, a window's `resolve`, a profiler made or
+//! dropped, `wait_for_calibrations`) deadlocks. Documented, not avoided: the
+//! locks must be held across the fork itself, and nothing runs between the
+//! last prepare handler and the fork. Register yours after the backend's
+//! first call, or do that work before calling `fork`.
 
 use std::any::Any;
 use std::cell::RefCell;
@@ -23,16 +46,25 @@ struct Forking {
     process: u32,
 }
 
-/// For `fork`, before it (`pthread_atfork`'s `prepare`): take the locks the
-/// library's threads share process-wide (the calibrator's and the
-/// resolver's queues), so that no library thread holds one as the process
-/// forks. A child has none of the parent's threads: a lock one of them
-/// locks would stay locks there, and the child's first profiler, or its first
-/// window read, would wait on it for good. `device-events-cuda` and `-hip`
-/// register the three handlers once the driver is loaded; a process that
-/// uses neither and forks while the library's threads run registers them
-/// itself. Each call is paired with [`after_fork_in_parent`] or
-/// [`after_fork_in_child`]; nested calls take the locks once.
+/// For `fork`, before it (`pthread_atfork`'s `prepare`): wait until no
+/// library thread (the resolver, a calibrator) is inside a piece of work,
+/// keep them out, and take the locks they share process-wide (the
+/// calibrator's and the resolver's queues), so that no library thread
+/// holds a lock of the library's as the process forks. A child has none
+/// of the parent's threads: a lock one of them held would stay held there,
+/// and the child's first profiler, its first window read, or its drop of
+/// an inherited window, profiler or fence would wait on it for good. The
+/// wait is for one round of asks at most: the library's threads sleep
+/// between asks, and wait in the driver, outside their pieces of work.
+/// `device-events-cuda`, `-hip` and `-opencl` register the three handlers
+/// once the driver is loaded; a process that uses none of them and forks
+/// while the library's threads run registers them itself. Each call is
+/// paired with [`after_fork_in_parent`] or [`after_fork_in_child`]; nested
+/// calls take the locks once.
+///
+/// A prepare handler of your own that calls into the library must be
+/// registered after this one (see the module's documentation): one that
+/// runs after it finds these locks held, and deadlocks.
 ///
 /// ```
 /// use device_events_core::process::{after_fork_in_parent, before_fork};
@@ -48,6 +80,7 @@ pub fn before_fork() {
         if forking.depth == 1 {
             forking.process = std::process::id();
             forking.locks = vec![
+                Box::new(crate::fork_gate::close_for_fork()),
                 crate::anchoring::calibrator::lock_for_fork(),
                 crate::waiting::resolver::lock_for_fork(),
             ];
@@ -70,8 +103,11 @@ pub fn after_fork_in_parent() {
 
 /// For `fork`, after it in the child (`pthread_atfork`'s `child`): give
 /// back what [`before_fork`] took, and forget the parent's threads' work
-/// (their calibrations, their calls in flight), none of which goes on in
-/// the child: its profilers take their own anchors, on threads of its own.
+/// (their calibrations, their calls in flight, the windows handed to the
+/// resolver and not yet taken), none of which goes on in the child: its
+/// profilers take their own anchors, on threads of its own. Forgotten, not
+/// dropped: their events and streams are the parent's, which CUDA and ROCm
+/// do not let a child use, and releasing one would be a driver call too.
 ///
 /// ```
 /// // `pthread_atfork` runs it in the child; in the process that took the
@@ -84,6 +120,7 @@ pub fn after_fork_in_child() {
     if release_fork_locks().is_some_and(|parent| parent != std::process::id()) {
         crate::threads::forget_the_parents_calls();
         crate::anchoring::calibrator::forget_the_parents_now();
+        crate::waiting::resolver::forget_the_parents_now();
     }
 }
 

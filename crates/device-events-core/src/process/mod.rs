@@ -1,7 +1,7 @@
 //! What a process does around the library's threads: before a context is
-//! torn down by hand, around a `fork`, and at its exit. The CUDA and HIP backends call
-//! [`stop_driver_calls`] from an exit handler
-//! of their own.
+//! torn down by hand, around a `fork`, and at its exit. The CUDA, HIP and
+//! OpenCL backends call [`stop_driver_calls`] from an exit handler of their
+//! own.
 
 mod fork;
 

@@ -116,6 +116,29 @@ pub(crate) struct Pending<A: AnchorApi> {
     inputs: Mutex<Option<Inputs<A>>>,
     answer: Answer<Option<Placement>>,
     lane: Option<Lane>,
+    /// The process that handed it over: in a child made by `fork`, no
+    /// resolver answers it, and its events are the parent's.
+    process: u32,
+}
+
+impl<A: AnchorApi> Pending<A> {
+    /// Whether it was handed over in a parent of this process, made by
+    /// `fork`: then no thread of this process answers it.
+    fn inherited(&self) -> bool {
+        self.process != std::process::id()
+    }
+
+    /// Let go of the events without releasing them: in a child made by
+    /// `fork` they are the parent's, and CUDA and ROCm support no call on
+    /// them there, a release included. Leaked on purpose.
+    fn leave_to_the_parent(&self) {
+        let inputs = self
+            .inputs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        std::mem::forget(inputs);
+    }
 }
 
 impl<A: AnchorApi> Job for Pending<A> {
@@ -202,6 +225,7 @@ impl<A: AnchorApi> Future for Resolving<A> {
                     lane: inputs.lane,
                     inputs: Mutex::new(Some(inputs)),
                     answer: Answer::new(),
+                    process: std::process::id(),
                 });
                 // The waker first: the resolver may answer at once.
                 let _ = pending.answer.take_or_wait(cx.waker());
@@ -211,10 +235,24 @@ impl<A: AnchorApi> Future for Resolving<A> {
             return Poll::Pending;
         }
         match this {
-            Self::Pending(Handed(pending)) => match pending.answer.take_or_wait(cx.waker()) {
-                Some(placed) => Poll::Ready(placed),
-                None => Poll::Pending,
-            },
+            Self::Pending(Handed(pending)) => {
+                if let Some(placed) = pending.answer.take_or_wait(cx.waker()) {
+                    return Poll::Ready(placed);
+                }
+                if !pending.inherited() {
+                    return Poll::Pending;
+                }
+                // Forked since it was handed over: the parent's resolver
+                // answers it there, and none will here. Its drop leaves
+                // the events to the parent.
+                log::warn!(
+                    "{}: a window handed over before this process was forked reads None \
+                     here: it is the parent's to read",
+                    A::BACKEND
+                );
+                *this = Self::Done;
+                Poll::Ready(None)
+            }
             _ => Poll::Ready(None),
         }
     }
@@ -224,6 +262,10 @@ impl<A: AnchorApi> Drop for Handed<A> {
     /// Dropped unresolved: the events go back now, unless the resolver is
     /// already waiting on them, when they go back as it finishes.
     fn drop(&mut self) {
+        if self.0.inherited() {
+            self.0.leave_to_the_parent();
+            return;
+        }
         let inputs = self
             .0
             .inputs

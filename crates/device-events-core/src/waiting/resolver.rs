@@ -152,6 +152,25 @@ pub(crate) fn lock_for_fork() -> Box<dyn std::any::Any> {
     Box::new(window_queue())
 }
 
+/// In a child made by `fork`, the queue is the parent's: its thread is not
+/// here, and the windows handed to it and not yet taken are the parent's,
+/// their events of the parent's driver state. A resolver the child starts
+/// must never ask them, nor release them (both driver calls, which CUDA
+/// and ROCm do not support in a child): they are forgotten, not dropped,
+/// and their futures, polled in the child, read `None`
+/// (`placed_window::Pending`).
+fn forget_the_parents(q: &mut WindowQueue) {
+    if q.running.is_some_and(|pid| pid != std::process::id()) {
+        q.running = None;
+        std::mem::forget(std::mem::take(&mut q.jobs));
+    }
+}
+
+/// [`forget_the_parents`], at once: in a child made by `fork`.
+pub(crate) fn forget_the_parents_now() {
+    forget_the_parents(&mut window_queue());
+}
+
 /// Hand `job` to the resolver thread, starting it if needed. Where no
 /// thread can be started, every job queued is answered with nothing, at
 /// once: the polling thread is the user's, never blocked or spun here.
@@ -168,6 +187,9 @@ fn watch_via(job: Arc<dyn Job>, spawn: impl FnOnce(fn()) -> std::io::Result<()>)
         return;
     }
     let mut q = window_queue();
+    // Where no fork handler ran (none registered): the parent's windows
+    // are forgotten here, before this one joins them.
+    forget_the_parents(&mut q);
     q.jobs.push_back(job);
     if q.running == Some(std::process::id()) {
         drop(q);
@@ -380,6 +402,9 @@ fn answer_windows() {
             continue;
         }
         drop(q);
+        // Every lock the asks take is taken inside it: a fork waits for
+        // the round to end (`fork_gate`).
+        let work = crate::fork_gate::library_work();
         let Some(working) = crate::threads::working() else {
             // The process is exiting: no more asks, and nothing released;
             // whoever waits hears `None`.
@@ -398,6 +423,7 @@ fn answer_windows() {
             }
         }
         drop(working);
+        drop(work);
         let until = lanes
             .values()
             .filter(|lane| !lane.jobs.is_empty())
@@ -481,11 +507,13 @@ impl<T> Answer<T> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Leave the answer and wake the waiter.
+    /// Leave the answer and wake the waiter. The waker is the user's
+    /// code, run with no lock of the library's held, and outside the
+    /// resolver's piece of work: a fork never waits on it.
     pub(crate) fn fill(&self, value: T) {
         let previous = std::mem::replace(&mut *self.lock(), SlotState::Done(value));
         if let SlotState::Waiting(Some(waker)) = previous {
-            waker.wake();
+            crate::fork_gate::outside_library_work(|| waker.wake());
         }
     }
 
