@@ -27,7 +27,7 @@ struct Forking {
 /// library's threads share process-wide (the calibrator's and the
 /// resolver's queues), so that no library thread holds one as the process
 /// forks. A child has none of the parent's threads: a lock one of them
-/// locks would stay locks there, and the child's first profiler, or its first
+/// held would stay held there, and the child's first profiler, or its first
 /// window read, would wait on it for good. `device-events-cuda` and `-hip`
 /// register the three handlers once the driver is loaded; a process that
 /// uses neither and forks while the library's threads run registers them
