@@ -10,6 +10,7 @@ mod device;
 
 use std::error::Error;
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
@@ -40,18 +41,42 @@ struct Args {
     /// Pipeline iterations.
     #[arg(long, default_value_t = 8)]
     steps: usize,
+    /// Only say in a line whether the demo can run on the backend here,
+    /// and exit: 0 when it can, 1 when not (`cargo xtask demo` asks first).
+    #[arg(long)]
+    probe: bool,
 }
 
-fn main() {
+fn main() -> ExitCode {
     let args = Args::parse();
+    if args.probe {
+        let found = match args.backend {
+            Backend::Cuda => device_events_cuda::Cuda::open(),
+            Backend::Hip => device_events_hip::Hip::open(),
+            Backend::Opencl => device_events_opencl::OpenCl::open(),
+        };
+        return match found {
+            Ok(name) => {
+                println!("{name}");
+                ExitCode::SUCCESS
+            }
+            Err(why) => {
+                println!("no device the demo can use: {why}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let outcome = match args.backend {
         Backend::Cuda => run::<device_events_cuda::Cuda>(&args),
         Backend::Hip => run::<device_events_hip::Hip>(&args),
         Backend::Opencl => run::<device_events_opencl::OpenCl>(&args),
     };
-    if let Err(err) = outcome {
-        eprintln!("demo: {err}");
-        std::process::exit(1);
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("demo: {err}");
+            ExitCode::FAILURE
+        }
     }
 }
 
