@@ -1,6 +1,8 @@
 //! `cargo xtask docs`: the figures the README and `docs/` quote, generated
 //! from the bench's committed JSON, and the docs' relative links.
 //!
+//! The docs' snippets are checked too (`snippets.rs`).
+//!
 //! Figures appear in the docs only where this writes them:
 //! `docs/measurements.md` as a whole, and each `<!-- bench:NAME -->` …
 //! `<!-- /bench -->` block of any other Markdown file. `--check` writes
@@ -50,7 +52,7 @@ pub(crate) fn docs(check: bool) -> Result<()> {
             }
         }
     }
-    let linked = check_links(&files);
+    let linked = check_links(&files).and_then(|()| crate::snippets::check(&files));
     ensure!(
         stale.is_empty(),
         "generated figures differ from {BENCH_JSON} in {}: run `cargo xtask docs` (never edit \
@@ -63,8 +65,10 @@ pub(crate) fn docs(check: bool) -> Result<()> {
     );
     linked?;
     eprintln!(
-        "xtask: docs: {} Markdown files, generated figures match {BENCH_JSON}, links resolve",
-        files.len()
+        "xtask: docs: {} Markdown files, generated figures match {BENCH_JSON}, links resolve, \
+         Rust snippets compiled by {}",
+        files.len(),
+        crate::snippets::SNIPPETS_CRATE
     );
     Ok(())
 }

@@ -11,6 +11,7 @@ mod ci;
 mod cubecl;
 mod docs;
 mod layers;
+mod snippets;
 
 #[derive(Parser)]
 #[command(about = "device-events project tasks")]
@@ -53,11 +54,11 @@ enum Task {
     /// `docs/bench.json`, and the docs' figures generated from it.
     Bench,
     /// The docs' figures, generated from `docs/bench.json`
-    /// (`docs/measurements.md` and each `bench:` block), and their links
-    /// checked.
+    /// (`docs/measurements.md` and each `bench:` block), their links
+    /// checked, and their snippets held to what CI compiles.
     Docs {
         /// Write nothing: fail where a generated part differs from the
-        /// JSON, or a link is broken.
+        /// JSON, a link is broken, or a snippet is not compiled as written.
         #[arg(long)]
         check: bool,
     },
