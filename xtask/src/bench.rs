@@ -238,6 +238,8 @@ fn ratio(ours: f64, theirs: f64) -> f64 {
 
 pub(crate) fn bench() -> Result<()> {
     ensure_debian_tool("valgrind", "valgrind")?;
+    // Taken first: the code measured is the tree as the run began.
+    let (date, commit) = (today_utc(), commit_measured());
     let soft = soft_driver()?;
     run(
         "build bench-probe",
@@ -376,6 +378,8 @@ pub(crate) fn bench() -> Result<()> {
         "source": format!(
             "one run of `cargo xtask bench`, on {cpus} CPUs (no GPU is used)"
         ),
+        "date": date,
+        "commit": commit,
         "method": {
             "wall_rounds": WALL_ROUNDS.parse::<u64>().ok(),
             "wall_batch": WALL_BATCH.parse::<u64>().ok(),
@@ -492,6 +496,51 @@ pub(crate) fn bench() -> Result<()> {
     print_table(&report);
     println!("\nwrote {}", out.display());
     crate::docs::docs(false)
+}
+
+/// Today's date on the UTC calendar, as `YYYY-MM-DD`.
+fn today_utc() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    civil_date(secs / 86_400)
+}
+
+/// The calendar date `days` days after 1970-01-01 (Howard Hinnant's
+/// `civil_from_days`).
+fn civil_date(days: u64) -> String {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}")
+}
+
+/// The commit the bench measures, as `git` names it briefly, with a word
+/// when the tree has changes not yet committed; `None` outside a checkout.
+fn commit_measured() -> Option<String> {
+    let git = |args: &[&str]| {
+        Command::new("git")
+            .args(args)
+            .current_dir(root())
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+    };
+    let commit = git(&["rev-parse", "--short", "HEAD"])?;
+    let changed = git(&["status", "--porcelain", "--untracked-files=no"])
+        .is_none_or(|status| !status.is_empty());
+    Some(if changed {
+        format!("{commit} with uncommitted changes")
+    } else {
+        commit
+    })
 }
 
 fn print_table(r: &Value) {
@@ -896,5 +945,12 @@ calls=1 0
 0 100
 ";
         assert_eq!(super::inside_the_driver(text), 3000.0);
+    }
+
+    #[test]
+    fn a_days_count_is_its_calendar_date() {
+        assert_eq!(super::civil_date(0), "1970-01-01");
+        assert_eq!(super::civil_date(11_016), "2000-02-29");
+        assert_eq!(super::civil_date(20_818), "2026-12-31");
     }
 }

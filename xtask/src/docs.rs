@@ -1,6 +1,8 @@
 //! `cargo xtask docs`: the figures the README and `docs/` quote, generated
 //! from the bench's committed JSON, and the docs' relative links.
 //!
+//! The docs' snippets are checked too (`snippets.rs`).
+//!
 //! Figures appear in the docs only where this writes them:
 //! `docs/measurements.md` as a whole, and each `<!-- bench:NAME -->` …
 //! `<!-- /bench -->` block of any other Markdown file. `--check` writes
@@ -50,7 +52,7 @@ pub(crate) fn docs(check: bool) -> Result<()> {
             }
         }
     }
-    let linked = check_links(&files);
+    let linked = check_links(&files).and_then(|()| crate::snippets::check(&files));
     ensure!(
         stale.is_empty(),
         "generated figures differ from {BENCH_JSON} in {}: run `cargo xtask docs` (never edit \
@@ -63,8 +65,10 @@ pub(crate) fn docs(check: bool) -> Result<()> {
     );
     linked?;
     eprintln!(
-        "xtask: docs: {} Markdown files, generated figures match {BENCH_JSON}, links resolve",
-        files.len()
+        "xtask: docs: {} Markdown files, generated figures match {BENCH_JSON}, links resolve, \
+         Rust snippets compiled by {}",
+        files.len(),
+        crate::snippets::SNIPPETS_CRATE
     );
     Ok(())
 }
@@ -186,12 +190,21 @@ fn sentence(note: &Value) -> String {
     format!("{}{}{stop} ", first.unwrap_or_default(), chars.as_str())
 }
 
-/// Where the report comes from, in a sentence.
+/// Where the report comes from, when and from which commit, in a
+/// sentence. A report from before the bench recorded its date and commit
+/// says so: they are not guessed from the history, whose commit that adds
+/// the report is made after the docs are generated from it.
 fn source(r: &Value) -> String {
-    match r["source"].as_str() {
-        Some(source) => format!("Source of these figures: {source}."),
-        None => "Source of these figures: not stated in `docs/bench.json`.".to_owned(),
-    }
+    let source = r["source"]
+        .as_str()
+        .unwrap_or("not stated in `docs/bench.json`");
+    let when = match (r["date"].as_str(), r["commit"].as_str()) {
+        (Some(date), Some(commit)) => format!("{date}, at commit {commit}"),
+        (Some(date), None) => format!("{date}, commit not recorded"),
+        (None, Some(commit)) => format!("at commit {commit}, date not recorded"),
+        (None, None) => "date and commit not recorded".to_owned(),
+    };
+    format!("Source of these figures: {source}; {when}.")
 }
 
 /// The measurements page: every figure of the report, with what it measures.
@@ -769,7 +782,25 @@ mod tests {
         let text = "before\n<!-- bench:source -->\nstale\n<!-- /bench -->\nafter\n";
         assert_eq!(
             fill_blocks(text, &report).unwrap(),
-            "before\n<!-- bench:source -->\nSource of these figures: a test.\n<!-- /bench -->\nafter\n"
+            "before\n<!-- bench:source -->\nSource of these figures: a test; date and commit not \
+             recorded.\n<!-- /bench -->\nafter\n"
+        );
+    }
+
+    #[test]
+    fn the_source_line_names_the_runs_date_and_commit() {
+        let report = json!({ "source": "a run", "date": "2026-12-06", "commit": "7f5c865" });
+        assert_eq!(
+            source(&report),
+            "Source of these figures: a run; 2026-12-06, at commit 7f5c865."
+        );
+    }
+
+    #[test]
+    fn a_report_without_date_or_commit_says_they_are_not_recorded() {
+        assert_eq!(
+            source(&json!({ "source": "a run" })),
+            "Source of these figures: a run; date and commit not recorded."
         );
     }
 

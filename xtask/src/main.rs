@@ -11,6 +11,7 @@ mod ci;
 mod cubecl;
 mod docs;
 mod layers;
+mod snippets;
 
 #[derive(Parser)]
 #[command(about = "device-events project tasks")]
@@ -53,11 +54,11 @@ enum Task {
     /// `docs/bench.json`, and the docs' figures generated from it.
     Bench,
     /// The docs' figures, generated from `docs/bench.json`
-    /// (`docs/measurements.md` and each `bench:` block), and their links
-    /// checked.
+    /// (`docs/measurements.md` and each `bench:` block), their links
+    /// checked, and their snippets held to what CI compiles.
     Docs {
         /// Write nothing: fail where a generated part differs from the
-        /// JSON, or a link is broken.
+        /// JSON, a link is broken, or a snippet is not compiled as written.
         #[arg(long)]
         check: bool,
     },
@@ -131,6 +132,14 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+}
+
+/// Where cargo builds: `CARGO_TARGET_DIR` (relative to the workspace, as
+/// cargo reads it when run there), else `target/`.
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .filter(|dir| !dir.is_empty())
+        .map_or_else(|| root().join("target"), |dir| root().join(dir))
 }
 
 fn cargo() -> Command {
@@ -393,14 +402,17 @@ const SOFT_NAMES: [&str; 4] = [
 fn soft_driver() -> Result<PathBuf> {
     run(
         "build the software driver",
-        cargo().args([
-            "build",
-            "--release",
-            "--package",
-            "device-events-soft-driver",
-        ]),
+        cargo().args(["build", "--release", "--package", SOFT_PACKAGE]),
     )?;
-    let target = root().join("target");
+    lay_out_built_soft_driver()
+}
+
+const SOFT_PACKAGE: &str = "device-events-soft-driver";
+
+/// Lay the release build of the software driver out under
+/// `target/soft-driver/lib`; returns `target/soft-driver`.
+fn lay_out_built_soft_driver() -> Result<PathBuf> {
+    let target = target_dir();
     let built = target.join("release").join(SOFT_LIB);
     let dir = target.join("soft-driver");
     lay_out_soft_driver(&built, &dir.join("lib"))?;
@@ -570,7 +582,7 @@ fn bundle(backend: Backend) -> Result<PathBuf> {
         }
         std::fs::create_dir_all(dir.join("probe"))?;
         std::fs::copy(
-            root().join("target/release/bench-probe"),
+            target_dir().join("release").join("bench-probe"),
             dir.join("probe/bench-probe"),
         )?;
     }
@@ -719,32 +731,87 @@ echo "$passed passed, $failed failed; all done in $((SECONDS-started)) s"
     )
 }
 
-/// The main job, on the best device here: the real CUDA driver, else the
-/// real HIP runtime, else the software driver.
+/// The main job, on the best device here: the real CUDA driver, else a
+/// HIP runtime with a GPU, else an OpenCL device, else the software
+/// driver. One release build makes everything it runs (the demo, which
+/// also answers the probes, and the software driver), with cargo's
+/// progress shown; each step says what it does.
 fn demo() -> Result<()> {
-    let mut cmd = cargo();
-    cmd.args([
-        "run",
-        "--quiet",
-        "--release",
-        "--package",
-        "device-events-demo",
-        "--",
-    ]);
-    if let Some(found) = find_real_driver(CUDA) {
-        eprintln!("xtask: CUDA driver: {found}");
+    let started = std::time::Instant::now();
+    eprintln!(
+        "xtask: demo, step 1 of 3: build the demo and the software driver, once, in release \
+         (the first time takes minutes, the README says how long; cargo's progress follows)"
+    );
+    run(
+        "cargo build --release (the demo and the software driver)",
+        cargo().args([
+            "build",
+            "--release",
+            "--package",
+            DEMO_PACKAGE,
+            "--package",
+            SOFT_PACKAGE,
+        ]),
+    )?;
+    let demo = target_dir().join("release").join(DEMO_PACKAGE);
+    eprintln!(
+        "xtask: demo, step 2 of 3: look for a device: a CUDA driver, a HIP runtime with a GPU, \
+         an OpenCL device, else the software driver"
+    );
+    let mut cmd = Command::new(&demo);
+    let device = if let Some(found) = find_real_driver(CUDA) {
+        eprintln!("xtask:   cuda: {found}");
         cmd.args(["--backend", "cuda"]);
-    } else if let Ok(found) = probe_hip()? {
-        eprintln!("xtask: {found}");
-        cmd.args(["--backend", "hip"]);
-    } else if let Some(found) = probe_opencl()? {
-        eprintln!("xtask: {found}");
-        cmd.args(["--backend", "opencl"]);
+        "the CUDA driver"
     } else {
-        let dir = soft_driver()?;
-        soft_env(&mut cmd, &dir);
-        cmd.args(["--backend", "cuda", "--soft"]);
-    }
-    cmd.arg("--out").arg(root().join("target").join("demo"));
-    run("demo", &mut cmd)
+        eprintln!(
+            "xtask:   cuda: no CUDA driver ({} not loadable)",
+            CUDA.libraries.join(", ")
+        );
+        if demo_probe(&demo, "hip")? {
+            cmd.args(["--backend", "hip"]);
+            "the HIP runtime"
+        } else if demo_probe(&demo, "opencl")? {
+            cmd.args(["--backend", "opencl"]);
+            "the OpenCL device"
+        } else {
+            let dir = lay_out_built_soft_driver()?;
+            eprintln!(
+                "xtask:   the software driver, laid out in {}",
+                dir.display()
+            );
+            soft_env(&mut cmd, &dir);
+            cmd.args(["--backend", "cuda", "--soft"]);
+            "the software driver"
+        }
+    };
+    let out = target_dir().join("demo");
+    cmd.arg("--out").arg(&out);
+    eprintln!("xtask: demo, step 3 of 3: the pipeline on {device}");
+    let line: Vec<String> = std::iter::once(cmd.get_program())
+        .chain(cmd.get_args())
+        .map(|arg| arg.to_string_lossy().into_owned())
+        .collect();
+    run(&line.join(" "), &mut cmd)?;
+    eprintln!(
+        "xtask: demo done in {:.0} s: open {} in https://ui.perfetto.dev, and {} in a browser",
+        started.elapsed().as_secs_f64(),
+        out.join("trace.json").display(),
+        out.join("timeline.svg").display()
+    );
+    Ok(())
+}
+
+const DEMO_PACKAGE: &str = "device-events-demo";
+
+/// Whether the demo can run on `backend` here, as the demo itself says in a
+/// line (`--probe`), which is echoed.
+fn demo_probe(demo: &Path, backend: &str) -> Result<bool> {
+    let output = Command::new(demo)
+        .args(["--backend", backend, "--probe"])
+        .output()
+        .with_context(|| format!("could not start {}", demo.display()))?;
+    let line = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+    eprintln!("xtask:   {backend}: {line}");
+    Ok(output.status.success())
 }

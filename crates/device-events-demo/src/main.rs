@@ -10,12 +10,13 @@ mod device;
 
 use std::error::Error;
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use device::Device;
-use device_events_core::profile::{Instant, ProfileDuration};
-use device_events_core::{EventFence, EventProfiler, OwnedStream};
+use device_events_core::profile::Instant;
+use device_events_core::{EventFence, EventProfiler, OwnedStream, PlacedWindow};
 use device_events_trace::{Trace, TrackId};
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -40,39 +41,64 @@ struct Args {
     /// Pipeline iterations.
     #[arg(long, default_value_t = 8)]
     steps: usize,
+    /// Only say in a line whether the demo can run on the backend here,
+    /// and exit: 0 when it can, 1 when not (`cargo xtask demo` asks first).
+    #[arg(long)]
+    probe: bool,
 }
 
-fn main() {
+fn main() -> ExitCode {
     let args = Args::parse();
+    if args.probe {
+        let found = match args.backend {
+            Backend::Cuda => device_events_cuda::Cuda::open(),
+            Backend::Hip => device_events_hip::Hip::open(),
+            Backend::Opencl => device_events_opencl::OpenCl::open(),
+        };
+        return match found {
+            Ok(name) => {
+                println!("{name}");
+                ExitCode::SUCCESS
+            }
+            Err(why) => {
+                println!("no device the demo can use: {why}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let outcome = match args.backend {
         Backend::Cuda => run::<device_events_cuda::Cuda>(&args),
         Backend::Hip => run::<device_events_hip::Hip>(&args),
         Backend::Opencl => run::<device_events_opencl::OpenCl>(&args),
     };
-    if let Err(err) = outcome {
-        eprintln!("demo: {err}");
-        std::process::exit(1);
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("demo: {err}");
+            ExitCode::FAILURE
+        }
     }
 }
 
-/// A resolved window, for the table and the trace.
+/// A closed window, for the table and the trace: read with its stated
+/// bound, the library's promise for that window.
 struct Row {
     label: &'static str,
     track: TrackId,
-    timing: ProfileDuration,
-    uncertainty: Duration,
+    window: PlacedWindow,
 }
 
 fn run<D: Device>(args: &Args) -> Result<(), Box<dyn Error>> {
     let name = D::open()?;
-    if args.soft {
-        println!(
-            "device: software driver, no GPU found (through the {} backend)",
+    let device = if args.soft {
+        format!(
+            "software driver, no GPU found (through the {} backend)",
             D::BACKEND
-        );
+        )
     } else {
-        println!("device: {name} ({})", D::BACKEND);
-    }
+        format!("{name} ({})", D::BACKEND)
+    };
+    println!("device: {device}");
     // Owned: destroyed on every path, an early `?` included.
     let (owned_a, owned_b) = (OwnedStream::<D>::new()?, OwnedStream::<D>::new()?);
     let (a, b) = (owned_a.get(), owned_b.get());
@@ -86,49 +112,43 @@ fn run<D: Device>(args: &Args) -> Result<(), Box<dyn Error>> {
     );
     let mut profiler = EventProfiler::<D>::new();
     let mut rows = Vec::new();
-    let uncertainty = |p: &EventProfiler<D>| p.anchor_uncertainty().unwrap_or_default();
 
     for _ in 0..args.steps {
         let enqueue = Instant::now();
         let step = profiler.start(a);
         let load = profiler.start(a);
         D::work(a, &buffer, 16 << 20)?;
-        let load = profiler.stop(a, load)?;
+        let load = profiler.stop_placed(a, load)?;
         let produce = profiler.start(a);
         D::work(a, &buffer, 32 << 20)?;
-        let produce = profiler.stop(a, produce)?;
+        let produce = profiler.stop_placed(a, produce)?;
         let handoff = EventFence::<D>::new(a);
         handoff.wait_async(b)?;
         let consume = profiler.start(b);
         D::work(b, &buffer, 24 << 20)?;
-        let consume = profiler.stop(b, consume)?;
-        let step = profiler.stop(b, step)?;
-        let u = uncertainty(&profiler);
+        let consume = profiler.stop_placed(b, consume)?;
+        let step = profiler.stop_placed(b, step)?;
         trace.host_span(host, "enqueue", enqueue, Instant::now());
         rows.extend([
             Row {
                 label: "step",
                 track: steps,
-                timing: step,
-                uncertainty: u,
+                window: step,
             },
             Row {
                 label: "load",
                 track: track_a,
-                timing: load,
-                uncertainty: u,
+                window: load,
             },
             Row {
                 label: "produce",
                 track: track_a,
-                timing: produce,
-                uncertainty: u,
+                window: produce,
             },
             Row {
                 label: "consume",
                 track: track_b,
-                timing: consume,
-                uncertainty: u,
+                window: consume,
             },
         ]);
         let wait = Instant::now();
@@ -136,9 +156,11 @@ fn run<D: Device>(args: &Args) -> Result<(), Box<dyn Error>> {
         trace.host_span(host, "wait", wait, Instant::now());
     }
 
+    // Each window's bound: how far either end can be from where the device
+    // was, on the host clock.
     println!(
         "{:<8} {:>14} {:>18} {:>12}",
-        "window", "device (µs)", "start (µs)", "anchor ± (µs)"
+        "window", "device (µs)", "start (µs)", "bound ± (µs)"
     );
     // Starts are shown from the first window's, on the host clock.
     let reference = Instant::now()
@@ -146,10 +168,11 @@ fn run<D: Device>(args: &Args) -> Result<(), Box<dyn Error>> {
         .unwrap_or_else(Instant::now);
     let mut first = None;
     for row in rows {
-        let Some(ticks) = pollster::block_on(row.timing.resolve()) else {
-            println!("{:<8} {:>14}", row.label, "unreadable");
+        let Some(placed) = pollster::block_on(row.window.resolve()) else {
+            println!("{:<8} {:>14}", row.label, "unreadable (logged)");
             continue;
         };
+        let ticks = placed.ticks;
         let start = ticks.start_duration_since(reference);
         let first = *first.get_or_insert(start);
         println!(
@@ -157,10 +180,27 @@ fn run<D: Device>(args: &Args) -> Result<(), Box<dyn Error>> {
             row.label,
             ticks.duration().as_secs_f64() * 1e6,
             start.saturating_sub(first).as_secs_f64() * 1e6,
-            row.uncertainty.as_secs_f64() * 1e6
+            placed.uncertainty.as_secs_f64() * 1e6
         );
         trace.span(row.track, row.label, &ticks);
     }
+    // Known once the calibrator has taken an anchor: never a zero before.
+    let anchor = profiler.anchor_uncertainty();
+    if let Some(bound) = anchor {
+        println!(
+            "anchor ± {:.2} µs: the calibrated anchor's own bound; each window's adds \
+             the clock rate's error over its distance from the anchor and the readings' \
+             resolution",
+            bound.as_secs_f64() * 1e6
+        );
+    }
+    trace.set_title(match anchor {
+        Some(bound) => format!(
+            "device-events demo on {device}: anchor ± {:.2} µs",
+            bound.as_secs_f64() * 1e6
+        ),
+        None => format!("device-events demo on {device}: no anchor taken"),
+    });
     drop(profiler);
     drop((owned_a, owned_b));
     drop(buffer);

@@ -44,7 +44,7 @@ fn it_names_the_software_driver_and_prints_the_table() {
             .contains("software driver, no GPU found"),
         "{stdout}"
     );
-    assert!(lines.next().unwrap().contains("anchor"), "{stdout}");
+    assert!(lines.next().unwrap().contains("bound ± (µs)"), "{stdout}");
     let rows = stdout
         .lines()
         .filter(|l| {
@@ -55,6 +55,35 @@ fn it_names_the_software_driver_and_prints_the_table() {
         .count();
     assert_eq!(rows, 16, "{stdout}");
     assert!(out.join("trace.json").exists() && out.join("timeline.svg").exists());
+}
+
+#[test]
+fn each_window_shows_its_own_stated_bound_and_the_anchor_its_own_once_taken() {
+    let out = out_dir("bounds");
+    let stdout = run_demo(&out);
+    let bounds: Vec<f64> = stdout
+        .lines()
+        .filter(|l| {
+            ["step", "load", "produce", "consume"]
+                .iter()
+                .any(|w| l.starts_with(w))
+        })
+        .map(|l| l.split_whitespace().last().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(bounds.len(), 16, "{stdout}");
+    // A window's bound holds at least the readings' resolution: never the
+    // zero shown for an anchor not yet taken.
+    assert!(bounds.iter().all(|&b| b > 0.0), "{stdout}");
+    let anchor: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("anchor ± "))
+        .collect();
+    assert_eq!(anchor.len(), 1, "{stdout}");
+    let svg = std::fs::read_to_string(out.join("timeline.svg")).unwrap();
+    assert!(
+        svg.contains("<title>device-events demo on software driver") && svg.contains(": anchor ± "),
+        "no title naming the driver and the anchor's bound"
+    );
 }
 
 #[test]

@@ -5,23 +5,26 @@
 //! `EventProfiler<Hip>` are the types to use.
 //!
 //! ```
-//! use device_events_core::{EventApi, EventFence, EventProfiler};
+//! use device_events_core::{EventFence, EventProfiler, OwnedStream};
 //! use device_events_hip::Hip;
 //!
-//! let (a, b) = (Hip::stream_create_non_blocking()?, Hip::stream_create_non_blocking()?);
+//! if let Err(err) = Hip::probe() {
+//!     eprintln!("no HIP runtime with a device here: {err}");
+//!     return Ok(());
+//! }
+//! let (a, b) = (OwnedStream::<Hip>::new()?, OwnedStream::<Hip>::new()?);
 //! let mut profiler = EventProfiler::<Hip>::new();
 //!
-//! let window = profiler.start(a);
+//! let window = profiler.start(a.get());
 //! // ... enqueue work on `a` ...
-//! let fence = EventFence::<Hip>::new(a);
-//! fence.wait_async(b)?; // `b` runs after `a`'s work; the host does not block
-//! let timing = profiler.stop(a, window)?;
+//! let fence = EventFence::<Hip>::new(a.get());
+//! fence.wait_async(b.get())?; // `b` runs after `a`'s work; the host does not block
+//! let timing = profiler.stop(a.get(), window)?;
 //!
-//! let ticks = pollster::block_on(timing.resolve()).expect("the window was read");
-//! println!("{:?} on the device", ticks.duration());
-//! # drop((fence, profiler));
-//! # Hip::stream_destroy(a)?;
-//! # Hip::stream_destroy(b)?;
+//! match pollster::block_on(timing.resolve()) {
+//!     Some(ticks) => println!("{:?} on the device", ticks.duration()),
+//!     None => println!("the window could not be read (logged)"),
+//! }
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!

@@ -70,6 +70,7 @@ pub struct Span {
 #[derive(Clone, Debug)]
 pub struct Trace {
     reference: Instant,
+    title: Option<Cow<'static, str>>,
     tracks: Vec<Track>,
     spans: Vec<Span>,
 }
@@ -106,9 +107,21 @@ impl Trace {
         let now = Instant::now();
         Self {
             reference: now.checked_sub(Duration::from_secs(3600)).unwrap_or(now),
+            title: None,
             tracks: Vec::new(),
             spans: Vec::new(),
         }
+    }
+
+    /// The timeline's title, drawn above its rows: what ran, and where.
+    ///
+    /// ```
+    /// let mut trace = device_events_trace::Trace::new();
+    /// trace.set_title("pipeline on the software driver");
+    /// assert!(trace.to_svg().contains(">pipeline on the software driver</text>"));
+    /// ```
+    pub fn set_title(&mut self, title: impl Into<Cow<'static, str>>) {
+        self.title = Some(title.into());
     }
 
     /// A track for a device stream.

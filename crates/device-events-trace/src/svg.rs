@@ -7,7 +7,10 @@ use crate::{Trace, TrackKind};
 const WIDTH: f64 = 1200.0;
 const LEFT: f64 = 140.0;
 const ROW: f64 = 34.0;
-const TOP: f64 = 30.0;
+/// Where the first row starts, below the title.
+const TOP: f64 = 36.0;
+/// Ticks on the time axis: at most this many intervals.
+const TICKS: f64 = 10.0;
 
 fn escape(text: &str) -> String {
     text.replace('&', "&amp;")
@@ -42,6 +45,13 @@ pub(crate) fn render(trace: &Trace) -> String {
         svg,
         r#"<rect width="{WIDTH}" height="{height}" fill="white"/>"#
     );
+    if let Some(title) = &trace.title {
+        let title = escape(title);
+        let _ = write!(
+            svg,
+            r#"<title>{title}</title><text x="6" y="22" font-size="14" font-weight="bold">{title}</text>"#
+        );
+    }
     for (row, &track) in order.iter().enumerate() {
         let y = TOP + ROW * row as f64;
         let shade = if row % 2 == 0 { "#f4f4f4" } else { "#ffffff" };
@@ -74,23 +84,108 @@ pub(crate) fn render(trace: &Trace) -> String {
         }
         svg.push_str("</g>");
     }
-    // A time axis with ten ticks.
+    // A time axis, its ticks at round values.
     let axis = TOP + ROW * order.len() as f64 + 4.0;
     let _ = write!(
         svg,
         r#"<line x1="{LEFT}" y1="{axis}" x2="{}" y2="{axis}" stroke="black"/>"#,
         WIDTH - 40.0
     );
-    for tick in 0..=10 {
-        let x = LEFT + (WIDTH - LEFT - 40.0) * f64::from(tick) / 10.0;
-        let ms = span_ns * f64::from(tick) / 10.0 / 1e6;
+    for (at_ns, label) in ticks(span_ns) {
+        let x = LEFT + at_ns * scale;
         let _ = write!(
             svg,
-            r#"<line x1="{x:.2}" y1="{axis}" x2="{x:.2}" y2="{}" stroke="black"/><text x="{x:.2}" y="{}" text-anchor="middle">{ms:.2} ms</text>"#,
+            r#"<line x1="{x:.2}" y1="{axis}" x2="{x:.2}" y2="{}" stroke="black"/><text x="{x:.2}" y="{}" text-anchor="middle">{label}</text>"#,
             axis + 4.0,
             axis + 16.0
         );
     }
     svg.push_str("</svg>\n");
     svg
+}
+
+/// The axis's ticks over `span_ns`, each at a multiple of one round step
+/// (1, 2 or 5 times a power of ten nanoseconds, the smallest that leaves at
+/// most [`TICKS`] intervals), labelled in the largest unit the step is a
+/// whole number of: a reader adds "10 ms" steps in their head, not 9.67 ms.
+fn ticks(span_ns: f64) -> Vec<(f64, String)> {
+    let wanted = (span_ns / TICKS).max(1.0);
+    let mut power = 1.0;
+    while power * 10.0 <= wanted {
+        power *= 10.0;
+    }
+    let step = [1.0, 2.0, 5.0, 10.0]
+        .into_iter()
+        .map(|m| m * power)
+        .find(|&step| step >= wanted)
+        .unwrap_or(power * 10.0);
+    let (unit, name) = [(1e9, "s"), (1e6, "ms"), (1e3, "µs")]
+        .into_iter()
+        .find(|&(unit, _)| step >= unit)
+        .unwrap_or((1.0, "ns"));
+    // Counted in steps, not added up: no float error creeps into a label.
+    let count = (span_ns / step + 1e-9).floor() as u64;
+    (0..=count)
+        .map(|k| {
+            let at = k as f64 * step;
+            (at, format!("{} {name}", (at / unit).round()))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ticks;
+
+    fn labels(span_ns: f64) -> Vec<String> {
+        ticks(span_ns).into_iter().map(|(_, label)| label).collect()
+    }
+
+    #[test]
+    fn ticks_fall_on_round_values_not_on_tenths_of_the_span() {
+        // The demo's 96.7 ms, once ticked every 9.67 ms.
+        assert_eq!(
+            labels(96.7e6),
+            [
+                "0 ms", "10 ms", "20 ms", "30 ms", "40 ms", "50 ms", "60 ms", "70 ms", "80 ms",
+                "90 ms"
+            ]
+        );
+        assert_eq!(
+            labels(7.3e6),
+            [
+                "0 ms", "1 ms", "2 ms", "3 ms", "4 ms", "5 ms", "6 ms", "7 ms"
+            ]
+        );
+        assert_eq!(
+            labels(1.1e5),
+            ["0 µs", "20 µs", "40 µs", "60 µs", "80 µs", "100 µs"]
+        );
+        assert_eq!(
+            labels(42e9),
+            [
+                "0 s", "5 s", "10 s", "15 s", "20 s", "25 s", "30 s", "35 s", "40 s"
+            ]
+        );
+    }
+
+    #[test]
+    fn every_step_is_one_two_or_five_times_a_power_of_ten_and_fits_the_span() {
+        for span in [1.0, 37.0, 999.0, 1234.5, 96.7e6, 3.3e8, 2.5e10] {
+            let at: Vec<f64> = ticks(span).into_iter().map(|(at, _)| at).collect();
+            let step = at[1] - at[0];
+            let power = 10f64.powf(step.log10().floor());
+            let mantissa = (step / power).round();
+            assert!(
+                [1.0, 2.0, 5.0].contains(&mantissa),
+                "step {step} over {span}"
+            );
+            assert!(
+                at.len() <= 11 && at.len() >= 2,
+                "{} ticks over {span}",
+                at.len()
+            );
+            assert!(*at.last().unwrap() <= span, "a tick past the end of {span}");
+        }
+    }
 }

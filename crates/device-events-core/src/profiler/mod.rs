@@ -312,7 +312,6 @@ impl<A: AnchorApi> EventProfiler<A> {
         event.inspect_err(|err| self.note_fault(err))
     }
 
-    /// The future of a window whose end is recorded.
     /// The future of a window whose end is recorded on `stream`.
     fn resolving(&mut self, opened: Opened<A>, end: Point<A>, stream: A::Stream) -> Resolving<A> {
         self.ends += 1;

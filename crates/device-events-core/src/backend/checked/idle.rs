@@ -10,7 +10,10 @@
 //! next gate of that context, since freeing it can wait for the whole
 //! device (`hipFree`), which the calibrator thread must not do (it could
 //! still be waiting as the process exits). As many as gates were ever live
-//! at once; freed by [`release_idle_events`], on the caller's thread.
+//! at once; freed by [`release_idle_events`], on the caller's thread. Until
+//! then each kept word holds its context as a live gate does (a CUDA word
+//! keeps its primary context retained), even after every profiler of that
+//! device is gone: a server that tears a context down calls it first.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -31,8 +34,9 @@ static RELEASERS: Mutex<Vec<fn()>> = Mutex::new(Vec::new());
 
 /// Destroy every fence event, and free every gate's word, kept for reuse,
 /// in every backend. Call it before tearing a context down by hand (an idle
-/// CUDA event holds its primary context), or before counting live handles.
-/// A word's free may wait for its device's work (`hipFree`).
+/// CUDA event, and a kept word, hold its primary context until this call),
+/// or before counting live handles. A word's free may wait for its device's
+/// work (`hipFree`).
 ///
 /// ```
 /// device_events_core::process::release_idle_events();
