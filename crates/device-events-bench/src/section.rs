@@ -98,9 +98,14 @@ impl Report {
         self.write();
     }
 
+    /// Written beside and renamed over: a process killed mid-write leaves
+    /// the last whole report, never half of one.
     fn write(&self) {
         let text = serde_json::to_string_pretty(&self.sections).unwrap_or_default();
-        if let Err(err) = std::fs::write(&self.path, text) {
+        let partial = self.path.with_extension("partial");
+        let written =
+            std::fs::write(&partial, text).and_then(|()| std::fs::rename(&partial, &self.path));
+        if let Err(err) = written {
             eprintln!("could not write {}: {err}", self.path.display());
         }
     }
