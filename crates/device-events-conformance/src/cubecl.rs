@@ -100,13 +100,15 @@ where
 
 /// Autotune's loop: an outer window around inner ones, each around a
 /// candidate's launch. The outer window is at least the sum of the inner
-/// ones, and under twice it.
+/// ones, and no longer than the host time around it (the launch gaps
+/// between them are the host's, which load can stretch).
 pub fn cubecl_an_outer_window_holds_its_inner_windows<A: Backend>(h: &Harness<A>)
 where
     A::Stream: PartialEq + StreamOf<A>,
 {
     let mut server = MiniServer::new(h);
     for _round in 0..3 {
+        let began = Instant::now();
         let outer = server.start(0);
         let mut inner = Vec::new();
         for k in 0..4u64 {
@@ -116,10 +118,11 @@ where
         }
         let outer = read(server.end(0, outer));
         let sum: Duration = inner.into_iter().map(read).sum();
+        let host = began.elapsed();
         assert!(outer >= sum, "outer {outer:?} < inner sum {sum:?}");
         assert!(
-            outer < sum * 2,
-            "outer {outer:?} >= twice the inner sum {sum:?}"
+            outer <= host + h.resolution + host / 1000,
+            "outer {outer:?}, longer than the {host:?} the host saw around it"
         );
     }
 }
