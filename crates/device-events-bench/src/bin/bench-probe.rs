@@ -472,10 +472,11 @@ impl DaySection {
 }
 
 /// What every section needs: device 0's context bound to this thread, and
-/// the spin kernel loaded into it.
+/// the spin kernel loaded into it (declared first: dropped, and unloaded
+/// from the context, before the context is released).
 struct Day {
-    _ctx: std::sync::Arc<cudarc::driver::CudaContext>,
     spin: device_events_bench::spin::Spin,
+    _ctx: std::sync::Arc<cudarc::driver::CudaContext>,
     soft: Option<&'static SoftDriver>,
 }
 
@@ -489,8 +490,8 @@ impl Day {
             device_events_bench::spin::Spin::load().map_err(|e| format!("the spin kernel: {e}"))?;
         println!("spin kernel: {}", spin.origin());
         Ok(Self {
-            _ctx: ctx,
             spin,
+            _ctx: ctx,
             soft: SoftDriver::get().ok(),
         })
     }
