@@ -137,9 +137,9 @@ impl Side {
 /// on the two clocks' offset, and their median, which is that offset plus
 /// the launch gaps.
 ///
-/// # Panics
+/// # Errors
 ///
-/// When the driver refuses the kernel or a window.
+/// What the driver refused (the kernel, a window, the stamps), in words.
 pub fn spin_windows(
     spin: &Spin,
     stream: CudaStream,
@@ -147,8 +147,8 @@ pub fn spin_windows(
     side: Side,
     ns: u64,
     windows: usize,
-) -> Value {
-    let stamps = Stamps::new(windows).unwrap();
+) -> Result<Value, String> {
+    let stamps = Stamps::new(windows).map_err(|e| format!("stamps: {e}"))?;
     let clock = Realtime::now();
     let (mut length, mut start, mut end, mut unread) = (Vec::new(), Vec::new(), Vec::new(), 0);
     let mut ours = match side {
@@ -160,22 +160,38 @@ pub fn spin_windows(
     // A first window, so that calibration is out of the way.
     if let Some(p) = ours.as_mut() {
         let token = p.start(stream);
-        crate::resolve(p.stop(stream, token).unwrap());
+        crate::resolve(
+            p.stop(stream, token)
+                .map_err(|e| format!("a window: {e}"))?,
+        );
     }
+    let launch = |at| {
+        spin.launch(stream, ns, &stamps, at)
+            .map_err(|e| format!("the spin kernel: {e}"))
+    };
     for at in 0..windows {
         let ticks = match ours.as_mut() {
             Some(p) => {
                 let token = p.start(stream);
-                spin.launch(stream, ns, &stamps, at).unwrap();
-                crate::resolve(p.stop(stream, token).unwrap())
+                launch(at)?;
+                crate::resolve(
+                    p.stop(stream, token)
+                        .map_err(|e| format!("a window: {e}"))?,
+                )
             }
             None => {
-                let token = upstream.start(raw).unwrap();
-                spin.launch(stream, ns, &stamps, at).unwrap();
-                crate::resolve(upstream.stop(raw, token).unwrap())
+                let token = upstream
+                    .start(raw)
+                    .map_err(|e| format!("cubecl-server's window: {e:?}"))?;
+                launch(at)?;
+                crate::resolve(
+                    upstream
+                        .stop(raw, token)
+                        .map_err(|e| format!("cubecl-server's window: {e:?}"))?,
+                )
             }
         };
-        Cuda::stream_synchronize(stream).unwrap();
+        Cuda::stream_synchronize(stream).map_err(|e| e.to_string())?;
         match (ticks, stamps.read(at)) {
             (Some(ticks), Some((s, e))) => {
                 length.push(ticks.duration().as_nanos() as i128 - i128::from(e - s));
@@ -185,26 +201,26 @@ pub fn spin_windows(
             _ => unread += 1,
         }
     }
-    json!({
+    Ok(json!({
         "side": side.name(),
         "kernel_ns": ns,
         "unread": unread,
         "duration_minus_kernel": spread(length),
         "start_minus_kernel": spread(start),
         "end_minus_kernel": spread(end),
-    })
+    }))
 }
 
 /// A fresh non-blocking stream of the current context, its raw handle
 /// beside it.
 ///
-/// # Panics
+/// # Errors
 ///
-/// When the driver refuses it.
-pub fn stream() -> (CudaStream, sys::CUstream) {
-    let s = Cuda::stream_create_non_blocking().unwrap();
-    let raw = s.with_raw(|raw| raw).unwrap();
-    (s, raw)
+/// What the driver refused, in words.
+pub fn stream() -> Result<(CudaStream, sys::CUstream), String> {
+    let s = Cuda::stream_create_non_blocking().map_err(|e| e.to_string())?;
+    let raw = s.with_raw(|raw| raw).map_err(|e| e.to_string())?;
+    Ok((s, raw))
 }
 
 /// The user's kernels on a hardware queue the anchor's stream shares
@@ -213,33 +229,40 @@ pub fn stream() -> (CudaStream, sys::CUstream) {
 /// are taken on another stream; the gaps between one kernel's end and the
 /// next one's start, by their stamps, in each phase.
 ///
-/// # Panics
+/// # Errors
 ///
-/// When the driver refuses the kernel or a window.
-pub fn gate(spin: &Spin, kernels: usize, calibrations: usize) -> Value {
-    let (user, _) = stream();
-    let (anchor, _) = stream();
-    let phase = |calibrate: bool| {
-        let stamps = Stamps::new(kernels).unwrap();
+/// What the driver refused (a stream, the stamps, the kernel), in words.
+pub fn gate(spin: &Spin, kernels: usize, calibrations: usize) -> Result<Value, String> {
+    let (user, _) = stream()?;
+    let (anchor, _) = stream()?;
+    let phase = |calibrate: bool| -> Result<Value, String> {
+        let stamps = Stamps::new(kernels).map_err(|e| format!("stamps: {e}"))?;
         let (calibrating, taken) = (AtomicBool::new(calibrate), AtomicUsize::new(0));
         let mut launched = 0;
+        let mut refused = None;
         std::thread::scope(|scope| {
             if calibrate {
                 scope.spawn(|| {
-                    Cuda::in_context_of(anchor, || {
+                    let bound = Cuda::in_context_of(anchor, || {
                         for _ in 0..calibrations {
                             // A new profiler's first window calibrates.
                             let mut profiler = EventProfiler::<Cuda>::new();
                             let token = profiler.start(anchor);
-                            profiler.abandon(token).unwrap();
-                            if device_events_core::process::wait_for_calibrations(
-                                Duration::from_secs(30),
+                            let _ = profiler.abandon(token);
+                            // One that has not ended in 5 s ends the
+                            // phase: the device is stuck, and the count
+                            // says so.
+                            if !device_events_core::process::wait_for_calibrations(
+                                Duration::from_secs(5),
                             ) {
-                                taken.fetch_add(1, Ordering::Relaxed);
+                                break;
                             }
+                            taken.fetch_add(1, Ordering::Relaxed);
                         }
-                    })
-                    .unwrap();
+                    });
+                    if let Err(e) = bound {
+                        eprintln!("the gate's calibrations: {e}");
+                    }
                     calibrating.store(false, Ordering::Release);
                 });
             }
@@ -249,7 +272,10 @@ pub fn gate(spin: &Spin, kernels: usize, calibrations: usize) -> Value {
             while launched < kernels
                 && (launched < kernels / 4 || !calibrate || calibrating.load(Ordering::Acquire))
             {
-                spin.launch(user, 10_000, &stamps, launched).unwrap();
+                if let Err(e) = spin.launch(user, 10_000, &stamps, launched) {
+                    refused = Some(format!("the spin kernel: {e}"));
+                    break;
+                }
                 if launched >= 8 {
                     // A kernel that never ends (a faulted context) ends the
                     // phase, not the run.
@@ -263,8 +289,13 @@ pub fn gate(spin: &Spin, kernels: usize, calibrations: usize) -> Value {
                 }
                 launched += 1;
             }
-            Cuda::stream_synchronize(user).unwrap();
+            if let Err(e) = Cuda::stream_synchronize(user) {
+                refused.get_or_insert(e.to_string());
+            }
         });
+        if let Some(refused) = refused {
+            return Err(refused);
+        }
         let mut gaps: Vec<i128> = (1..launched)
             .filter_map(|at| Some((stamps.read(at - 1)?, stamps.read(at)?)))
             .map(|((_, end), (start, _))| i128::from(start) - i128::from(end))
@@ -274,19 +305,22 @@ pub fn gate(spin: &Spin, kernels: usize, calibrations: usize) -> Value {
             gaps.get(((gaps.len().max(1) - 1) as f64 * q).round() as usize)
                 .copied()
         };
-        json!({
+        Ok(json!({
             "kernels": launched,
             "calibrations": taken.load(Ordering::Relaxed),
             "gap_median_ns": at(0.5),
             "gap_p99_ns": at(0.99),
             "gap_max_ns": at(1.0),
-        })
+        }))
     };
     let alone = phase(false);
-    let beside = phase(true);
-    Cuda::stream_destroy(user).unwrap();
-    Cuda::stream_destroy(anchor).unwrap();
-    json!({ "alone": alone, "beside_calibrations": beside })
+    let beside = alone.is_ok().then(|| phase(true));
+    let destroyed = [Cuda::stream_destroy(user), Cuda::stream_destroy(anchor)];
+    let (alone, beside) = (alone?, beside.unwrap_or(Ok(Value::Null))?);
+    for destroyed in destroyed {
+        destroyed.map_err(|e| e.to_string())?;
+    }
+    Ok(json!({ "alone": alone, "beside_calibrations": beside }))
 }
 
 /// What the driver answers to event calls from a thread with no context
@@ -295,12 +329,13 @@ pub fn gate(spin: &Spin, kernels: usize, calibrations: usize) -> Value {
 /// `cuCtxGetCurrent` per call) is needed by the driver, or only by the
 /// guarantee the library states. Each call's status, 0 for success.
 ///
-/// # Panics
+/// # Errors
 ///
-/// When the driver refuses the event or the stream.
-pub fn unbound_calls() -> Value {
-    let (s, raw) = stream();
-    let event = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).unwrap();
+/// What the driver refused (the event, the stream), in words.
+pub fn unbound_calls() -> Result<Value, String> {
+    let (s, raw) = stream()?;
+    let event = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)
+        .map_err(|e| format!("cuEventCreate: {e}"))?;
     let (event_bits, raw_bits) = (event as usize, raw as usize);
     let statuses = std::thread::spawn(move || {
         let (event, raw) = (event_bits as sys::CUevent, raw_bits as sys::CUstream);
@@ -318,13 +353,30 @@ pub fn unbound_calls() -> Value {
         }
     })
     .join()
-    .unwrap();
+    .map_err(|_| "the unbound thread panicked".to_owned())?;
     // SAFETY: made above, destroyed once, no call in flight.
     let _ = unsafe { result::event::destroy(event) };
-    Cuda::stream_destroy(s).unwrap();
-    statuses
+    Cuda::stream_destroy(s).map_err(|e| e.to_string())?;
+    Ok(statuses
         .into_iter()
         .map(|(name, status)| (name.to_owned(), json!(status)))
         .collect::<serde_json::Map<_, _>>()
-        .into()
+        .into())
+}
+
+/// What [`HANG_VAR`](crate::section::HANG_VAR) asks of a section: an hour
+/// of the spin kernel on a fresh stream, then a wait for it. Returns only
+/// if the driver refuses the kernel or the wait.
+///
+/// # Errors
+///
+/// What the driver refused, in words.
+pub fn hang(spin: &Spin) -> Result<Value, String> {
+    let (s, _) = stream()?;
+    let stamps = Stamps::new(1).map_err(|e| format!("stamps: {e}"))?;
+    eprintln!("hanging on purpose ({})", crate::section::HANG_VAR);
+    spin.launch(s, 3_600_000_000_000, &stamps, 0)
+        .map_err(|e| format!("the spin kernel: {e}"))?;
+    Cuda::stream_synchronize(s).map_err(|e| e.to_string())?;
+    Err("an hour passed".to_owned())
 }

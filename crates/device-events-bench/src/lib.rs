@@ -4,9 +4,12 @@
 
 pub mod answer;
 pub mod cubecl;
+pub mod fence_cost;
 pub mod gpu;
 pub mod placement;
 pub mod pocl;
+pub mod preflight;
+pub mod section;
 pub mod server;
 pub mod spin;
 pub mod wait;

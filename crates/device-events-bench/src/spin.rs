@@ -1,8 +1,9 @@
 //! Device work of a known length, timed by the device itself, on a real
-//! GPU with no compiler at hand: the spin kernel's PTX (`spin.ptx`), loaded
-//! with `cuModuleLoadData` (the driver's own JIT). The software driver runs
-//! the same module: work of the given length, stamped from its device
-//! clock.
+//! GPU with no compiler at hand: the spin kernel, loaded with
+//! `cuModuleLoadData` from an `sm_90` cubin where the GPU kit carries one
+//! (`DEVICE_EVENTS_SPIN_CUBIN`), else from its PTX (`spin.ptx`, through the
+//! driver's own JIT). The software driver runs the same module: work of
+//! the given length, stamped from its device clock.
 
 use std::ffi::{CString, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,11 +13,17 @@ use cudarc::driver::{DriverError, result, sys};
 /// The kernel's PTX: `spin_stamp(u64 ns, u64 out)`.
 pub const PTX: &str = include_str!("spin.ptx");
 
+/// `DEVICE_EVENTS_SPIN_CUBIN`: a cubin of [`PTX`] (the GPU kit's, for
+/// `sm_90`), tried before the PTX: a driver whose JIT is missing or older
+/// than the PTX's ISA still runs the kernel.
+pub const CUBIN_VAR: &str = "DEVICE_EVENTS_SPIN_CUBIN";
+
 /// The spin kernel, loaded into the context current when it was made.
 pub struct Spin {
     ctx: sys::CUcontext,
     module: sys::CUmodule,
     function: sys::CUfunction,
+    origin: String,
 }
 
 /// The calling thread's current context (null for none).
@@ -46,29 +53,75 @@ unsafe impl Send for Spin {}
 unsafe impl Sync for Spin {}
 
 impl Spin {
-    /// Load the kernel into the current context.
+    /// Load the kernel into the current context: from the cubin
+    /// [`CUBIN_VAR`] names, where it is set and the driver takes it, else
+    /// from the PTX. [`Spin::origin`] says which, and why not the cubin.
     ///
     /// # Errors
     ///
-    /// What the driver's JIT or lookup refused.
+    /// What the driver's JIT or lookup refused of the PTX.
     pub fn load() -> Result<Self, DriverError> {
+        let cubin = std::env::var_os(CUBIN_VAR).map(|path| {
+            let shown = std::path::Path::new(&path).display().to_string();
+            let loaded = match std::fs::read(&path) {
+                Ok(image) => {
+                    // SAFETY: a whole image, read during the call.
+                    unsafe { Self::from_image(image.as_ptr().cast()) }.map_err(|e| e.to_string())
+                }
+                Err(err) => Err(err.to_string()),
+            };
+            (shown, loaded)
+        });
+        let refused = match cubin {
+            Some((path, Ok((module, function)))) => {
+                return Ok(Self {
+                    ctx: current(),
+                    module,
+                    function,
+                    origin: format!("cubin {path}"),
+                });
+            }
+            Some((path, Err(why))) => format!("; cubin {path} not taken: {why}"),
+            None => String::new(),
+        };
         let text =
             CString::new(PTX).map_err(|_| DriverError(sys::CUresult::CUDA_ERROR_INVALID_PTX))?;
         // SAFETY: NUL-terminated PTX text, read during the call.
-        let module = unsafe { result::module::load_data(text.as_ptr().cast()) }?;
+        let (module, function) = unsafe { Self::from_image(text.as_ptr().cast()) }?;
+        Ok(Self {
+            ctx: current(),
+            module,
+            function,
+            origin: format!("PTX through the driver's JIT{refused}"),
+        })
+    }
+
+    /// A module of `image` and its `spin_stamp`, or what the driver said.
+    ///
+    /// # Safety
+    ///
+    /// `image` is a whole cubin or a NUL-terminated PTX text, live during
+    /// the call.
+    unsafe fn from_image(
+        image: *const c_void,
+    ) -> Result<(sys::CUmodule, sys::CUfunction), DriverError> {
+        // SAFETY: as the caller promises.
+        let module = unsafe { result::module::load_data(image) }?;
         // SAFETY: `module` is live; unloaded once, on failure here or in `Drop`.
         match unsafe { result::module::get_function(module, c"spin_stamp".into()) } {
-            Ok(function) => Ok(Self {
-                ctx: current(),
-                module,
-                function,
-            }),
+            Ok(function) => Ok((module, function)),
             Err(e) => {
                 // SAFETY: loaded above, unloaded once.
                 let _ = unsafe { result::module::unload(module) };
                 Err(e)
             }
         }
+    }
+
+    /// Where the loaded kernel came from: the cubin, or the PTX and why
+    /// not the cubin.
+    pub fn origin(&self) -> &str {
+        &self.origin
     }
 
     /// Queue `ns` of spinning on `stream`, stamping into `stamps[at]`.

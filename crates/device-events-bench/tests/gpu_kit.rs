@@ -20,9 +20,9 @@ fn a_window_around_the_spin_kernel_is_never_shorter_than_the_kernel() {
     let _soft = SoftDriver::exclusive();
     let _ctx = bound();
     let spin = spin::Spin::load().unwrap();
-    let (s, raw) = gpu::stream();
+    let (s, raw) = gpu::stream().unwrap();
     for side in gpu::SIDES {
-        let w = gpu::spin_windows(&spin, s, raw, side, 200_000, 5);
+        let w = gpu::spin_windows(&spin, s, raw, side, 200_000, 5).unwrap();
         assert_eq!(w["unread"], 0, "{w}");
         let d = &w["duration_minus_kernel"];
         assert_eq!(d["n"], 5, "{w}");
@@ -42,7 +42,7 @@ fn the_gate_probe_runs_its_kernels_beside_its_calibrations() {
     let _soft = SoftDriver::exclusive();
     let _ctx = bound();
     let spin = spin::Spin::load().unwrap();
-    let g = gpu::gate(&spin, 400, 2);
+    let g = gpu::gate(&spin, 400, 2).unwrap();
     for phase in ["alone", "beside_calibrations"] {
         assert!(g[phase]["kernels"].as_u64().unwrap() >= 100, "{g}");
         assert!(g[phase]["gap_max_ns"].as_i64().is_some(), "{g}");

@@ -50,12 +50,13 @@ fn chain<A: Backend>(
     s: A::Stream,
 ) -> usize {
     const WINDOWS: usize = 5;
+    let began = Instant::now();
     let mut token = profiler.start(s);
     let mut boundary = h.last_event();
     let mut closed = Vec::new();
     for k in 0..WINDOWS {
         let work = Duration::from_millis(1 + k as u64);
-        h.enqueue(s, work);
+        let work = h.enqueue(s, work);
         let start = boundary;
         let window = if k + 1 < WINDOWS {
             let (window, next) = profiler.split_placed(s, token).unwrap();
@@ -72,7 +73,7 @@ fn chain<A: Backend>(
         .into_iter()
         .map(|(window, work, events)| {
             let placed = pollster::block_on(window.resolve()).expect("a chained window read");
-            h.assert_window(placed.ticks.duration(), work, events);
+            h.assert_window(placed.ticks.duration(), &[&work], events, began.elapsed());
             placed
         })
         .collect();

@@ -4,7 +4,7 @@
 //! a fence hand-off, and autotune-style loops of windows. Each check is one
 //! of CubeCL's own profiling expectations.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use cubecl_environment::backtrace::BackTrace;
 use cubecl_runtime::server::{ProfileError, ProfilingToken, ServerError};
@@ -12,7 +12,7 @@ use device_events_core::profile::ProfileDuration;
 use device_events_core::{Backend, OwnedStream};
 use device_events_cubecl::{CubeFence, CubeProfiler, StreamOf};
 
-use crate::Harness;
+use crate::{Harness, Work};
 
 /// The server: its streams, by index as CubeCL's `StreamId`s, and its
 /// profiler.
@@ -42,10 +42,10 @@ where
     }
 
     /// A kernel of about `work` on stream `id`.
-    fn launch(&mut self, id: usize, work: Duration) {
+    fn launch(&mut self, id: usize, work: Duration) -> Work<A> {
         let stream = self.stream(id);
         self.profiler.launching(stream);
-        self.harness.enqueue(stream, work);
+        self.harness.enqueue(stream, work)
     }
 
     /// A kernel the server refuses (its validation failed): CubeCL's
@@ -86,14 +86,13 @@ where
     let mut server = MiniServer::new(h);
     let mut quickest = Duration::MAX;
     for _ in 0..20 {
+        let began = Instant::now();
         let token = server.start(0);
         let start = h.last_event();
         let empty = server.end(0, token);
         let end = h.last_event();
         let empty = read(empty);
-        if h.truth.is_some() {
-            h.assert_window(empty, Duration::ZERO, (start, end));
-        }
+        h.assert_window(empty, &[], (start, end), began.elapsed());
         quickest = quickest.min(empty);
     }
     assert!(quickest < Duration::from_millis(1), "{quickest:?}");
@@ -101,13 +100,15 @@ where
 
 /// Autotune's loop: an outer window around inner ones, each around a
 /// candidate's launch. The outer window is at least the sum of the inner
-/// ones, and under twice it.
+/// ones, and no longer than the host time around it (the launch gaps
+/// between them are the host's, which load can stretch).
 pub fn cubecl_an_outer_window_holds_its_inner_windows<A: Backend>(h: &Harness<A>)
 where
     A::Stream: PartialEq + StreamOf<A>,
 {
     let mut server = MiniServer::new(h);
     for _round in 0..3 {
+        let began = Instant::now();
         let outer = server.start(0);
         let mut inner = Vec::new();
         for k in 0..4u64 {
@@ -117,10 +118,11 @@ where
         }
         let outer = read(server.end(0, outer));
         let sum: Duration = inner.into_iter().map(read).sum();
+        let host = began.elapsed();
         assert!(outer >= sum, "outer {outer:?} < inner sum {sum:?}");
         assert!(
-            outer < sum * 2,
-            "outer {outer:?} >= twice the inner sum {sum:?}"
+            outer <= host + h.resolution + host / 1000,
+            "outer {outer:?}, longer than the {host:?} the host saw around it"
         );
     }
 }
@@ -144,13 +146,13 @@ where
             other => panic!("{:?}", other.map(|_| "a duration")),
         }
     }
-    let work = Duration::from_millis(1);
+    let began = Instant::now();
     let token = server.start(0);
     let start = h.last_event();
-    server.launch(0, work);
+    let work = server.launch(0, Duration::from_millis(1));
     let again = server.end(0, token);
     let end = h.last_event();
-    h.assert_window(read(again), work, (start, end));
+    h.assert_window(read(again), &[&work], (start, end), began.elapsed());
 }
 
 /// `start_profile_at_launch` leaves out the host's preparation before the
@@ -162,19 +164,19 @@ where
     A::Stream: PartialEq + StreamOf<A>,
 {
     const PREPARING: Duration = Duration::from_millis(50);
-    let work = Duration::from_millis(2);
+    let began = Instant::now();
     let mut server = MiniServer::new(h);
     let plain = server.start(0);
     let at_launch = server.profiler.start_at_launch(server.stream(0)).unwrap();
     std::thread::sleep(PREPARING);
     server.profiler.launching(server.stream(0));
     let start = h.last_event();
-    h.enqueue(server.stream(0), work);
+    let work = h.enqueue(server.stream(0), Duration::from_millis(2));
     let at_launch = server.end(0, at_launch);
     let end = h.last_event();
     let plain = read(server.end(0, plain));
     let at_launch = read(at_launch);
-    h.assert_window(at_launch, work, (start, end));
+    h.assert_window(at_launch, &[&work], (start, end), began.elapsed());
     assert!(
         at_launch < PREPARING,
         "{at_launch:?} holds the host's preparation"

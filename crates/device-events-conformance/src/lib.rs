@@ -12,16 +12,16 @@
 //!   within the driver's resolution plus 1 µs (the `f32` millisecond
 //!   reading and the rate correction), and the work is known exactly from
 //!   the bandwidth the harness sets;
-//! - on a real driver, work of a duration calibrated with raw event pairs
-//!   timed through the backend's own calls (never a profiler window), and
-//!   the host's wall clock around a synchronize as an upper bound.
+//! - on a real driver, work the device timed itself: a kernel that stamps
+//!   its own start and end ([`TimedWork`], CUDA's spin kernel), or else
+//!   calibrated memsets each timed by a raw event pair of the backend's own
+//!   calls (never a profiler window).
 //!
-//! Tolerances come from the driver's stated resolution and the jitter
-//! measured at start-up: a window around work of duration `D` must measure
-//! within `D × (1 ± rate_tolerance)` ± the resolution, with
-//! [`Harness::slack`] more allowed above, where `slack` is the widest of 20
-//! empty event pairs (record, record, elapsed) on an idle stream: the
-//! launch jitter a window's two ends can see.
+//! Every bound is a promise load cannot break: a window holds the work
+//! inside it (its duration is at least the work's own, less the driver's
+//! resolution), and lies inside the host time around it. Nothing is
+//! compared with a tolerance on a calibrated speed, so a device of any
+//! speed, on a machine under any load, passes.
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod anchoring;
@@ -34,6 +34,7 @@ pub mod lanes;
 pub mod noting;
 pub mod soft;
 pub mod sweep;
+pub mod timed;
 
 pub use chain::{
     a_chain_of_windows_adds_up_to_its_span, a_failed_boundary_fails_only_the_windows_it_bounds,
@@ -48,6 +49,8 @@ pub use cubecl::{
 
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
+
+pub use timed::TimedWork;
 
 use device_events_core::profile::{ProfileDuration, ProfileTicks};
 use device_events_core::{
@@ -82,17 +85,9 @@ pub struct Capture<A: Backend> {
 
 /// What a backend's suite runs against.
 pub struct Harness<A: Backend> {
-    workload: Box<dyn Workload<A>>,
-    bytes_per_second: f64,
+    work: Source<A>,
     /// The driver's elapsed-time resolution.
     pub resolution: Duration,
-    /// Relative error allowed on a duration against work calibrated on a
-    /// real driver (calibration and clock noise); on the software driver
-    /// the work is exact and the check is against its ground truth.
-    pub rate_tolerance: f64,
-    /// Extra time allowed above a duration: the launch jitter measured with
-    /// raw empty event pairs, plus the resolution.
-    pub slack: Duration,
     /// Where the driver's own timestamps can be read, the truth duration
     /// checks compare with.
     truth: Option<Truth>,
@@ -104,6 +99,45 @@ pub struct Harness<A: Backend> {
     /// Live events as the driver counts them, where it can (the software
     /// driver); checked for leaks.
     pub live_events: Option<fn() -> u64>,
+}
+
+/// Where the harness's work comes from.
+enum Source<A: Backend> {
+    /// Memsets at a rate set (software driver) or measured here.
+    Memset {
+        workload: Box<dyn Workload<A>>,
+        bytes_per_second: f64,
+    },
+    /// Work the device times itself.
+    Timed(Box<dyn TimedWork<A>>),
+}
+
+/// Work the harness queued, and how its length is known: exactly (the
+/// software driver's memsets), by the driver's stamps of the window around
+/// it (the truth), or by the device itself (a raw event pair around it, or
+/// the work's own stamps).
+pub struct Work<A: Backend> {
+    asked: Duration,
+    known: Known<A>,
+}
+
+enum Known<A: Backend> {
+    /// As asked, or by the truth of the window's events.
+    Asked,
+    /// By the stamps of [`TimedWork`] ticket.
+    Stamped(usize),
+    /// By a raw event pair around it.
+    Paired(A::Event, A::Event),
+}
+
+impl<A: Backend> Drop for Work<A> {
+    fn drop(&mut self) {
+        if let Known::Paired(start, end) = &mut self.known {
+            // Legal while in flight: the driver frees them once reached.
+            let _ = A::event_destroy(start);
+            let _ = A::event_destroy(end);
+        }
+    }
 }
 
 /// Streams a check owns, released when it ends.
@@ -124,7 +158,8 @@ impl<A: Backend> Streams<A> {
 }
 
 impl<A: Backend> Harness<A> {
-    /// A harness whose workload's speed is measured here, with events.
+    /// A harness of memsets, whose speed is set on the software driver and
+    /// measured here with events on a real one.
     ///
     /// # Panics
     ///
@@ -135,24 +170,13 @@ impl<A: Backend> Harness<A> {
         capture: Option<Capture<A>>,
         live_events: Option<fn() -> u64>,
     ) -> Self {
-        // The software driver's presence is what `live_events` says.
-        let soft = live_events.and_then(|_| soft::SoftDriver::get().ok());
-        let mut harness = Self {
+        let source = Source::Memset {
             workload,
             bytes_per_second: 1.0,
-            resolution,
-            rate_tolerance: 0.05,
-            slack: Duration::ZERO,
-            capture,
-            live_events,
-            truth: soft.map(|_| Truth {
-                last_event: soft_last_event,
-                event_ns: soft_event_ns,
-            }),
-            work_is_exact: soft.is_some(),
         };
-        harness.slack = harness.measure_jitter() + resolution;
-        harness.bytes_per_second = match soft {
+        let mut harness = Self::with_source(source, resolution, capture, live_events);
+        let soft = live_events.and_then(|_| soft::SoftDriver::get().ok());
+        let speed = match soft {
             Some(driver) => {
                 // Exact by construction: the driver runs memsets at this rate.
                 driver.set_bandwidth(SOFT_BANDWIDTH);
@@ -160,7 +184,50 @@ impl<A: Backend> Harness<A> {
             }
             None => harness.measure_speed(),
         };
+        if let Source::Memset {
+            bytes_per_second, ..
+        } = &mut harness.work
+        {
+            *bytes_per_second = speed;
+        }
         harness
+    }
+
+    /// A harness of work the device times itself: nothing to calibrate, at
+    /// any device speed.
+    pub fn timed(
+        work: Box<dyn TimedWork<A>>,
+        resolution: Duration,
+        capture: Option<Capture<A>>,
+        live_events: Option<fn() -> u64>,
+    ) -> Self {
+        Self::with_source(Source::Timed(work), resolution, capture, live_events)
+    }
+
+    fn with_source(
+        work: Source<A>,
+        resolution: Duration,
+        capture: Option<Capture<A>>,
+        live_events: Option<fn() -> u64>,
+    ) -> Self {
+        // The software driver's presence is what `live_events` says.
+        let soft = live_events.and_then(|_| soft::SoftDriver::get().ok());
+        Self {
+            work,
+            resolution,
+            capture,
+            live_events,
+            truth: soft.map(|_| Truth {
+                last_event: soft_last_event,
+                event_ns: soft_event_ns,
+            }),
+            work_is_exact: soft.is_some(),
+        }
+    }
+
+    /// Whether the harness's work is the device's own timed work.
+    pub fn is_timed(&self) -> bool {
+        matches!(self.work, Source::Timed(_))
     }
 
     /// Device time between two events recorded back to back around `work`
@@ -178,40 +245,45 @@ impl<A: Backend> Harness<A> {
         elapsed
     }
 
-    /// The widest of 20 empty event pairs on an idle stream.
-    fn measure_jitter(&self) -> Duration {
-        let streams = Streams::<A>::new(1);
-        let s = streams.get(0);
-        (0..20)
-            .map(|_| self.raw_pair(s, || {}))
-            .max()
-            .unwrap_or_default()
-    }
-
-    /// Bytes per second the workload runs at, timed with raw event pairs:
-    /// the size is grown until it takes 20 ms, then the fastest of three
-    /// runs is kept, since noise on a shared machine only ever slows a run.
+    /// Bytes per second the memsets run at, timed with raw event pairs:
+    /// the size is grown until a run takes 20 ms (doubled while runs are
+    /// too short to scale from, then scaled), and the fastest of three
+    /// runs is kept, since noise on a shared machine only ever slows a
+    /// run. Any device speed: bounded by time and by the number of memsets
+    /// a run queues, not by a size.
     fn measure_speed(&self) -> f64 {
+        const TARGET: Duration = Duration::from_millis(20);
+        let Source::Memset { workload, .. } = &self.work else {
+            return 1.0;
+        };
+        let max = workload.max_bytes().max(1);
         let streams = Streams::<A>::new(1);
         let s = streams.get(0);
         let time = |bytes: usize| self.raw_pair(s, || self.enqueue_raw(s, bytes));
         // Bounded: a driver whose elapsed times do not follow the work
         // (one that stamps nothing, or placeholders) fails here, never
-        // doubling its work for hours.
+        // growing its work for hours.
         let started = std::time::Instant::now();
-        let mut bytes = self.workload.max_bytes().clamp(1, 1 << 20);
+        let mut bytes = max.clamp(1, 1 << 20);
         loop {
             let took = time(bytes);
-            if took >= Duration::from_millis(20) {
+            if took >= TARGET {
                 break;
             }
             assert!(
-                started.elapsed() < Duration::from_secs(10) && bytes < 1 << 36,
+                started.elapsed() < Duration::from_secs(10) && bytes / max < 1 << 16,
                 "the driver measured {took:?} for {bytes} bytes of work, after {:?} \
                  of growing it: its elapsed times do not follow the work",
                 started.elapsed()
             );
-            bytes *= 2;
+            // A millisecond is far above a launch's jitter: scaled from
+            // there straight past the target, doubled below it.
+            bytes = if took >= Duration::from_millis(1) {
+                let scaled = bytes as f64 * 1.25 * TARGET.as_secs_f64() / took.as_secs_f64();
+                (scaled as usize).max(bytes + 1)
+            } else {
+                bytes.saturating_mul(2)
+            };
         }
         let fastest = (0..3).map(|_| time(bytes)).min().unwrap_or(Duration::MAX);
         bytes as f64 / fastest.as_secs_f64().max(1e-9)
@@ -233,16 +305,41 @@ impl<A: Backend> Harness<A> {
     }
 
     /// `measured`, a window around `work` whose two ends were `events`,
-    /// against the truth: the driver's stamps of the two events on the
-    /// software driver, the calibrated work on a real one.
+    /// read within `host` of the host's time from before its start to
+    /// after it was done. Every window lies inside that host time. Against
+    /// the truth: the driver's stamps of the two events on the software
+    /// driver (and the work ran as long as asked); on a real driver, the
+    /// window is at least as long as the work inside it, as the device
+    /// timed that work.
     pub(crate) fn assert_window(
         &self,
         measured: Duration,
-        work: Duration,
+        work: &[&Work<A>],
         events: (Option<usize>, Option<usize>),
+        host: Duration,
     ) {
+        // Device time between two events the host queued and then saw
+        // reached; a millisecond per second for the clocks' rates.
+        let inside = host + self.resolution + host / 1000;
+        assert!(
+            measured <= inside,
+            "measured {measured:?}, longer than the {host:?} the host saw around it"
+        );
+        let asked: Duration = work.iter().map(|w| w.asked).sum();
         let (Some(truth), (Some(start), Some(end))) = (&self.truth, events) else {
-            return self.assert_measures(measured, work);
+            let ran: Duration = work.iter().map(|w| self.ran(w)).sum();
+            // Each of the window's two ends and each timed piece of work
+            // may be off by the driver's resolution, and the device's two
+            // timers (its events', its kernels') by a microsecond and a
+            // thousandth of their rates.
+            let pieces = u32::try_from(work.len() + 2).unwrap_or(u32::MAX);
+            let allowed = (self.resolution + Duration::from_micros(1)) * pieces + ran / 1000;
+            assert!(
+                measured + allowed >= ran,
+                "measured {measured:?} around work the device timed at {ran:?} \
+                 ({asked:?} asked; {allowed:?} allowed)"
+            );
+            return;
         };
         let truth = |event| (truth.event_ns)(event).expect("a reached event's truth");
         let span = Duration::from_nanos(truth(end).saturating_sub(truth(start)));
@@ -254,37 +351,69 @@ impl<A: Backend> Harness<A> {
         // The work itself ran at least as long as the rate the harness
         // set makes it: truth against truth, no profiler.
         assert!(
-            !self.work_is_exact || span + self.resolution >= work,
-            "the driver ran {work:?} of work in {span:?}"
+            !self.work_is_exact || span + self.resolution >= asked,
+            "the driver ran {asked:?} of work in {span:?}"
         );
     }
 
+    /// How long `work` ran by the device's own account, once it is done.
+    fn ran(&self, work: &Work<A>) -> Duration {
+        match (&work.known, &self.work) {
+            (Known::Asked, _) => work.asked,
+            (Known::Stamped(ticket), Source::Timed(timed)) => timed
+                .span(*ticket)
+                .expect("the work's own stamps, once it is done"),
+            (Known::Stamped(_), Source::Memset { .. }) => {
+                unreachable!("stamped work comes from timed work")
+            }
+            (Known::Paired(start, end), _) => {
+                A::event_wait(end).expect("wait for the work's end");
+                A::event_elapsed(start, end).expect("the work's elapsed time")
+            }
+        }
+    }
+
     fn enqueue_raw(&self, stream: A::Stream, mut bytes: usize) {
-        let max = self.workload.max_bytes().max(1);
+        let Source::Memset { workload, .. } = &self.work else {
+            unreachable!("memsets only in a memset harness")
+        };
+        let max = workload.max_bytes().max(1);
         while bytes > 0 {
             let chunk = bytes.min(max);
-            self.workload
-                .enqueue_bytes(stream, chunk)
-                .expect("enqueue work");
+            workload.enqueue_bytes(stream, chunk).expect("enqueue work");
             bytes -= chunk;
         }
     }
 
-    /// Queue work of about `duration` on `stream`.
-    pub fn enqueue(&self, stream: A::Stream, duration: Duration) {
-        let bytes = (self.bytes_per_second * duration.as_secs_f64()) as usize;
-        self.enqueue_raw(stream, bytes.max(1));
-    }
-
-    fn assert_measures(&self, measured: Duration, work: Duration) {
-        let low = work
-            .mul_f64(1.0 - self.rate_tolerance)
-            .saturating_sub(self.resolution);
-        let high = work.mul_f64(1.0 + self.rate_tolerance) + self.resolution + self.slack;
-        assert!(
-            (low..=high).contains(&measured),
-            "measured {measured:?} for {work:?} of work; allowed {low:?}..={high:?}"
-        );
+    /// Queue work of about `duration` on `stream` (at least `duration`
+    /// where the device times it). What it returns tells a window check
+    /// how long the work really ran.
+    pub fn enqueue(&self, stream: A::Stream, duration: Duration) -> Work<A> {
+        let known = match &self.work {
+            Source::Timed(timed) => {
+                Known::Stamped(timed.enqueue_for(stream, duration).expect("enqueue work"))
+            }
+            Source::Memset {
+                bytes_per_second, ..
+            } => {
+                let bytes = ((bytes_per_second * duration.as_secs_f64()) as usize).max(1);
+                if self.truth.is_some() {
+                    self.enqueue_raw(stream, bytes);
+                    Known::Asked
+                } else {
+                    let start = A::event_create().expect("an event");
+                    let end = A::event_create().expect("an event");
+                    A::event_record(&start, stream).expect("record");
+                    self.enqueue_raw(stream, bytes);
+                    A::event_record(&end, stream).expect("record");
+                    Known::Paired(start, end)
+                }
+            }
+        };
+        Work {
+            asked: duration,
+            known,
+        }
     }
 }
 
@@ -421,7 +550,9 @@ pub fn dropping_an_unwaited_fence_in_flight_is_safe<A: Backend>(h: &Harness<A>) 
     }
 }
 
-/// A window around work of duration D measures D within the stated tolerance.
+/// A window around work measures at least the work, as the device timed
+/// it (the driver's stamps exactly, on the software driver), and at most
+/// the host time around it.
 pub fn window_measures_the_work_inside_it<A: Backend>(h: &Harness<A>) {
     let streams = Streams::<A>::new(1);
     let s = streams.get(0);
@@ -431,13 +562,13 @@ pub fn window_measures_the_work_inside_it<A: Backend>(h: &Harness<A>) {
         let before = Instant::now();
         let token = profiler.start(s);
         let start = h.last_event();
-        h.enqueue(s, work);
+        let queued = h.enqueue(s, work);
         let timing = profiler.stop(s, token).unwrap();
         let end = h.last_event();
         A::stream_synchronize(s).unwrap();
         let host = before.elapsed();
         let ticks = resolve(timing);
-        h.assert_window(ticks.duration(), work, (start, end));
+        h.assert_window(ticks.duration(), &[&queued], (start, end), host);
         // Device time fits in the host time around it.
         assert!(
             ticks.duration() <= host + h.resolution,
@@ -451,35 +582,34 @@ pub fn nested_windows_lie_inside_their_outer_window<A: Backend>(h: &Harness<A>) 
     let streams = Streams::<A>::new(1);
     let s = streams.get(0);
     let mut profiler = EventProfiler::<A>::new();
+    let began = Instant::now();
     let outer = profiler.start(s);
     let outer_start = h.last_event();
-    h.enqueue(s, Duration::from_millis(3));
+    let before = h.enqueue(s, Duration::from_millis(3));
     let inner = profiler.start(s);
     let inner_start = h.last_event();
-    h.enqueue(s, Duration::from_millis(5));
+    let inside = h.enqueue(s, Duration::from_millis(5));
     let inner = profiler.stop(s, inner).unwrap();
     let inner_end = h.last_event();
-    h.enqueue(s, Duration::from_millis(3));
+    let after = h.enqueue(s, Duration::from_millis(3));
     let outer = profiler.stop(s, outer).unwrap();
     let outer_end = h.last_event();
 
     let epoch = Instant::now() - Duration::from_secs(3600);
     let (outer, inner) = (resolve(outer), resolve(inner));
+    let host = began.elapsed();
     let ((os, oe), (is, ie)) = (at(epoch, &outer), at(epoch, &inner));
     let r = h.resolution;
     assert!(
         os <= is + r && ie <= oe + r,
         "inner {is:?}..{ie:?} outside outer {os:?}..{oe:?}"
     );
-    h.assert_window(
-        inner.duration(),
-        Duration::from_millis(5),
-        (inner_start, inner_end),
-    );
+    h.assert_window(inner.duration(), &[&inside], (inner_start, inner_end), host);
     h.assert_window(
         outer.duration(),
-        Duration::from_millis(11),
+        &[&before, &inside, &after],
         (outer_start, outer_end),
+        host,
     );
 }
 
@@ -488,35 +618,34 @@ pub fn overlapping_windows_are_consistent<A: Backend>(h: &Harness<A>) {
     let streams = Streams::<A>::new(1);
     let s = streams.get(0);
     let mut profiler = EventProfiler::<A>::new();
+    let began = Instant::now();
     let first = profiler.start(s);
     let first_start = h.last_event();
-    h.enqueue(s, Duration::from_millis(4));
+    let a = h.enqueue(s, Duration::from_millis(4));
     let second = profiler.start(s);
     let second_start = h.last_event();
-    h.enqueue(s, Duration::from_millis(4));
+    let b = h.enqueue(s, Duration::from_millis(4));
     let first = profiler.stop(s, first).unwrap();
     let first_end = h.last_event();
-    h.enqueue(s, Duration::from_millis(4));
+    let c = h.enqueue(s, Duration::from_millis(4));
     let second = profiler.stop(s, second).unwrap();
     let second_end = h.last_event();
 
     let epoch = Instant::now() - Duration::from_secs(3600);
     let (first, second) = (resolve(first), resolve(second));
+    let host = began.elapsed();
     let ((fs, fe), (ss, se)) = (at(epoch, &first), at(epoch, &second));
     let r = h.resolution;
     assert!(
         fs <= ss + r && ss <= fe + r && fe <= se + r,
         "{fs:?}..{fe:?} vs {ss:?}..{se:?}"
     );
-    h.assert_window(
-        first.duration(),
-        Duration::from_millis(8),
-        (first_start, first_end),
-    );
+    h.assert_window(first.duration(), &[&a, &b], (first_start, first_end), host);
     h.assert_window(
         second.duration(),
-        Duration::from_millis(8),
+        &[&b, &c],
         (second_start, second_end),
+        host,
     );
 }
 
@@ -736,9 +865,10 @@ pub fn windows_resolve_on_other_threads<A: Backend>(h: &Harness<A>) {
     let streams = Streams::<A>::new(1);
     let s = streams.get(0);
     let mut profiler = EventProfiler::<A>::new();
+    let began = Instant::now();
     let token = profiler.start(s);
     let start = h.last_event();
-    h.enqueue(s, Duration::from_millis(2));
+    let work = h.enqueue(s, Duration::from_millis(2));
     let timing = profiler.stop(s, token).unwrap();
     let end = h.last_event();
     let ticks = std::thread::spawn(move || pollster::block_on(timing.resolve()))
@@ -746,8 +876,9 @@ pub fn windows_resolve_on_other_threads<A: Backend>(h: &Harness<A>) {
         .unwrap();
     h.assert_window(
         ticks.expect("read on another thread").duration(),
-        Duration::from_millis(2),
+        &[&work],
         (start, end),
+        began.elapsed(),
     );
 }
 

@@ -14,6 +14,14 @@ pub const LIB_VAR: &str = "SOFT_DRIVER_LIB";
 /// the machine's real driver is under test.
 pub const REAL_VAR: &str = "DEVICE_EVENTS_REAL_DRIVER";
 
+/// What a test says when it has nothing to check on the driver under test
+/// (a real one, for a check that reads the software driver's counts):
+/// `SKIP: <why>` on its output, which the GPU kit's `run.sh` reports as a
+/// skip, not a pass.
+pub fn skip(why: &str) {
+    println!("SKIP: {why}");
+}
+
 /// Counts the driver keeps: mirrors the driver's `SoftCounts`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

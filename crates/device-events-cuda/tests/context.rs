@@ -2,13 +2,16 @@
 //! other test's retain of the primary context hides a torn-down one.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use device_events_conformance::soft::SoftDriver;
+use device_events_conformance::soft::{SoftDriver, skip};
 use device_events_core::{EventFence, OwnedStream};
 use device_events_cuda::Cuda;
 
 #[test]
 fn a_fence_outliving_its_cudarc_context_is_released_in_a_live_context() {
     let Some(soft) = SoftDriver::unless_real() else {
+        // What it checks (no call reached a torn-down context, every
+        // retain released) only the software driver's counts can say.
+        skip("needs the software driver's counts of misuses and contexts");
         return;
     };
     Cuda::probe().unwrap();

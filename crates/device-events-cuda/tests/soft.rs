@@ -698,3 +698,44 @@ fn a_fences_event_has_no_timing_and_a_windows_has() {
     drop((fence, profiler));
     Cuda::stream_destroy(s).unwrap();
 }
+
+/// The memset calibration a real driver's suite falls back on sizes work
+/// at any device speed: at an H200's copy rate (4300 GB/s, past the 2^36
+/// bytes the calibration once stopped at) and at 3000 GB/s, each window
+/// around calibrated memsets holds the work its raw event pairs timed and
+/// lies inside the host time around it.
+#[test]
+fn calibrated_memsets_hold_their_windows_at_an_h200s_copy_rate() {
+    let soft = SoftDriver::exclusive();
+    bind(0);
+    for gbps in [4300.0, 3000.0] {
+        soft.set_bandwidth(gbps * 1e9);
+        // No live-event count: the harness as on a real driver, calibrating.
+        let harness = device_events_conformance::Harness::<Cuda>::new(
+            Box::new(support::Memset::new(64 << 20)),
+            support::RESOLUTION,
+            None,
+            None,
+        );
+        device_events_conformance::window_measures_the_work_inside_it(&harness);
+        device_events_conformance::nested_windows_lie_inside_their_outer_window(&harness);
+    }
+}
+
+/// The real driver's harness: the spin kernel's own stamps are the truth
+/// its windows are checked against, with nothing calibrated.
+#[test]
+fn windows_hold_the_spin_kernels_own_stamps() {
+    let _soft = SoftDriver::exclusive();
+    bind(0);
+    let harness = device_events_conformance::Harness::<Cuda>::timed(
+        Box::new(support::SpinWork::load().unwrap()),
+        support::RESOLUTION,
+        None,
+        None,
+    );
+    assert!(harness.is_timed());
+    device_events_conformance::window_measures_the_work_inside_it(&harness);
+    device_events_conformance::overlapping_windows_are_consistent(&harness);
+    device_events_conformance::a_chain_of_windows_adds_up_to_its_span(&harness);
+}

@@ -194,12 +194,14 @@ unsafe extern "C" fn cuDeviceGetAttribute(
     dev: CUdevice,
 ) -> CUresult {
     const MAJOR: c_int = 75;
+    const MINOR: c_int = 76;
     const STREAM_MEM_OPS: c_int = 92;
     call("cuDeviceGetAttribute", || {
         initialized()?;
         device(dev)?;
         let reading = match attribute {
-            MAJOR => 9,
+            MAJOR => (crate::image::ARCH / 10) as c_int,
+            MINOR => (crate::image::ARCH % 10) as c_int,
             STREAM_MEM_OPS => c_int::from(crate::clock::stream_mem_ops()),
             _ => 0,
         };
@@ -620,13 +622,14 @@ extern "C" fn cuMemFreeHost(p: *mut c_void) -> CUresult {
 
 /// The one kernel this driver runs, by its entry name: `spin_stamp(u64
 /// ns, u64 out)` spins `ns` nanoseconds and writes its start and end
-/// `%globaltimer` to `out`. The bench carries its PTX.
+/// `%globaltimer` to `out`. The bench carries its PTX, and the GPU kit a
+/// cubin of it for `sm_90`.
 const SPIN_KERNEL: &str = "spin_stamp";
 
 /// # Safety
 ///
-/// `module` is null or valid for a write; `image` is null or a
-/// NUL-terminated PTX text.
+/// `module` is null or valid for a write; `image` is null, a
+/// NUL-terminated PTX text or a whole ELF image.
 #[unsafe(no_mangle)]
 unsafe extern "C" fn cuModuleLoadData(module: *mut CUmodule, image: *const c_void) -> CUresult {
     call("cuModuleLoadData", || {
@@ -634,13 +637,9 @@ unsafe extern "C" fn cuModuleLoadData(module: *mut CUmodule, image: *const c_voi
         if module.is_null() || image.is_null() {
             return Err(Fault::InvalidValue);
         }
-        // SAFETY: non-null, and the caller passes NUL-terminated text.
-        let text = unsafe { std::ffi::CStr::from_ptr(image.cast()) }.to_string_lossy();
-        // PTX names its ISA version and target first; anything else is not
-        // an image the JIT takes.
-        if !text.contains(".version") || !text.contains(".target") {
-            return Err(Fault::InvalidImage);
-        }
+        // SAFETY: non-null, and the caller passes a NUL-terminated text or
+        // a whole ELF image.
+        unsafe { crate::image::classify(image) }?;
         let id = ENGINE.module_load(device)?;
         // SAFETY: non-null, and the caller passes a pointer valid for a write.
         unsafe { out::put(module, handle(id)) }

@@ -50,6 +50,9 @@ pub(crate) enum Fault {
     NotSupported,
     /// A module image the JIT does not take.
     InvalidImage,
+    /// A module image with no code for the device's architecture (a cubin
+    /// built for another).
+    NoBinaryForGpu,
     /// No such symbol in the module.
     NotFound,
     CaptureUnsupported,

@@ -46,6 +46,7 @@ pub mod control;
 mod cuda;
 mod engine;
 mod hip;
+mod image;
 mod out;
 
 #[doc = include_str!("rules.md")]

@@ -691,6 +691,57 @@ fn a_module_loads_only_in_a_current_context_from_a_ptx_image() {
     );
 }
 
+/// The header of a 64-bit ELF image of machine `machine` whose flags name
+/// SASS architecture `arch`, padded as a cubin's: what the driver reads
+/// of a cubin to tell whether it is the device's.
+fn cubin_header(machine: u16, arch: u32) -> Vec<u8> {
+    let mut image = vec![0u8; 256];
+    image[..4].copy_from_slice(b"\x7fELF");
+    image[4] = 2; // 64-bit
+    image[5] = 1; // little-endian
+    image[18..20].copy_from_slice(&machine.to_le_bytes());
+    // ptxas 12.9 writes 0x5a055a for sm_90: the architecture in the low
+    // byte, repeated above.
+    image[48..52].copy_from_slice(&(arch | (arch << 16) | 0x500).to_le_bytes());
+    image
+}
+
+/// `cuModuleLoadData` "may be a cubin or fatbin as output by nvcc, or a
+/// NULL-terminated PTX": a cubin for the device's architecture (the
+/// driver reports compute capability 9.0) loads and its kernel is found;
+/// one for another architecture is NO_BINARY_FOR_GPU; an ELF image of
+/// another machine is INVALID_IMAGE.
+#[test]
+fn a_cubin_loads_only_for_the_devices_architecture() {
+    let _soft = SoftDriver::exclusive();
+    context();
+    let load = |image: &[u8]| {
+        let mut module = std::ptr::null_mut();
+        // SAFETY: writable output; a whole image of its header's size.
+        let status = unsafe { sys::cuModuleLoadData(&mut module, image.as_ptr().cast()) };
+        (status, module)
+    };
+    let (status, module) = load(&cubin_header(190, 90));
+    assert_eq!(status, CUresult::CUDA_SUCCESS);
+    // SAFETY: a live module, unloaded once.
+    unsafe {
+        result::module::get_function(module, c"spin_stamp".into()).unwrap();
+        result::module::unload(module).unwrap();
+    }
+    for arch in [80, 89, 100, 120] {
+        assert_eq!(
+            load(&cubin_header(190, arch)).0,
+            CUresult::CUDA_ERROR_NO_BINARY_FOR_GPU,
+            "sm_{arch}"
+        );
+    }
+    assert_eq!(
+        load(&cubin_header(62, 90)).0,
+        CUresult::CUDA_ERROR_INVALID_IMAGE,
+        "an x86-64 ELF"
+    );
+}
+
 /// `cuModuleGetFunction`: a name the module lacks is NOT_FOUND.
 #[test]
 fn a_function_the_module_lacks_is_not_found() {

@@ -13,7 +13,8 @@ use device_events_bench::{
     CudaPair, Null, NullStream, Pending, fence, pooled_fence, resolve, steady, window,
 };
 use device_events_conformance::soft::SoftDriver;
-use device_events_core::{EventProfiler, FencePool};
+use device_events_core::{EventApi, EventProfiler, FencePool};
+use device_events_cuda::Cuda;
 use serde_json::json;
 
 struct Counting;
@@ -81,9 +82,19 @@ enum What {
     /// A server timing every kernel: the library's CPU and each window's
     /// answer, on the simulated backend.
     EveryKernel,
-    /// What a GPU lease runs after the tests, around the spin kernel: a
-    /// table, and the same as JSON in `json`.
+    /// What a GPU lease measures around the spin kernel, section by
+    /// section: a table, and each section as JSON in `json` the moment it
+    /// ends (its error or panic in words where it fails).
     GpuDay {
+        #[arg(long)]
+        json: std::path::PathBuf,
+        /// The sections to run, in order; all when none is named.
+        #[arg(long = "section", value_enum)]
+        sections: Vec<DaySection>,
+    },
+    /// The driver, the device and the spin kernel, in a line, and as JSON
+    /// in `json`; exit status 2 without a device.
+    Preflight {
         #[arg(long)]
         json: std::path::PathBuf,
     },
@@ -414,179 +425,359 @@ fn spread_us(v: &serde_json::Value) -> String {
     )
 }
 
-/// What a GPU lease runs after the tests: a table on stdout, the same as
-/// JSON in `json`. Each measure drives device work with the spin kernel,
-/// so it runs the same on the machine's driver and on the software one.
-fn gpu_day(json_path: &std::path::Path) {
-    use device_events_bench::{gpu, server, spin};
-    use device_events_core::EventApi;
-    use device_events_cuda::Cuda;
-    let soft = SoftDriver::get().ok();
-    // Written after each section: a section that fails keeps the others.
-    let mut report = serde_json::Map::new();
-    let mut save = |key: &str, value: serde_json::Value| {
-        report.insert(key.into(), value);
-        std::fs::write(json_path, serde_json::to_string_pretty(&report).unwrap()).unwrap();
-    };
-    let driver = gpu::driver();
-    row("driver version", &driver["version"]);
-    row("driver library", &driver["library"]);
-    let ctx = cudarc::driver::CudaContext::new(0).unwrap();
-    ctx.bind_to_thread().unwrap();
-    let spin = spin::Spin::load().unwrap();
+/// The GPU day's sections, in the order `gpu-day` runs them when none is
+/// named. `run.sh` runs each in a process of its own, under a time limit.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum DaySection {
+    /// A fence's record + query and record + stream wait, with and without
+    /// timing.
+    FenceCost,
+    /// Windows around spin kernels against the kernels' own stamps.
+    SpinWindows,
+    /// The submit path against cudarc and CubeCL's own.
+    SubmitWall,
+    /// A server timing every 50 µs kernel.
+    EveryKernel,
+    /// Windows answered behind a 1 s kernel.
+    HeadOfLine,
+    /// GLOBAL captures beside threads that profile.
+    GlobalCaptures,
+    /// Event calls from a thread with no context current.
+    UnboundCalls,
+}
 
-    let unbound = gpu::unbound_calls();
-    row(
-        "status of calls with no context current (0: taken)",
-        unbound.to_string(),
-    );
-    save("driver", driver);
-    save("unbound_calls", unbound);
+impl DaySection {
+    const ALL: [DaySection; 7] = [
+        DaySection::FenceCost,
+        DaySection::SpinWindows,
+        DaySection::SubmitWall,
+        DaySection::EveryKernel,
+        DaySection::HeadOfLine,
+        DaySection::GlobalCaptures,
+        DaySection::UnboundCalls,
+    ];
 
-    println!("\n-- 1000 GLOBAL captures on one thread beside 8 threads profiling");
-    let c = server::captures_beside_the_library::<Cuda>(soft, &server::cuda_capturing(), 1000, 8);
-    row(
-        "captures ended / failed",
-        format!("{} / {}", c.ended, c.failed),
-    );
-    row("windows read meanwhile", c.windows);
-    save(
-        "global_captures",
-        json!({
-            "ended": c.ended, "failed": c.failed, "violations": c.violations, "windows": c.windows,
-        }),
-    );
-
-    println!("\n-- windows around spin kernels: window minus the kernel's own stamps, µs");
-    let (s, raw) = gpu::stream();
-    let mut windows = Vec::new();
-    for (ns, n) in [
-        (10_000, 200),
-        (100_000, 100),
-        (1_000_000, 40),
-        (10_000_000, 10),
-    ] {
-        for side in gpu::SIDES {
-            let w = gpu::spin_windows(&spin, s, raw, side, ns, n);
-            let name = format!("{} µs, {}", ns / 1000, side.name());
-            row(
-                &format!("{name}: duration"),
-                spread_us(&w["duration_minus_kernel"]),
-            );
-            row(
-                &format!("{name}: start (host - %globaltimer)"),
-                spread_us(&w["start_minus_kernel"]),
-            );
-            windows.push(w);
+    /// Its key in the JSON, and the name `DEVICE_EVENTS_PROBE_HANG` takes.
+    fn key(self) -> &'static str {
+        match self {
+            DaySection::FenceCost => "fence_cost",
+            DaySection::SpinWindows => "spin_windows",
+            DaySection::SubmitWall => "submit_wall",
+            DaySection::EveryKernel => "every_kernel",
+            DaySection::HeadOfLine => "head_of_line",
+            DaySection::GlobalCaptures => "global_captures",
+            DaySection::UnboundCalls => "unbound_calls",
         }
     }
-    Cuda::stream_destroy(s).unwrap();
-    save("spin_windows", json!(windows));
+}
 
-    println!("\n-- a server timing every 50 µs kernel, 10 000 chained, read 32 behind");
-    let mut every = serde_json::Map::new();
-    for n in [1usize, 2, 8] {
-        let streams: Vec<_> = (0..n).map(|_| gpu::stream()).collect();
-        let stamps = spin::Stamps::new(10_000).unwrap();
-        let only: Vec<_> = streams.iter().map(|(s, _)| *s).collect();
-        let run = device_events_bench::answer::every_kernel_on::<Cuda>(
-            &only,
-            1,
-            |i, s| spin.launch(s, 50_000, &stamps, i).unwrap(),
-            10_000,
-        );
-        for (s, _) in streams {
-            Cuda::stream_synchronize(s).unwrap();
-            Cuda::stream_destroy(s).unwrap();
+/// What every section needs: device 0's context bound to this thread, and
+/// the spin kernel loaded into it (declared first: dropped, and unloaded
+/// from the context, before the context is released).
+struct Day {
+    spin: device_events_bench::spin::Spin,
+    _ctx: std::sync::Arc<cudarc::driver::CudaContext>,
+    soft: Option<&'static SoftDriver>,
+}
+
+impl Day {
+    fn new() -> Result<Self, String> {
+        // Never panics without a driver, unlike cudarc's first call.
+        device_events_cuda::Cuda::probe().map_err(|e| e.to_string())?;
+        let ctx = cudarc::driver::CudaContext::new(0).map_err(|e| format!("device 0: {e}"))?;
+        ctx.bind_to_thread().map_err(|e| format!("device 0: {e}"))?;
+        let spin =
+            device_events_bench::spin::Spin::load().map_err(|e| format!("the spin kernel: {e}"))?;
+        println!("spin kernel: {}", spin.origin());
+        Ok(Self {
+            spin,
+            _ctx: ctx,
+            soft: SoftDriver::get().ok(),
+        })
+    }
+
+    fn run(&self, section: DaySection) -> Result<serde_json::Value, String> {
+        if device_events_bench::section::hang_asked(section.key()) {
+            return device_events_bench::gpu::hang(&self.spin);
         }
-        let at = |q| quantile_us(&run.late, q);
+        match section {
+            DaySection::FenceCost => self.fence_cost(),
+            DaySection::SpinWindows => self.spin_windows(),
+            DaySection::SubmitWall => self.submit_wall(),
+            DaySection::EveryKernel => self.every_kernel(),
+            DaySection::HeadOfLine => self.head_of_line(),
+            DaySection::GlobalCaptures => self.global_captures(),
+            DaySection::UnboundCalls => Self::unbound_calls(),
+        }
+    }
+
+    fn fence_cost(&self) -> Result<serde_json::Value, String> {
+        println!("\n-- a fence: record + query, record + stream wait, ns per fence");
+        let f = device_events_bench::fence_cost::fence_cost(9, 1000)?;
+        for (key, what) in [
+            ("record_query", "record + query"),
+            ("record_stream_wait", "record + stream wait"),
+        ] {
+            let r = &f[key];
+            let ns = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
+            row(
+                &format!("{what}: with timing, without"),
+                format!(
+                    "{:>8.0} {:>8.0}  ratio {:.2}",
+                    ns("timing_ns"),
+                    ns("untimed_ns"),
+                    ns("untimed_over_timing")
+                ),
+            );
+        }
+        let lib = &f["library"];
+        let ns = |k: &str| lib[k].as_f64().unwrap_or(f64::NAN);
         row(
-            &format!("{n} stream(s): CPU beyond the caller (cores), answer p50/p99 µs"),
+            "the library's pooled fence: is_complete, wait_async",
             format!(
-                "{:.3}  {:.0} / {:.0}  ({} unread)",
-                run.cpu_share,
-                at(0.5),
-                at(0.99),
-                run.unread
+                "{:>8.0} {:>8.0}",
+                ns("fence_is_complete_ns"),
+                ns("fence_wait_async_ns")
             ),
         );
-        every.insert(
-            format!("streams_{n}"),
-            json!({
-                "cpu_share": run.cpu_share, "late_median_us": at(0.5), "late_p99_us": at(0.99),
-                "windows_read": run.late.len(), "windows_unread": run.unread,
-            }),
-        );
+        Ok(f)
     }
-    save("every_kernel", json!(every));
-    let stamps = spin::Stamps::new(128).unwrap();
-    let next = std::cell::Cell::new(0);
-    let late = device_events_bench::answer::head_of_line_with(|s, ns| {
-        spin.launch(s, ns, &stamps, next.replace(next.get() + 1) % 128)
-            .unwrap();
-    });
-    save(
-        "head_of_line",
-        json!({
+
+    fn spin_windows(&self) -> Result<serde_json::Value, String> {
+        use device_events_bench::gpu;
+        println!("\n-- windows around spin kernels: window minus the kernel's own stamps, µs");
+        let (s, raw) = gpu::stream()?;
+        let mut windows = Vec::new();
+        let mut measured = || -> Result<(), String> {
+            for (ns, n) in [
+                (10_000, 200),
+                (100_000, 100),
+                (1_000_000, 40),
+                (10_000_000, 10),
+            ] {
+                for side in gpu::SIDES {
+                    let w = gpu::spin_windows(&self.spin, s, raw, side, ns, n)?;
+                    let name = format!("{} µs, {}", ns / 1000, side.name());
+                    row(
+                        &format!("{name}: duration"),
+                        spread_us(&w["duration_minus_kernel"]),
+                    );
+                    row(
+                        &format!("{name}: start (host - %globaltimer)"),
+                        spread_us(&w["start_minus_kernel"]),
+                    );
+                    windows.push(w);
+                }
+            }
+            Ok(())
+        };
+        let outcome = measured();
+        let destroyed = Cuda::stream_destroy(s).map_err(|e| e.to_string());
+        outcome?;
+        destroyed?;
+        Ok(json!(windows))
+    }
+
+    fn every_kernel(&self) -> Result<serde_json::Value, String> {
+        use device_events_bench::{gpu, spin};
+        println!("\n-- a server timing every 50 µs kernel, 10 000 chained, read 32 behind");
+        let mut every = serde_json::Map::new();
+        for n in [1usize, 2, 8] {
+            let streams = (0..n)
+                .map(|_| gpu::stream())
+                .collect::<Result<Vec<_>, _>>()?;
+            let stamps = spin::Stamps::new(10_000).map_err(|e| format!("stamps: {e}"))?;
+            let only: Vec<_> = streams.iter().map(|(s, _)| *s).collect();
+            let refused = std::cell::RefCell::new(None);
+            let run = device_events_bench::answer::every_kernel_on::<Cuda>(
+                &only,
+                1,
+                |i, s| {
+                    if let Err(e) = self.spin.launch(s, 50_000, &stamps, i) {
+                        refused.borrow_mut().get_or_insert(e.to_string());
+                    }
+                },
+                10_000,
+            );
+            for (s, _) in streams {
+                let _ = Cuda::stream_synchronize(s);
+                let _ = Cuda::stream_destroy(s);
+            }
+            if let Some(e) = refused.into_inner() {
+                return Err(format!("the spin kernel: {e}"));
+            }
+            let at = |q| quantile_us(&run.late, q);
+            row(
+                &format!("{n} stream(s): CPU beyond the caller (cores), answer p50/p99 µs"),
+                format!(
+                    "{:.3}  {:.0} / {:.0}  ({} unread)",
+                    run.cpu_share,
+                    at(0.5),
+                    at(0.99),
+                    run.unread
+                ),
+            );
+            every.insert(
+                format!("streams_{n}"),
+                json!({
+                    "cpu_share": run.cpu_share, "late_median_us": at(0.5), "late_p99_us": at(0.99),
+                    "windows_read": run.late.len(), "windows_unread": run.unread,
+                }),
+            );
+        }
+        Ok(json!(every))
+    }
+
+    fn head_of_line(&self) -> Result<serde_json::Value, String> {
+        let stamps =
+            device_events_bench::spin::Stamps::new(128).map_err(|e| format!("stamps: {e}"))?;
+        let next = std::cell::Cell::new(0);
+        let refused = std::cell::RefCell::new(None);
+        let late = device_events_bench::answer::head_of_line_with(|s, ns| {
+            let at = next.replace(next.get() + 1) % 128;
+            if let Err(e) = self.spin.launch(s, ns, &stamps, at) {
+                refused.borrow_mut().get_or_insert(e.to_string());
+            }
+        });
+        if let Some(e) = refused.into_inner() {
+            return Err(format!("the spin kernel: {e}"));
+        }
+        row(
+            "behind a 1 s kernel: 100 windows answered, p50/p99 µs",
+            format!(
+                "{}  {:.0} / {:.0}",
+                late.len(),
+                quantile_us(&late, 0.5),
+                quantile_us(&late, 0.99)
+            ),
+        );
+        Ok(json!({
             "windows_answered": late.len(),
             "late_median_us": quantile_us(&late, 0.5),
             "late_p99_us": quantile_us(&late, 0.99),
-        }),
-    );
-    row(
-        "behind a 1 s kernel: 100 windows answered, p50/p99 µs",
-        format!(
-            "{}  {:.0} / {:.0}",
-            late.len(),
-            quantile_us(&late, 0.5),
-            quantile_us(&late, 0.99)
-        ),
-    );
-
-    println!("\n-- the submit path, wall ns per op (median of 5 rounds, A/B interleaved)");
-    device_events_bench::hold_with_the_spin_kernel();
-    let walls = wall(5, 2000, &GPU_PAIRS);
-    for (ours, theirs) in GPU_PAIRS {
-        let w = &walls[ours];
-        let f = |k: &str| w[k].as_f64().unwrap_or(f64::NAN);
-        row(
-            &format!("{ours} vs {theirs}"),
-            format!(
-                "{:>8.0} {:>8.0}  ratio {:.2}",
-                f("ours_ns"),
-                f("cudarc_ns"),
-                f("ratio")
-            ),
-        );
+        }))
     }
-    let calls = soft.map(|soft| {
-        let mine = || soft.thread_calls();
-        let mut calls = serde_json::Map::new();
+
+    fn submit_wall(&self) -> Result<serde_json::Value, String> {
+        println!("\n-- the submit path, wall ns per op (median of 5 rounds, A/B interleaved)");
+        device_events_bench::hold_with_the_spin_kernel();
+        let walls = wall(5, 2000, &GPU_PAIRS);
         for (ours, theirs) in GPU_PAIRS {
-            for case in [ours, theirs] {
-                calls.insert(case.into(), json!(per_op(case, 2000, mine)));
-            }
+            let w = &walls[ours];
+            let f = |k: &str| w[k].as_f64().unwrap_or(f64::NAN);
+            row(
+                &format!("{ours} vs {theirs}"),
+                format!(
+                    "{:>8.0} {:>8.0}  ratio {:.2}",
+                    f("ours_ns"),
+                    f("cudarc_ns"),
+                    f("ratio")
+                ),
+            );
         }
-        calls
-    });
-    save("submit_wall", walls);
-    save("submit_calls", json!(calls));
+        // The software driver also counts each side's driver calls.
+        let calls = self.soft.map(|soft| {
+            let mine = || soft.thread_calls();
+            let mut calls = serde_json::Map::new();
+            for (ours, theirs) in GPU_PAIRS {
+                for case in [ours, theirs] {
+                    calls.insert(case.into(), json!(per_op(case, 2000, mine)));
+                }
+            }
+            calls
+        });
+        Ok(json!({ "wall": walls, "calls": calls }))
+    }
+
+    fn global_captures(&self) -> Result<serde_json::Value, String> {
+        use device_events_bench::server;
+        println!("\n-- 1000 GLOBAL captures on one thread beside 8 threads profiling");
+        let c = server::captures_beside_the_library::<Cuda>(
+            self.soft,
+            &server::cuda_capturing(),
+            1000,
+            8,
+        );
+        row(
+            "captures ended / failed",
+            format!("{} / {}", c.ended, c.failed),
+        );
+        row("windows read meanwhile", c.windows);
+        Ok(json!({
+            "ended": c.ended, "failed": c.failed, "violations": c.violations, "windows": c.windows,
+        }))
+    }
+
+    fn unbound_calls() -> Result<serde_json::Value, String> {
+        let unbound = device_events_bench::gpu::unbound_calls()?;
+        row(
+            "status of calls with no context current (0: taken)",
+            unbound.to_string(),
+        );
+        Ok(unbound)
+    }
+}
+
+/// What a GPU lease measures, section by section: a table on stdout, and
+/// each section's value (or its error, or its panic, in words) written to
+/// `json` the moment it ends. Each measure drives device work with the
+/// spin kernel, so it runs the same on the machine's driver and on the
+/// software one.
+fn gpu_day(json_path: &std::path::Path, sections: &[DaySection]) {
+    let mut report = device_events_bench::section::Report::new(json_path.to_owned());
+    let sections = if sections.is_empty() {
+        &DaySection::ALL[..]
+    } else {
+        sections
+    };
+    let day = match Day::new() {
+        Ok(day) => day,
+        Err(error) => {
+            let keys: Vec<_> = sections.iter().map(|s| s.key()).collect();
+            report.fail(&keys, &error);
+            std::process::exit(1);
+        }
+    };
+    let mut failed = false;
+    for section in sections {
+        failed |= !report.run(section.key(), || day.run(*section));
+    }
     println!("\n(written to {})", json_path.display());
+    if failed {
+        std::process::exit(1);
+    }
 }
 
 /// The gate on a shared hardware queue, in a process of its own: the
 /// driver reads `CUDA_DEVICE_MAX_CONNECTIONS` at initialization.
 fn gpu_gate(json_path: &std::path::Path) {
-    use device_events_bench::{gpu, spin};
-    let ctx = cudarc::driver::CudaContext::new(0).unwrap();
-    ctx.bind_to_thread().unwrap();
-    let spin = spin::Spin::load().unwrap();
+    let mut report = device_events_bench::section::Report::new(json_path.to_owned());
+    let day = match Day::new() {
+        Ok(day) => day,
+        Err(error) => {
+            report.fail(&["gate"], &error);
+            std::process::exit(1);
+        }
+    };
+    let ok = report.run("gate", || {
+        if device_events_bench::section::hang_asked("gate") {
+            return device_events_bench::gpu::hang(&day.spin);
+        }
+        gate_section(&day)
+    });
+    println!("\n(written to {})", json_path.display());
+    if !ok {
+        std::process::exit(1);
+    }
+}
+
+fn gate_section(day: &Day) -> Result<serde_json::Value, String> {
+    use device_events_bench::gpu;
     println!(
         "\n-- the gate, one hardware queue: gaps between a user's back-to-back 10 µs kernels, µs"
     );
-    let soft = SoftDriver::get().ok();
-    let before = soft.map(SoftDriver::value_waits_held);
-    let mut g = gpu::gate(&spin, 20_000, 20);
+    let before = day.soft.map(SoftDriver::value_waits_held);
+    let mut g = gpu::gate(&day.spin, 20_000, 20)?;
     for phase in ["alone", "beside_calibrations"] {
         let p = &g[phase];
         let us = |k: &str| p[k].as_f64().map_or(f64::NAN, |ns| ns / 1e3);
@@ -606,7 +797,7 @@ fn gpu_gate(json_path: &std::path::Path) {
     // The software driver also says how long each gate held its stream
     // and how long it held the user's work; a GPU says it only through
     // the gaps above.
-    if let (Some(soft), Some(before)) = (soft, before) {
+    if let (Some(soft), Some(before)) = (day.soft, before) {
         let after = soft.value_waits_held();
         let waits = (after.waits - before.waits).max(1);
         let closed = (after.held_ns - before.held_ns) as f64 / waits as f64 / 1e3;
@@ -624,8 +815,27 @@ fn gpu_gate(json_path: &std::path::Path) {
             format!("{closed:.2}  {closed_max:.2}  {delay_max:.2}"),
         );
     }
-    std::fs::write(json_path, serde_json::to_string_pretty(&g).unwrap()).unwrap();
-    println!("\n(written to {})", json_path.display());
+    Ok(g)
+}
+
+/// The machine's driver, device and spin kernel, in a line, and as JSON
+/// in `json`; exits 2 without a device.
+fn preflight(json_path: &std::path::Path) {
+    match device_events_bench::preflight::preflight() {
+        Ok((facts, line)) => {
+            println!("{line}");
+            let text = serde_json::to_string_pretty(&facts).unwrap_or_default();
+            if let Err(err) = std::fs::write(json_path, text) {
+                eprintln!("could not write {}: {err}", json_path.display());
+            }
+        }
+        Err(error) => {
+            println!("no usable CUDA device: {error}");
+            let text = json!({ "error": error }).to_string();
+            let _ = std::fs::write(json_path, text);
+            std::process::exit(2);
+        }
+    }
 }
 
 /// The GPU lease's submit pairs: ours against cudarc's, and ours through
@@ -736,8 +946,12 @@ fn main() {
             serde_json::Value::Object(report)
         }
         What::EveryKernel => every_kernel(),
-        What::GpuDay { json } => {
-            gpu_day(&json);
+        What::GpuDay { json, sections } => {
+            gpu_day(&json, &sections);
+            return;
+        }
+        What::Preflight { json } => {
+            preflight(&json);
             return;
         }
         What::GpuGate { json } => {
