@@ -515,6 +515,10 @@ fn run_backend_tests(backend: Backend, soft: Option<&Path>) -> Result<()> {
         };
         eprintln!("xtask: {name} driver: {found}");
         cmd.env("DEVICE_EVENTS_REAL_DRIVER", "1");
+        // One test at a time, as the kit runs them: on a real driver one
+        // test's GLOBAL capture refuses another's allocations and module
+        // loads in the same process.
+        cmd.arg("--test-threads=1");
         run(&format!("{name} tests on the real driver"), &mut cmd)
     }
 }
