@@ -168,11 +168,12 @@ pub fn spin_windows(
                 let token = p.start(stream);
                 spin.launch(stream, ns, &stamps, at).unwrap();
                 crate::resolve(p.stop(stream, token).unwrap())
+                    .map(|placed| ProfileTicks::from_start_end(placed.start, placed.end))
             }
             None => {
                 let token = upstream.start(raw).unwrap();
                 spin.launch(stream, ns, &stamps, at).unwrap();
-                crate::resolve(upstream.stop(raw, token).unwrap())
+                crate::resolve(upstream.stop(raw, token).unwrap().into_future())
             }
         };
         Cuda::stream_synchronize(stream).unwrap();

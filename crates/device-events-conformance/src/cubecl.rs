@@ -6,9 +6,9 @@
 
 use std::time::Duration;
 
+use cubecl_common::profile::ProfileDuration;
 use cubecl_environment::backtrace::BackTrace;
 use cubecl_runtime::server::{ProfileError, ProfilingToken, ServerError};
-use device_events_core::profile::ProfileDuration;
 use device_events_core::{Backend, OwnedStream};
 use device_events_cubecl::{CubeFence, CubeProfiler, StreamOf};
 

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use cubecl_common::profile::{Duration, ProfileTicks};
+use std::time::{Duration, Instant};
 
 use crate::anchoring::AnchorApi;
 use crate::anchoring::anchor::{nanos, reading_error};
@@ -20,11 +20,21 @@ pub(crate) struct Limits {
     pub(crate) resolution: Duration,
 }
 
-/// A window placed on the host clock.
-#[derive(Debug)]
+/// A window's reading: what the device measured, placed on the host clock.
+///
+/// The crate's own type, so that a runtime takes no profiling framework to
+/// read a window; `device-events-cubecl` makes CubeCL's `ProfileTicks` of
+/// [`start`](Self::start) and [`end`](Self::end).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Placement {
-    /// Where the window lies on the host clock.
-    pub ticks: ProfileTicks,
+    /// The span between the window's start and end, as the device measured it.
+    pub duration: Duration,
+    /// Where the device reached the window's start, on the host clock.
+    pub start: Instant,
+    /// Where the device reached the window's end, on the host clock: the
+    /// device's span converted at the fitted rate of its clock against the
+    /// host's.
+    pub end: Instant,
     /// How far either end can be from where the device really was, on the
     /// host clock: the anchor's bracket half-width, how far the drift fit
     /// moved the anchor off the bracket's midpoint, the rate's worst-case
@@ -154,10 +164,9 @@ pub(crate) fn read_window<A: AnchorApi>(inputs: &Inputs<A>) -> Result<Placement,
         .saturating_add(reading_error(span_ns))
         .saturating_add(resolution);
     Ok(Placement {
-        ticks: ProfileTicks::from_start_end(
-            begin,
-            begin + Duration::from_nanos(anchor.to_host(span_ns)),
-        ),
+        duration: span,
+        start: begin,
+        end: begin + Duration::from_nanos(anchor.to_host(span_ns)),
         uncertainty: Duration::from_nanos(uncertainty),
     })
 }
