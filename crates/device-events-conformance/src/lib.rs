@@ -28,7 +28,6 @@ pub mod anchoring;
 pub mod chain;
 pub mod contract;
 pub mod cpu;
-pub mod cubecl;
 pub mod fork;
 pub mod lanes;
 pub mod noting;
@@ -37,13 +36,6 @@ pub mod sweep;
 
 pub use chain::{
     a_chain_of_windows_adds_up_to_its_span, a_failed_boundary_fails_only_the_windows_it_bounds,
-};
-pub use cubecl::{
-    cubecl_a_failed_launch_reads_as_the_servers_error,
-    cubecl_a_fence_hands_one_stream_over_to_the_other,
-    cubecl_a_window_at_launch_leaves_out_the_host_before_it,
-    cubecl_an_empty_window_measures_under_a_millisecond,
-    cubecl_an_outer_window_holds_its_inner_windows,
 };
 
 use std::sync::mpsc;
@@ -225,16 +217,21 @@ impl<A: Backend> Harness<A> {
         self
     }
 
+    /// Whether the driver's own stamps can be read (the software driver's).
+    pub fn knows_truth(&self) -> bool {
+        self.truth.is_some()
+    }
+
     /// The event the driver recorded last, where the truth can be read:
     /// taken right after a `start` or `stop`, the window's end it recorded.
-    pub(crate) fn last_event(&self) -> Option<usize> {
+    pub fn last_event(&self) -> Option<usize> {
         self.truth.as_ref().map(|truth| (truth.last_event)())
     }
 
     /// `measured`, a window around `work` whose two ends were `events`,
     /// against the truth: the driver's stamps of the two events on the
     /// software driver, the calibrated work on a real one.
-    pub(crate) fn assert_window(
+    pub fn assert_window(
         &self,
         measured: Duration,
         work: Duration,
@@ -970,12 +967,7 @@ macro_rules! conformance_suite {
             elapsed_on_an_unreached_event_is_not_ready,
             windows_resolve_on_other_threads,
             a_chain_of_windows_adds_up_to_its_span,
-            a_failed_boundary_fails_only_the_windows_it_bounds,
-            cubecl_an_empty_window_measures_under_a_millisecond,
-            cubecl_an_outer_window_holds_its_inner_windows,
-            cubecl_a_failed_launch_reads_as_the_servers_error,
-            cubecl_a_window_at_launch_leaves_out_the_host_before_it,
-            cubecl_a_fence_hands_one_stream_over_to_the_other
+            a_failed_boundary_fails_only_the_windows_it_bounds
         );
     };
     ($backend:ty, $harness:expr) => {
