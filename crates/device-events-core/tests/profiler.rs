@@ -891,3 +891,30 @@ fn an_anchor_max_age_too_long_to_add_is_never_stale_and_never_a_panic() {
         );
     }
 }
+
+/// A chain's boundary serves both windows it bounds, read in either order,
+/// and goes back to the pool with the second: the later window read first
+/// leaves it for the earlier one.
+#[test]
+fn a_chains_boundary_serves_both_windows_and_goes_back_with_the_last() {
+    let _sim = setup();
+    let s = stream();
+    let mut profiler = on_sim_clock();
+    let first = profiler.start(s);
+    Sim::enqueue_work(s, Duration::from_micros(300));
+    let (first, second) = profiler.split(s, first).unwrap();
+    Sim::enqueue_work(s, Duration::from_micros(200));
+    let second = profiler.stop(s, second).unwrap();
+    let idle = profiler.idle_events();
+    let second = resolve(second).expect("the later window read first");
+    // Its start, the boundary, is still the earlier window's end.
+    assert_eq!(profiler.idle_events(), idle + 1, "only its own end back");
+    let first = resolve(first).expect("the earlier window read after");
+    assert_eq!(
+        profiler.idle_events(),
+        idle + 3,
+        "its start and the boundary back"
+    );
+    assert!(first.duration >= Duration::from_micros(300));
+    assert!(second.duration >= Duration::from_micros(200));
+}

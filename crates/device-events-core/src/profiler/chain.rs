@@ -1,12 +1,10 @@
 //! Chained windows: one record closes a window and opens the next, so a
 //! server that times every kernel pays one record per kernel.
 
-use std::sync::Arc;
-
 use super::{EventProfiler, Opened};
 use crate::anchoring::AnchorApi;
 use crate::errors::ProfileError;
-use crate::fence::point::Point;
+use crate::fence::point::{Point, SharedEvent};
 use crate::profiler::token::ProfileToken;
 use crate::waiting::placed_window::{PlacedWindow, Resolving};
 
@@ -58,10 +56,10 @@ impl<A: AnchorApi> EventProfiler<A> {
         let opened = self.take(token)?;
         let opened = opened?;
         let boundary = self.recorded(stream)?;
-        let boundary = Arc::new(self.pool.lend(boundary));
-        let closed = self.resolving(opened, Point::Shared(Arc::clone(&boundary)), stream);
+        let (end, start) = SharedEvent::pair(&self.pool, boundary);
+        let closed = self.resolving(opened, Point::Shared(end), stream);
         let next = self.anchoring.for_window(stream).map(|anchor| Opened {
-            start: Point::Shared(boundary),
+            start: Point::Shared(start),
             anchor,
         });
         if let Err(err) = &next {

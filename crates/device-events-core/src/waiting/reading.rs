@@ -55,6 +55,8 @@ pub(crate) enum Unread {
     Driver(Box<DriverError>),
     /// The anchor it is placed on is still being taken.
     NoAnchorYet,
+    /// Its chain's boundary is out for the reading of the window beside it.
+    Busy,
     NoAnchor(Box<DriverError>),
     Reversed {
         by: Duration,
@@ -68,7 +70,7 @@ pub(crate) enum Unread {
 impl Unread {
     /// Not read yet, rather than unreadable: asked again later.
     pub(crate) fn is_not_ready(&self) -> bool {
-        matches!(self, Self::NotReady | Self::NoAnchorYet)
+        matches!(self, Self::NotReady | Self::NoAnchorYet | Self::Busy)
     }
 }
 
@@ -90,6 +92,7 @@ impl std::fmt::Display for Unread {
             Self::NotReady => f.write_str("the device has not reached it yet"),
             Self::Driver(err) => err.fmt(f),
             Self::NoAnchorYet => f.write_str("its anchor is still being taken"),
+            Self::Busy => f.write_str("its chain's boundary is being read for the next window"),
             Self::NoAnchor(err) => write!(f, "it has no anchor to be placed on: {err}"),
             Self::Reversed { by } => write!(
                 f,
@@ -119,6 +122,9 @@ pub(crate) fn read_window<A: AnchorApi>(inputs: &Inputs<A>) -> Result<Placement,
         None => return Err(Unread::NoAnchorYet),
         Some(Err(err)) => return Err(Unread::NoAnchor(Box::new(err.clone()))),
         Some(Ok(anchor)) => anchor,
+    };
+    let (Some(start), Some(end)) = (start.lend(), end.lend()) else {
+        return Err(Unread::Busy);
     };
     // The span first: the end not reached yet is the common "not ready",
     // and answers it with one reading.
@@ -180,18 +186,22 @@ pub(crate) fn read_window<A: AnchorApi>(inputs: &Inputs<A>) -> Result<Placement,
 /// one, or on any failure (logged), as for an end ahead.
 pub(crate) fn end_reached<A: AnchorApi>(inputs: &Inputs<A>) -> bool {
     match inputs.anchor.get() {
-        Some(Ok(anchor)) => match A::event_elapsed(anchor.event(), inputs.end.raw()) {
-            Ok(_) => true,
-            Err(err) => {
-                if !err.is_not_ready() {
-                    // Not the window's reading: asked again, it says its own.
-                    log::warn!(
-                        "{}: could not ask whether a window's end was reached: {err}",
-                        A::BACKEND
-                    );
+        Some(Ok(anchor)) => match inputs.end.lend() {
+            // Out for the next window's reading: asked again later.
+            None => false,
+            Some(end) => match A::event_elapsed(anchor.event(), end.raw()) {
+                Ok(_) => true,
+                Err(err) => {
+                    if !err.is_not_ready() {
+                        // Not the window's reading: asked again, it says its own.
+                        log::warn!(
+                            "{}: could not ask whether a window's end was reached: {err}",
+                            A::BACKEND
+                        );
+                    }
+                    false
                 }
-                false
-            }
+            },
         },
         _ => false,
     }
