@@ -40,7 +40,7 @@ struct HandedOver {
 }
 
 impl HandedOver {
-    fn new(window: PlacedWindow) -> Self {
+    fn new(window: PlacedWindow<Cuda>) -> Self {
         let woken = Arc::new(Noted(Mutex::new(None)));
         let mut future: Reading = Box::pin(window.resolve());
         let waker = Waker::from(Arc::clone(&woken));
@@ -66,8 +66,7 @@ impl HandedOver {
         else {
             panic!("the window read");
         };
-        let reference = woken - Duration::from_secs(1);
-        let end = reference + placed.ticks.end_duration_since(reference);
+        let end = placed.end;
         Some(woken.saturating_duration_since(end))
     }
 }
@@ -100,13 +99,13 @@ pub fn head_of_line_with(work: impl Fn(CudaStream, u64)) -> Vec<Duration> {
     let mut profiler = EventProfiler::<Cuda>::new();
     let token = profiler.start(a);
     work(a, 1_000_000_000);
-    let window = profiler.stop_placed(a, token).unwrap();
+    let window = profiler.stop(a, token).unwrap();
     let first = HandedOver::new(window);
     let mut handed: Vec<HandedOver> = (0..100)
         .map(|_| {
             let token = profiler.start(b);
             work(b, 1_000_000);
-            let window = profiler.stop_placed(b, token).unwrap();
+            let window = profiler.stop(b, token).unwrap();
             HandedOver::new(window)
         })
         .collect();
@@ -146,7 +145,7 @@ pub fn cpu_while_pending(soft: &SoftDriver) -> f64 {
     let handed: Vec<HandedOver> = (0..1000)
         .map(|_| {
             let token = profiler.start(s);
-            let window = profiler.stop_placed(s, token).unwrap();
+            let window = profiler.stop(s, token).unwrap();
             HandedOver::new(window)
         })
         .collect();
@@ -174,7 +173,7 @@ pub fn right_after_stop(n: usize) -> Vec<Duration> {
         .map(|_| {
             std::thread::sleep(Duration::from_micros(200));
             let token = profiler.start(s);
-            let window = profiler.stop_placed(s, token).unwrap();
+            let window = profiler.stop(s, token).unwrap();
             let woken = Arc::new(Noted(Mutex::new(None)));
             let waker = Waker::from(Arc::clone(&woken));
             let mut future: Reading = Box::pin(window.resolve());
@@ -195,8 +194,7 @@ pub fn right_after_stop(n: usize) -> Vec<Duration> {
             };
             let now = Instant::now();
             let at = (*woken.0.lock().unwrap_or_else(PoisonError::into_inner)).unwrap_or(now);
-            let reference = at - Duration::from_secs(1);
-            at.saturating_duration_since(reference + placed.ticks.end_duration_since(reference))
+            at.saturating_duration_since(placed.end)
         })
         .collect();
     drop(profiler);
@@ -312,19 +310,18 @@ pub fn every_kernel_on<A: device_events_core::Backend>(
         .collect();
     // A first window read, so that calibration is out of the way.
     for (j, (token, s)) in tokens.iter_mut().zip(streams).enumerate() {
-        let (window, next) = profilers[j % devices].split_placed(*s, *token).unwrap();
+        let (window, next) = profilers[j % devices].split(*s, *token).unwrap();
         *token = next;
         pollster::block_on(window.resolve());
     }
     let mut queued = std::collections::VecDeque::with_capacity(BEHIND + 1);
     let (mut late, mut unread) = (Vec::with_capacity(n), 0);
-    let mut read = |window: PlacedWindow, late: &mut Vec<Duration>| {
+    let mut read = |window: PlacedWindow<A>, late: &mut Vec<Duration>| {
         let placed = pollster::block_on(window.resolve());
         let now = Instant::now();
         match placed {
             Some(placed) => {
-                let reference = now - Duration::from_secs(1);
-                let end = reference + placed.ticks.end_duration_since(reference);
+                let end = placed.end;
                 late.push(now.saturating_duration_since(end));
             }
             None => unread += 1,
@@ -336,7 +333,7 @@ pub fn every_kernel_on<A: device_events_core::Backend>(
         let at = i % streams.len();
         let s = streams[at];
         kernel(i, s);
-        let (window, next) = profilers[at % devices].split_placed(s, tokens[at]).unwrap();
+        let (window, next) = profilers[at % devices].split(s, tokens[at]).unwrap();
         tokens[at] = next;
         queued.push_back(window);
         if queued.len() > BEHIND

@@ -178,6 +178,7 @@ pub fn spin_windows(
                     p.stop(stream, token)
                         .map_err(|e| format!("a window: {e}"))?,
                 )
+                .map(|placed| ProfileTicks::from_start_end(placed.start, placed.end))
             }
             None => {
                 let token = upstream
@@ -187,7 +188,8 @@ pub fn spin_windows(
                 crate::resolve(
                     upstream
                         .stop(raw, token)
-                        .map_err(|e| format!("cubecl-server's window: {e:?}"))?,
+                        .map_err(|e| format!("cubecl-server's window: {e:?}"))?
+                        .into_future(),
                 )
             }
         };

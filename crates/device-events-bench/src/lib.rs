@@ -14,11 +14,15 @@ pub mod server;
 pub mod spin;
 pub mod wait;
 
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use cudarc::driver::{CudaContext, CudaStream as CudarcStream, sys};
-use device_events_core::profile::{Duration, ProfileDuration, ProfileTicks};
+use std::time::Duration;
+
+use cubecl_common::profile::ProfileDuration;
+use device_events_core::PlacedWindow;
 use device_events_core::{DriverError, EventApi, EventFence, EventProfiler, FencePool};
 use device_events_cuda::{Cuda, CudaStream};
 
@@ -76,10 +80,9 @@ impl EventApi for Null {
 /// its first poll, for which a no-op waker serves and costs no allocation;
 /// one not yet reached is waited for with the thread parked, as an
 /// executor would.
-pub fn resolve(duration: ProfileDuration) -> Option<ProfileTicks> {
-    let mut future = duration.into_future();
+pub fn resolve<F: Future + Unpin>(mut future: F) -> F::Output {
     let mut cx = Context::from_waker(Waker::noop());
-    match future.as_mut().poll(&mut cx) {
+    match Pin::new(&mut future).poll(&mut cx) {
         Poll::Ready(ticks) => ticks,
         Poll::Pending => pollster::block_on(future),
     }
@@ -210,12 +213,32 @@ impl CudaPair {
     }
 }
 
+/// A window a case closed: CubeCL's boxed duration (CubeCL's own
+/// profiler's, or ours as a CubeCL server returns it), or ours as the
+/// core hands it out.
+pub enum Closed {
+    /// A `ProfileDuration`.
+    Cube(ProfileDuration),
+    /// The core's window.
+    Ours(PlacedWindow<Cuda>),
+}
+
+impl Closed {
+    /// Read it: whether it was measured.
+    pub fn read(self) -> bool {
+        match self {
+            Self::Cube(duration) => resolve(duration.into_future()).is_some(),
+            Self::Ours(window) => resolve(window).is_some(),
+        }
+    }
+}
+
 /// What a submit-only case left for its completion: windows to read,
 /// cudarc event pairs to time.
 #[derive(Default)]
 pub struct Pending {
     /// Our windows, stopped.
-    pub ours: Vec<ProfileDuration>,
+    pub ours: Vec<Closed>,
     /// cudarc's event pairs, recorded.
     pub cudarc: Vec<(cudarc::driver::CudaEvent, cudarc::driver::CudaEvent)>,
     /// cudarc's events of a chain: each window from one to the next.
@@ -233,7 +256,7 @@ impl Pending {
     /// `elapsed_ms` waits for the end first).
     pub fn complete(&mut self) {
         for window in self.ours.drain(..) {
-            resolve(window).unwrap();
+            assert!(window.read(), "a window read");
         }
         for fence in self.fences.drain(..) {
             fence.wait_sync().unwrap();
@@ -287,13 +310,17 @@ impl CudaPair {
     pub fn upstream_window_submit(&mut self, pending: &mut Pending) {
         let raw = self.stream.cu_stream();
         let token = self.upstream.start(raw).unwrap();
-        pending.ours.push(self.upstream.stop(raw, token).unwrap());
+        pending
+            .ours
+            .push(Closed::Cube(self.upstream.stop(raw, token).unwrap()));
     }
 
     /// A window of ours as a CubeCL server uses it, opened and closed.
     pub fn cube_window_submit(&mut self, pending: &mut Pending) {
         let token = self.cube.start(self.ours).unwrap();
-        pending.ours.push(self.cube.stop(self.ours, token).unwrap());
+        pending
+            .ours
+            .push(Closed::Cube(self.cube.stop(self.ours, token).unwrap()));
     }
 
     /// A window opened and closed.
@@ -301,7 +328,7 @@ impl CudaPair {
         let token = self.profiler.start(self.ours);
         pending
             .ours
-            .push(self.profiler.stop(self.ours, token).unwrap());
+            .push(Closed::Ours(self.profiler.stop(self.ours, token).unwrap()));
     }
 
     /// The next window of a chain: one record closes a window and opens
@@ -312,7 +339,7 @@ impl CudaPair {
             None => self.profiler.start(self.ours),
         };
         let (closed, next) = self.profiler.split(self.ours, open).unwrap();
-        pending.ours.push(closed);
+        pending.ours.push(Closed::Ours(closed));
         pending.chain = Some(next);
     }
 
@@ -355,7 +382,7 @@ impl CudaPair {
     /// One of our windows, read.
     pub fn our_window_complete(pending: &mut Pending) {
         if let Some(window) = pending.ours.pop() {
-            resolve(window).unwrap();
+            assert!(window.read(), "a window read");
         }
     }
 
@@ -410,7 +437,7 @@ impl CudaPair {
         self.busy();
         pending
             .ours
-            .push(self.profiler.stop(self.ours, token).unwrap());
+            .push(Closed::Ours(self.profiler.stop(self.ours, token).unwrap()));
     }
 
     /// cudarc's event pair around the same work, for

@@ -81,7 +81,6 @@ pub fn take_turns<A: Backend, M: Copy>(
         .collect();
     let mut errors: Vec<Errors> = configs.iter().map(|_| Errors::default()).collect();
     let gap = period / profilers.len().max(1) as u32;
-    let reference = Instant::now();
     let session = Instant::now();
     let mut round = 0usize;
     while session.elapsed() < Duration::from_secs(seconds) {
@@ -92,14 +91,10 @@ pub fn take_turns<A: Backend, M: Copy>(
             let profiler = &mut profilers[i];
             let token = profiler.start(stream);
             let start = marker();
-            let window = profiler.stop_placed(stream, token).expect("a window");
+            let window = profiler.stop(stream, token).expect("a window");
             let end = marker();
             let placed = pollster::block_on(window.resolve()).expect("a window read");
-            let ticks = &placed.ticks;
-            for (marker, at) in [
-                (start, reference + ticks.start_duration_since(reference)),
-                (end, reference + ticks.end_duration_since(reference)),
-            ] {
+            for (marker, at) in [(start, placed.start), (end, placed.end)] {
                 errors[i].add(error_ns(marker, at), placed.uncertainty, slack_ns);
             }
             errors[i].windows += 1;

@@ -339,7 +339,7 @@ pub fn beside_a_hung_device(soft: &SoftDriver, windows: usize) -> (Vec<Duration>
     let mut took = Vec::with_capacity(windows);
     for _ in 0..windows {
         let token = profiler.start(b.get());
-        let window = profiler.stop_placed(b.get(), token).unwrap();
+        let window = profiler.stop(b.get(), token).unwrap();
         let stopped = Instant::now();
         assert!(pollster::block_on(window.resolve()).is_some());
         took.push(stopped.elapsed());

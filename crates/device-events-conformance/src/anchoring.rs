@@ -40,16 +40,19 @@ fn window_errors<A: Backend>(
 ) -> [Duration; 2] {
     let token = profiler.start(s);
     let start = driver.last_recorded_event();
-    let window = profiler.stop_placed(s, token).unwrap();
+    let window = profiler.stop(s, token).unwrap();
     let end = driver.last_recorded_event();
     let placed = pollster::block_on(window.resolve()).expect("a window read");
     let reference = Instant::now() - Duration::from_secs(1);
     [
         (
             start,
-            reference + placed.ticks.start_duration_since(reference),
+            reference + placed.start.saturating_duration_since(reference),
         ),
-        (end, reference + placed.ticks.end_duration_since(reference)),
+        (
+            end,
+            reference + placed.end.saturating_duration_since(reference),
+        ),
     ]
     .map(|(event, at)| {
         let truth = epoch + Duration::from_nanos(driver.event_truth_ns(event).unwrap());

@@ -59,11 +59,11 @@ fn chain<A: Backend>(
         let work = h.enqueue(s, work);
         let start = boundary;
         let window = if k + 1 < WINDOWS {
-            let (window, next) = profiler.split_placed(s, token).unwrap();
+            let (window, next) = profiler.split(s, token).unwrap();
             token = next;
             window
         } else {
-            profiler.stop_placed(s, token).unwrap()
+            profiler.stop(s, token).unwrap()
         };
         boundary = h.last_event();
         closed.push((window, work, (start, boundary)));
@@ -73,14 +73,14 @@ fn chain<A: Backend>(
         .into_iter()
         .map(|(window, work, events)| {
             let placed = pollster::block_on(window.resolve()).expect("a chained window read");
-            h.assert_window(placed.ticks.duration(), &[&work], events, began.elapsed());
+            h.assert_window(placed.duration, &[&work], events, began.elapsed());
             placed
         })
         .collect();
     let epoch = Instant::now() - Duration::from_secs(3600);
-    let sum: Duration = placed.iter().map(|p| p.ticks.duration()).sum();
+    let sum: Duration = placed.iter().map(|p| p.end - p.start).sum();
     let (first, last) = (&placed[0], &placed[WINDOWS - 1]);
-    let span = at(epoch, &last.ticks).1 - at(epoch, &first.ticks).0;
+    let span = at(epoch, last).1 - at(epoch, first).0;
     let allowed = h.resolution * (WINDOWS as u32 + 1)
         + first.uncertainty
         + last.uncertainty
@@ -90,7 +90,7 @@ fn chain<A: Backend>(
         "durations sum to {sum:?}, the chain spans {span:?} (allowed {allowed:?})"
     );
     for pair in placed.windows(2) {
-        let (end, start) = (at(epoch, &pair[0].ticks).1, at(epoch, &pair[1].ticks).0);
+        let (end, start) = (at(epoch, &pair[0]).1, at(epoch, &pair[1]).0);
         assert!(
             end.abs_diff(start) <= pair[0].uncertainty + pair[1].uncertainty,
             "a boundary placed twice: {end:?} and {start:?}"
@@ -108,10 +108,10 @@ pub fn a_failed_boundary_fails_only_the_windows_it_bounds<A: Backend>(h: &Harnes
     let mut profiler = EventProfiler::<A>::new();
     let first = profiler.start(s);
     h.enqueue(s, Duration::from_millis(1));
-    let (before, second) = profiler.split_placed(s, first).unwrap();
+    let (before, second) = profiler.split(s, first).unwrap();
     let gone = A::stream_create_non_blocking().unwrap();
     A::stream_destroy(gone).unwrap();
-    let Err(ProfileError::Driver(err)) = profiler.split_placed(gone, second) else {
+    let Err(ProfileError::Driver(err)) = profiler.split(gone, second) else {
         panic!("a boundary on a destroyed stream is refused");
     };
     assert_eq!(err.kind(), ErrorKind::InvalidHandle, "{err}");

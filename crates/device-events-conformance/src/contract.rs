@@ -3,11 +3,7 @@
 //! check takes the ABI's names, and [`contract_suite!`](crate::contract_suite)
 //! makes each a named `#[test]` of the backend's suite.
 
-use cubecl_runtime::server::ProfileError;
-use device_events_core::{
-    Backend, ErrorKind, EventFence, EventProfiler, ProfilerConfig, backend::AnchorApi,
-};
-use device_events_cubecl::{CubeFence, CubeProfiler, StreamOf};
+use device_events_core::{Backend, ErrorKind, EventFence, EventProfiler, ProfilerConfig};
 
 use crate::soft::SoftDriver;
 
@@ -254,151 +250,6 @@ pub fn a_closed_gate_holds_work_on_its_hardware_queue_only_until_the_stream_reac
     );
 }
 
-/// A mini CubeCL server's view of a sticky fault: the fence's wait meets
-/// it, and the server's error says the device is poisoned, as CubeCL's own
-/// backends say (its drop queue then frees, where it would keep memory
-/// for any other failure).
-pub fn cubecl_a_sticky_fault_reads_as_a_poisoned_device<A: Backend>(soft: &SoftDriver, abi: Abi)
-where
-    A::Stream: StreamOf<A>,
-{
-    (abi.bind)(0);
-    let s = A::stream_create_non_blocking().unwrap();
-    let fence = CubeFence::<A>::new(s);
-    assert!(soft.fail_call(abi.synchronize, 1, abi.poisoning.0));
-    let err = fence.wait_sync().unwrap_err();
-    assert!(err.is_device_poisoned(), "{err}");
-    A::stream_destroy(s).unwrap();
-}
-
-/// A CubeCL profiler on `s` whose first anchor is taken, so that the next
-/// window's calls are its own.
-fn anchored<A: AnchorApi>(s: A::Stream) -> CubeProfiler<A>
-where
-    A::Stream: PartialEq + StreamOf<A>,
-{
-    let mut profiler = CubeProfiler::<A>::new();
-    let token = profiler.start(s).unwrap();
-    profiler.abandon(token);
-    assert!(device_events_core::process::wait_for_calibrations(
-        std::time::Duration::from_secs(10)
-    ));
-    profiler
-}
-
-/// A start the driver refuses is an `Err` at `start_profile`, before the
-/// server queues the work to profile, and no window is left open; the
-/// next start measures.
-pub fn cubecl_a_refused_start_fails_start_profile<A: Backend>(soft: &SoftDriver, abi: Abi)
-where
-    A::Stream: PartialEq + StreamOf<A>,
-{
-    (abi.bind)(0);
-    let s = A::stream_create_non_blocking().unwrap();
-    // The anchor is taken on the library's thread; the injection is for
-    // this thread's record.
-    let mut profiler = anchored::<A>(s);
-    assert!(soft.fail_call(abi.record, 1, 2));
-    let err = profiler.start(s).unwrap_err();
-    assert!(err.to_string().contains(abi.record), "{err}");
-    assert!(!err.is_device_poisoned());
-    assert_eq!(profiler.open_windows(), 0);
-    let token = profiler.start(s).unwrap();
-    let duration = profiler.stop(s, token).unwrap();
-    assert!(pollster::block_on(duration.resolve()).is_some());
-    drop(profiler);
-    A::stream_destroy(s).unwrap();
-}
-
-/// A window whose closing record the driver refuses reads as that error,
-/// `ProfileError::Server`, and a poisoning fault there stays poisoned.
-pub fn cubecl_a_refused_end_reads_as_the_servers_error<A: Backend>(soft: &SoftDriver, abi: Abi)
-where
-    A::Stream: PartialEq + StreamOf<A>,
-{
-    (abi.bind)(0);
-    let s = A::stream_create_non_blocking().unwrap();
-    let mut profiler = anchored::<A>(s);
-    for (status, poisoned) in [(2, false), (abi.poisoning.0, true)] {
-        let token = profiler.start(s).unwrap();
-        assert!(soft.fail_call(abi.record, 1, status));
-        match profiler.stop(s, token) {
-            Err(ProfileError::Server(err)) => {
-                assert_eq!(err.is_device_poisoned(), poisoned, "{err}");
-            }
-            other => panic!("{:?}", other.map(|_| "a duration")),
-        }
-    }
-    drop(profiler);
-    A::stream_destroy(s).unwrap();
-}
-
-/// A fence whose record the driver refuses (out of memory) synchronizes
-/// its stream there and then, as CubeCL's own fence does: its waits then
-/// succeed without the driver.
-pub fn cubecl_a_fence_whose_record_is_refused_synchronizes_its_stream<A: Backend>(
-    soft: &SoftDriver,
-    abi: Abi,
-) where
-    A::Stream: StreamOf<A>,
-{
-    (abi.bind)(0);
-    let (a, b) = (
-        A::stream_create_non_blocking().unwrap(),
-        A::stream_create_non_blocking().unwrap(),
-    );
-    let synced = soft.call_count(abi.stream_synchronize);
-    assert!(soft.fail_call(abi.record, 1, 2));
-    let fence = CubeFence::<A>::new(a);
-    assert_eq!(soft.call_count(abi.stream_synchronize), synced + 1);
-    assert_eq!(fence.is_complete().ok(), Some(true));
-    fence.wait_async(b).unwrap();
-    assert!(soft.fail_call(abi.record, 1, 2));
-    CubeFence::<A>::new(a).wait_sync().unwrap();
-    A::stream_destroy(a).unwrap();
-    A::stream_destroy(b).unwrap();
-}
-
-/// A stream wait the driver refuses (out of memory) becomes a host wait
-/// for the fence, as CubeCL's own fence does: the work is ordered just the
-/// same.
-pub fn cubecl_a_refused_stream_wait_waits_on_the_host<A: Backend>(soft: &SoftDriver, abi: Abi)
-where
-    A::Stream: StreamOf<A>,
-{
-    (abi.bind)(0);
-    let (a, b) = (
-        A::stream_create_non_blocking().unwrap(),
-        A::stream_create_non_blocking().unwrap(),
-    );
-    let fence = CubeFence::<A>::new(a);
-    let waited = soft.call_count(abi.synchronize);
-    assert!(soft.fail_call(abi.stream_wait, 1, 2));
-    fence.wait_async(b).unwrap();
-    assert_eq!(soft.call_count(abi.synchronize), waited + 1);
-    A::stream_destroy(a).unwrap();
-    A::stream_destroy(b).unwrap();
-}
-
-/// No fallback where it would not be sound: a record refused with a
-/// poisoning fault is returned as it is, poisoned, and the stream is not
-/// synchronized.
-pub fn cubecl_a_fence_on_a_poisoned_device_falls_back_to_nothing<A: Backend>(
-    soft: &SoftDriver,
-    abi: Abi,
-) where
-    A::Stream: StreamOf<A>,
-{
-    (abi.bind)(0);
-    let s = A::stream_create_non_blocking().unwrap();
-    let synced = soft.call_count(abi.stream_synchronize);
-    assert!(soft.fail_call(abi.record, 1, abi.poisoning.0));
-    let fence = CubeFence::<A>::new(s);
-    assert_eq!(soft.call_count(abi.stream_synchronize), synced);
-    assert!(fence.wait_sync().unwrap_err().is_device_poisoned());
-    A::stream_destroy(s).unwrap();
-}
-
 /// Makes each contract check a named `#[test]` of a backend's suite on the
 /// software driver, given the ABI's [`Abi`].
 #[macro_export]
@@ -411,13 +262,7 @@ macro_rules! contract_suite {
             a_destroyed_stream_is_refused_before_the_driver,
             a_dropped_fences_event_serves_the_next_fence,
             a_fence_follows_its_streams_context,
-            a_closed_gate_holds_work_on_its_hardware_queue_only_until_the_stream_reaches_it,
-            cubecl_a_sticky_fault_reads_as_a_poisoned_device,
-            cubecl_a_refused_start_fails_start_profile,
-            cubecl_a_refused_end_reads_as_the_servers_error,
-            cubecl_a_fence_whose_record_is_refused_synchronizes_its_stream,
-            cubecl_a_refused_stream_wait_waits_on_the_host,
-            cubecl_a_fence_on_a_poisoned_device_falls_back_to_nothing
+            a_closed_gate_holds_work_on_its_hardware_queue_only_until_the_stream_reaches_it
         );
     };
     (@tests $backend:ty, $abi:expr, $($check:ident),+) => {

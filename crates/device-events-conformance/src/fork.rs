@@ -92,7 +92,7 @@ pub fn a_child_forked_right_after_a_hand_over_asks_none_of_its_parents_events<A:
     for _ in 0..FORKS {
         let token = profiler.start(stream);
         work.enqueue_bytes(stream, 20_000_000).expect("work");
-        let mut window = profiler.stop_placed(stream, token).expect("a window");
+        let mut window = profiler.stop(stream, token).expect("a window");
         assert!(window.try_resolve().is_none(), "2 ms of work still queued");
         // SAFETY: the child reads a simulated window, counts, and leaves
         // with `_exit`; the other threads are the library's, fenced off by

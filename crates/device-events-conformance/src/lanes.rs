@@ -75,7 +75,7 @@ fn later_windows<A: Backend>(
     for _ in 0..LATER {
         let token = profiler.start(lane);
         work.enqueue_bytes(lane, bytes_for(SHORT)).unwrap();
-        let mut window = profiler.stop_placed(lane, token).unwrap();
+        let mut window = profiler.stop(lane, token).unwrap();
         assert!(window.try_resolve().is_none(), "{SHORT:?} of work ahead");
         windows.push(window);
     }
@@ -104,7 +104,7 @@ pub fn a_window_started_on_a_busy_stream_holds_back_no_other_window_of_its_lane<
     work.enqueue_bytes(a, bytes_for(LONG)).unwrap();
     let across = profiler.start(a);
     work.enqueue_bytes(b, bytes_for(SHORT)).unwrap();
-    let mut across = profiler.stop_placed(b, across).unwrap();
+    let mut across = profiler.stop(b, across).unwrap();
     assert!(
         across.try_resolve().is_none(),
         "handed to the resolver first"
@@ -141,7 +141,7 @@ pub fn a_reversed_window_holds_back_no_other_window_of_its_lane_and_reads_none<A
     soft.set_bandwidth(BYTES_PER_SECOND);
     work.enqueue_bytes(a, bytes_for(LONG)).unwrap();
     let reversed = profiler.start(a);
-    let mut reversed = profiler.stop_placed(b, reversed).unwrap();
+    let mut reversed = profiler.stop(b, reversed).unwrap();
     assert!(reversed.try_resolve().is_none(), "its start is ahead");
     let took = later_windows(&mut profiler, b, &*work);
     soft.set_bandwidth(10e9);
@@ -181,7 +181,7 @@ pub fn windows_of_threads_sharing_a_per_thread_handle_are_answered_each_on_its_o
             let work = (abi.work)(bytes_for(LONG));
             work.enqueue_bytes(shared, bytes_for(LONG)).unwrap();
             let token = profiler.start(shared);
-            let mut held = profiler.stop_placed(shared, token).unwrap();
+            let mut held = profiler.stop(shared, token).unwrap();
             assert!(held.try_resolve().is_none(), "{LONG:?} of work ahead");
             held_tx.send(profiler).unwrap();
             // This thread, and so its per-thread stream, stays until the

@@ -88,17 +88,3 @@ impl<A: ThreadApi, N: Note<A>> ThreadApi for Noting<A, N> {
         A::context_key(stream)
     }
 }
-
-/// A noting backend takes its inner backend's checked streams where a
-/// CubeCL server passes one.
-impl<R, N> device_events_cubecl::StreamOf<Noting<R, N>>
-    for device_events_core::backend::CheckedStream<R>
-where
-    R: device_events_core::backend::RawApi,
-    N: Note<R>,
-    Noting<R, N>: device_events_core::Backend<Stream = Self>,
-{
-    fn stream(self) -> Result<Self, cubecl_runtime::server::ServerError> {
-        Ok(self)
-    }
-}

@@ -65,7 +65,7 @@ fn streams<A: Backend>(n: usize, seen: &mut Seen) -> Option<Streams<A>> {
     Some(made)
 }
 
-fn resolve_all(pending: Vec<device_events_core::profile::ProfileDuration>) {
+fn resolve_all<A: Backend>(pending: Vec<device_events_core::PlacedWindow<A>>) {
     for timing in pending {
         // `None` is reported through the log, which the sweep reads.
         let _ = pollster::block_on(timing.resolve());
@@ -387,7 +387,7 @@ pub fn stress<A: Backend>(
             let (mut waited, mut read) = (0usize, 0usize);
             for (fence, timing) in received {
                 waited += usize::from(fence.wait_sync().is_ok());
-                let timing: device_events_core::profile::ProfileDuration = timing;
+                let timing: device_events_core::PlacedWindow<A> = timing;
                 read += usize::from(pollster::block_on(timing.resolve()).is_some());
             }
             let _ = done.send((waited, read));

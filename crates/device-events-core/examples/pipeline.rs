@@ -44,10 +44,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             continue;
         };
         let first = *epoch.get_or_insert_with(|| Sim::host_now() - Duration::from_secs(1));
-        let start = ticks.start_duration_since(first);
+        let start = ticks.start.saturating_duration_since(first);
         println!(
             "{label:<10} {:>14.1} {:>16.1}",
-            ticks.duration().as_secs_f64() * 1e6,
+            ticks.duration.as_secs_f64() * 1e6,
             start.as_secs_f64() * 1e6
         );
     }

@@ -1,4 +1,4 @@
-use cubecl_common::profile::Duration;
+use std::time::Duration;
 
 use crate::driver::DriverError;
 

@@ -2,7 +2,7 @@
 //! sets. The library's internal timings (its threads' polls, sleeps and
 //! back-offs) are not settable; they are in [`crate::tunables`].
 
-use cubecl_common::profile::{Duration, Instant};
+use std::time::{Duration, Instant};
 
 /// How an [`EventProfiler`](crate::EventProfiler) keeps its anchor.
 #[derive(Clone, Copy, Debug)]

@@ -3,7 +3,7 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use cubecl_common::profile::Duration;
+use std::time::Duration;
 
 /// What a caller can do about a [`DriverError`]: the only part of it the core
 /// branches on. Backends map their raw status codes onto these.

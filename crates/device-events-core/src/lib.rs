@@ -13,8 +13,9 @@
 //! `device-events-hip` or `device-events-opencl`. Code generic over one
 //! bounds it by [`Backend`], the one bound a user writes. The root holds
 //! what a user names; [`process`] what a process does around a context
-//! torn down by hand and its exit; [`profile`] the `cubecl-common` types
-//! windows resolve to. A backend author reads [`backend`]: a backend
+//! torn down by hand and its exit; [`profile`] a window's token. A window
+//! resolves to the crate's own [`Placement`]: the device's span, its ends
+//! on the host clock ([`std::time::Instant`]) and a bound on their error. A backend author reads [`backend`]: a backend
 //! implements [`backend::RawApi`], its driver calls alone, and this crate
 //! makes it a [`Backend`] once, with the checked handles, the refusals, the
 //! context binding and the capture modes.
@@ -43,8 +44,8 @@
 //! fence.wait_async(b)?;
 //! let timing = profiler.stop(a, window)?;
 //!
-//! let ticks = pollster::block_on(timing.resolve()).expect("the window was read");
-//! assert!(ticks.duration() >= Duration::from_micros(100));
+//! let placed = pollster::block_on(timing).expect("the window was read");
+//! assert!(placed.duration >= Duration::from_micros(100));
 //! # drop((fence, profiler));
 //! # Sim::stream_destroy(a)?;
 //! # Sim::stream_destroy(b)?;
@@ -117,10 +118,7 @@ pub trait Backend: backend::EventQuery + backend::AnchorApi + backend::FenceApi 
 
 impl<A: backend::EventQuery + backend::AnchorApi + backend::FenceApi> Backend for A {}
 
-/// A window's types: the token [`EventProfiler::start`] hands out, and the
-/// `cubecl-common` types a window resolves to, re-exported so a user need
-/// not match its version.
+/// A window's token, as [`EventProfiler::start`] hands it out.
 pub mod profile {
     pub use crate::profiler::token::ProfileToken;
-    pub use cubecl_common::profile::{Duration, Instant, ProfileDuration, ProfileTicks};
 }

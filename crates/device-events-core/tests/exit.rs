@@ -24,7 +24,7 @@ fn after_stop_driver_calls_the_librarys_threads_call_the_driver_no_more() {
     assert!(wait_for_calibrations(Duration::from_secs(5)));
     let token = profiler.start(s);
     Sim::enqueue_work(s, Duration::from_secs(60));
-    let mut pending = profiler.stop_placed(s, token).unwrap();
+    let mut pending = profiler.stop(s, token).unwrap();
     assert!(pending.try_resolve().is_none(), "handed to the resolver");
     std::thread::sleep(Duration::from_millis(20));
     let asking = Sim::counts().calls;

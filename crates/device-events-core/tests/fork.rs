@@ -249,12 +249,12 @@ impl device_events_core::backend::FenceApi for Slow {}
 /// a slow ask of it (holding the window's own lock) when this returns.
 fn window_being_asked(
     s: device_events_core::sim::SimStream,
-) -> (EventProfiler<Slow>, device_events_core::PlacedWindow) {
+) -> (EventProfiler<Slow>, device_events_core::PlacedWindow<Slow>) {
     let mut profiler = EventProfiler::<Slow>::new();
     assert!(read_late_window(&mut profiler, Duration::from_millis(1)));
     let token = profiler.start(s);
     Sim::enqueue_work(s, Duration::from_millis(300));
-    let mut window = profiler.stop_placed(s, token).unwrap();
+    let mut window = profiler.stop(s, token).unwrap();
     SLOW_ASKS.store(true, Ordering::Release);
     assert!(window.try_resolve().is_none(), "handed to the resolver");
     assert!(in_a_call(), "the resolver asks the window within 2 s");

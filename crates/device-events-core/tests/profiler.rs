@@ -5,11 +5,12 @@ mod support;
 
 use std::time::Duration;
 
-use device_events_core::profile::{Instant, ProfileDuration, ProfileTicks};
 use device_events_core::sim::{Sim, SimStream};
 use device_events_core::{
     DriverError, ErrorKind, EventApi, EventProfiler, ProfileError, ProfilerConfig,
 };
+use device_events_core::{PlacedWindow, Placement};
+use std::time::Instant;
 use support::{OnWait, WaitHook, logged, setup};
 
 fn stream() -> SimStream {
@@ -53,8 +54,10 @@ fn settle() {
     ));
 }
 
-fn resolve(duration: ProfileDuration) -> Option<ProfileTicks> {
-    pollster::block_on(duration.resolve())
+fn resolve<A: device_events_core::backend::AnchorApi>(
+    window: PlacedWindow<A>,
+) -> Option<Placement> {
+    pollster::block_on(window)
 }
 
 fn distance(a: Instant, b: Instant) -> Duration {
@@ -62,12 +65,12 @@ fn distance(a: Instant, b: Instant) -> Duration {
         .max(b.saturating_duration_since(a))
 }
 
-fn start_of(ticks: &ProfileTicks, epoch: Instant) -> Duration {
-    ticks.start_duration_since(epoch)
+fn start_of(placed: &Placement, epoch: Instant) -> Duration {
+    placed.start.saturating_duration_since(epoch)
 }
 
-fn end_of(ticks: &ProfileTicks, epoch: Instant) -> Duration {
-    ticks.end_duration_since(epoch)
+fn end_of(placed: &Placement, epoch: Instant) -> Duration {
+    placed.end.saturating_duration_since(epoch)
 }
 
 #[test]
@@ -79,14 +82,14 @@ fn window_measures_the_work_inside_it() {
     Sim::enqueue_work(s, Duration::from_millis(2));
     let ticks = resolve(profiler.stop(s, token).unwrap()).unwrap();
     assert!(
-        ticks.duration() >= Duration::from_millis(2),
+        ticks.duration >= Duration::from_millis(2),
         "{:?}",
-        ticks.duration()
+        ticks.duration
     );
     assert!(
-        ticks.duration() < Duration::from_micros(2500),
+        ticks.duration < Duration::from_micros(2500),
         "{:?}",
-        ticks.duration()
+        ticks.duration
     );
 }
 
@@ -126,7 +129,7 @@ fn nested_windows_lie_inside_their_outer_window() {
     let epoch = Sim::host_now() - Duration::from_secs(10);
     assert!(start_of(&outer, epoch) <= start_of(&inner, epoch));
     assert!(end_of(&inner, epoch) <= end_of(&outer, epoch));
-    assert!(outer.duration() >= inner.duration() + Duration::from_micros(600));
+    assert!(outer.duration >= inner.duration + Duration::from_micros(600));
 }
 
 #[test]
@@ -146,8 +149,8 @@ fn overlapping_windows_are_each_measured() {
     assert!(start_of(&first, epoch) < start_of(&second, epoch));
     assert!(start_of(&second, epoch) < end_of(&first, epoch));
     assert!(end_of(&first, epoch) < end_of(&second, epoch));
-    assert!(first.duration() >= Duration::from_micros(800));
-    assert!(second.duration() >= Duration::from_micros(800));
+    assert!(first.duration >= Duration::from_micros(800));
+    assert!(second.duration >= Duration::from_micros(800));
 }
 
 #[test]
@@ -160,8 +163,8 @@ fn windows_on_two_streams_are_placed_on_one_clock() {
     let late_truth = Sim::last_record_instant().unwrap();
     let early = profiler.start(b);
     let early_truth = Sim::last_record_instant().unwrap();
-    let late = profiler.stop_placed(a, late).unwrap();
-    let early = profiler.stop_placed(b, early).unwrap();
+    let late = profiler.stop(a, late).unwrap();
+    let early = profiler.stop(b, early).unwrap();
     let late = pollster::block_on(late.resolve()).unwrap();
     let early = pollster::block_on(early.resolve()).unwrap();
 
@@ -170,7 +173,7 @@ fn windows_on_two_streams_are_placed_on_one_clock() {
     // (the stream behind 3 ms of work usually starts later, not always).
     let epoch = Sim::host_now() - Duration::from_secs(10);
     for (placed, truth) in [(late, late_truth), (early, early_truth)] {
-        let at = epoch + start_of(&placed.ticks, epoch);
+        let at = epoch + start_of(&placed, epoch);
         assert!(
             distance(at, truth) <= placed.uncertainty,
             "{:?} off, bound {:?}",
@@ -199,7 +202,7 @@ fn windows_resolve_out_of_order_and_on_other_threads() {
     for handle in handles {
         let (i, ticks) = handle.join().unwrap();
         let ticks = ticks.unwrap();
-        assert!(ticks.duration() >= Duration::from_micros(100 * (i + 1)));
+        assert!(ticks.duration >= Duration::from_micros(100 * (i + 1)));
     }
 }
 
@@ -390,7 +393,7 @@ fn window_an_hour_after_the_first_is_placed_within_a_few_microseconds() {
     let token = profiler.start(s);
     let truth = Sim::last_record_instant().unwrap();
     Sim::enqueue_work(s, Duration::from_micros(200));
-    let window = profiler.stop_placed(s, token).unwrap();
+    let window = profiler.stop(s, token).unwrap();
     let placed = pollster::block_on(window.resolve()).unwrap();
 
     // Within its stated bound, and that bound a fresh anchor's: an `f32`
@@ -398,7 +401,7 @@ fn window_an_hour_after_the_first_is_placed_within_a_few_microseconds() {
     // reading alone. (Not "a few µs": the tightest of five brackets is
     // still as wide as the machine's load makes it.)
     let epoch = truth - Duration::from_secs(1);
-    let at = epoch + start_of(&placed.ticks, epoch);
+    let at = epoch + start_of(&placed, epoch);
     assert!(
         distance(at, truth) <= placed.uncertainty,
         "{:?} off, bound {:?}",
@@ -424,7 +427,7 @@ fn negative_reading_of_an_empty_window_is_clamped_to_zero() {
     // reversed.
     Sim::queue_elapsed_readings([-0.5, -0.5, 0.010]);
     let ticks = resolve(timing).unwrap();
-    assert_eq!(ticks.duration(), Duration::ZERO);
+    assert_eq!(ticks.duration, Duration::ZERO);
 }
 
 #[test]
@@ -456,9 +459,9 @@ fn window_across_a_fence_hand_off_times_the_whole_hand_off() {
     Sim::enqueue_work(b, Duration::from_millis(2));
     let ticks = resolve(profiler.stop(b, token).unwrap()).unwrap();
     assert!(
-        ticks.duration() >= Duration::from_millis(5),
+        ticks.duration >= Duration::from_millis(5),
         "{:?}",
-        ticks.duration()
+        ticks.duration
     );
 }
 
@@ -531,12 +534,12 @@ fn each_windows_stated_bound_contains_the_truth() {
         let token = profiler.start(s);
         let start_truth = Sim::last_record_instant().unwrap();
         Sim::enqueue_work(s, Duration::from_micros(50 + i * 7));
-        let window = profiler.stop_placed(s, token).unwrap();
+        let window = profiler.stop(s, token).unwrap();
         let end_truth = Sim::last_record_instant().unwrap();
         let placed = pollster::block_on(window.resolve()).unwrap();
         let epoch = start_truth - Duration::from_secs(10);
-        let start = epoch + start_of(&placed.ticks, epoch);
-        let end = epoch + end_of(&placed.ticks, epoch);
+        let start = epoch + start_of(&placed, epoch);
+        let end = epoch + end_of(&placed, epoch);
         for (at, truth) in [(start, start_truth), (end, end_truth)] {
             let off = distance(at, truth);
             assert!(
@@ -673,10 +676,10 @@ fn placement_holds_on_a_device_clock_drifting_100_ppm_for_a_minute() {
         Sim::advance_clock(Duration::from_micros(7500));
         let token = profiler.start(s);
         let truth = Sim::last_record_instant().unwrap();
-        let window = profiler.stop_placed(s, token).unwrap();
+        let window = profiler.stop(s, token).unwrap();
         let placed = pollster::block_on(window.resolve()).unwrap();
         let epoch = truth - Duration::from_secs(1);
-        let error = distance(epoch + start_of(&placed.ticks, epoch), truth);
+        let error = distance(epoch + start_of(&placed, epoch), truth);
         // Each inside its stated bound: that is what bounds the worst,
         // whose bracket is as wide as the machine's load made it.
         assert!(
@@ -797,16 +800,16 @@ fn a_window_started_before_the_first_anchor_is_placed_within_its_bound() {
     let token = profiler.start(s);
     let truth = Sim::last_record_instant().unwrap();
     Sim::enqueue_work(s, Duration::from_micros(300));
-    let placed = pollster::block_on(profiler.stop_placed(s, token).unwrap().resolve()).unwrap();
+    let placed = pollster::block_on(profiler.stop(s, token).unwrap().resolve()).unwrap();
     let epoch = truth - Duration::from_secs(1);
-    let at = epoch + start_of(&placed.ticks, epoch);
+    let at = epoch + start_of(&placed, epoch);
     assert!(
         distance(at, truth) <= placed.uncertainty,
         "{:?} off, bound {:?}",
         distance(at, truth),
         placed.uncertainty
     );
-    assert!(placed.ticks.duration() >= Duration::from_micros(300));
+    assert!(placed.duration >= Duration::from_micros(300));
 }
 
 /// A calibration that panics (a backend bug) on the calibrator thread
@@ -841,7 +844,7 @@ fn a_resolution_too_large_to_add_gives_the_widest_bound_not_a_panic() {
     });
     let token = profiler.start(s);
     Sim::enqueue_work(s, Duration::from_micros(200));
-    let window = profiler.stop_placed(s, token).unwrap();
+    let window = profiler.stop(s, token).unwrap();
     let placed = pollster::block_on(window.resolve()).unwrap();
     assert_eq!(placed.uncertainty, Duration::from_nanos(u64::MAX));
 }
@@ -887,4 +890,31 @@ fn an_anchor_max_age_too_long_to_add_is_never_stale_and_never_a_panic() {
             support::logs()
         );
     }
+}
+
+/// A chain's boundary serves both windows it bounds, read in either order,
+/// and goes back to the pool with the second: the later window read first
+/// leaves it for the earlier one.
+#[test]
+fn a_chains_boundary_serves_both_windows_and_goes_back_with_the_last() {
+    let _sim = setup();
+    let s = stream();
+    let mut profiler = on_sim_clock();
+    let first = profiler.start(s);
+    Sim::enqueue_work(s, Duration::from_micros(300));
+    let (first, second) = profiler.split(s, first).unwrap();
+    Sim::enqueue_work(s, Duration::from_micros(200));
+    let second = profiler.stop(s, second).unwrap();
+    let idle = profiler.idle_events();
+    let second = resolve(second).expect("the later window read first");
+    // Its start, the boundary, is still the earlier window's end.
+    assert_eq!(profiler.idle_events(), idle + 1, "only its own end back");
+    let first = resolve(first).expect("the earlier window read after");
+    assert_eq!(
+        profiler.idle_events(),
+        idle + 3,
+        "its start and the boundary back"
+    );
+    assert!(first.duration >= Duration::from_micros(300));
+    assert!(second.duration >= Duration::from_micros(200));
 }

@@ -12,8 +12,8 @@ use std::rc::Rc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use device_events_core::PlacedWindow;
 use device_events_core::process::resolver_running;
-use device_events_core::profile::ProfileDuration;
 use device_events_core::sim::Sim;
 use device_events_core::{EventApi, EventProfiler};
 use futures::executor::LocalPool;
@@ -35,7 +35,7 @@ impl Future for YieldOnce {
     }
 }
 
-type Resolve = fn(ProfileDuration) -> Pin<Box<dyn Future<Output = bool>>>;
+type Resolve = fn(PlacedWindow<Sim>) -> Pin<Box<dyn Future<Output = bool>>>;
 
 /// 1,000 windows behind 50 ms of device work, resolved on one thread next
 /// to a task that counts its turns: how many turns it got before the first
@@ -44,7 +44,7 @@ fn turns_while_resolving(resolve: Resolve) -> (usize, usize) {
     let s = Sim::stream_create_non_blocking().unwrap();
     let mut profiler = EventProfiler::<Sim>::new();
     Sim::enqueue_work(s, Duration::from_millis(50));
-    let windows: Vec<ProfileDuration> = (0..1000)
+    let windows: Vec<PlacedWindow<Sim>> = (0..1000)
         .map(|_| {
             let token = profiler.start(s);
             profiler.stop(s, token).unwrap()
@@ -85,12 +85,12 @@ fn turns_while_resolving(resolve: Resolve) -> (usize, usize) {
     (turns.get(), read.get())
 }
 
-fn without_blocking(window: ProfileDuration) -> Pin<Box<dyn Future<Output = bool>>> {
+fn without_blocking(window: PlacedWindow<Sim>) -> Pin<Box<dyn Future<Output = bool>>> {
     Box::pin(async move { window.resolve().await.is_some() })
 }
 
 /// A resolver that blocks the polling thread, as `resolve` did before.
-fn blocking(window: ProfileDuration) -> Pin<Box<dyn Future<Output = bool>>> {
+fn blocking(window: PlacedWindow<Sim>) -> Pin<Box<dyn Future<Output = bool>>> {
     Box::pin(async move { pollster::block_on(window.resolve()).is_some() })
 }
 
@@ -125,15 +125,14 @@ fn windows_dropped_unresolved_release_their_events() {
     let mut windows: Vec<_> = (0..100)
         .map(|_| {
             let token = profiler.start(s);
-            profiler.stop(s, token).unwrap().into_future()
+            profiler.stop(s, token).unwrap()
         })
         .collect();
     // Each polled once: handed to the resolver, then dropped unresolved.
     let waker = std::task::Waker::noop();
     for window in &mut windows {
         assert!(
-            window
-                .as_mut()
+            Pin::new(window)
                 .poll(&mut Context::from_waker(waker))
                 .is_pending()
         );
@@ -197,7 +196,7 @@ impl EventApi for Panicky {
     fn event_elapsed(
         start: &Self::Event,
         end: &Self::Event,
-    ) -> Result<device_events_core::profile::Duration, device_events_core::DriverError> {
+    ) -> Result<std::time::Duration, device_events_core::DriverError> {
         let resolver = std::thread::current().name() == Some("device-events-resolver");
         assert!(
             !(resolver && PANIC_IN_WAIT.load(std::sync::atomic::Ordering::Relaxed)),
@@ -265,11 +264,11 @@ fn a_window_is_not_answered_behind_another_that_pends() {
     let mut profiler = EventProfiler::<Sim>::new();
     let long = profiler.start(a);
     Sim::enqueue_work(a, Duration::from_secs(1));
-    let mut long = profiler.stop_placed(a, long).unwrap();
+    let mut long = profiler.stop(a, long).unwrap();
     assert!(long.try_resolve().is_none(), "handed to the resolver first");
     let short = profiler.start(b);
     Sim::enqueue_work(b, Duration::from_millis(10));
-    let short = profiler.stop_placed(b, short).unwrap();
+    let short = profiler.stop(b, short).unwrap();
     let started = std::time::Instant::now();
     assert!(pollster::block_on(short.resolve()).is_some());
     let took = started.elapsed();
@@ -291,7 +290,7 @@ fn a_thousand_windows_pending_on_one_stream_are_asked_one_at_a_time() {
     let s = Sim::stream_create_non_blocking().unwrap();
     let mut profiler = EventProfiler::<Sim>::new();
     let first = profiler.start(s);
-    pollster::block_on(profiler.stop_placed(s, first).unwrap().resolve()).unwrap();
+    pollster::block_on(profiler.stop(s, first).unwrap().resolve()).unwrap();
     assert!(device_events_core::process::wait_for_calibrations(
         Duration::from_secs(10)
     ));
@@ -301,7 +300,7 @@ fn a_thousand_windows_pending_on_one_stream_are_asked_one_at_a_time() {
     let mut windows: Vec<_> = (0..1000)
         .map(|_| {
             let token = profiler.start(s);
-            profiler.stop_placed(s, token).unwrap()
+            profiler.stop(s, token).unwrap()
         })
         .collect();
     // Each read once here, and handed to the resolver.

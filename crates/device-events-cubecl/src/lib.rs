@@ -20,7 +20,8 @@
 //!   as CubeCL's own backends report it.
 //!
 //! The `ProfileDuration` is `cubecl-common` 0.12's, the one a CubeCL 0.12
-//! server returns: device-events uses that version throughout.
+//! server returns: this crate alone makes it, boxing the core's window once
+//! (the core itself depends on no CubeCL crate).
 //!
 //! How a server forwards its calls, and what it still writes itself: the
 //! repository's `docs/design.md`; the whole change for CubeCL's own CUDA and
@@ -53,6 +54,7 @@ mod errors;
 mod fence;
 mod profiler;
 mod streams;
+mod ticks;
 
 pub use errors::server_error;
 pub use fence::CubeFence;

@@ -3,14 +3,15 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
+use cubecl_common::profile::ProfileDuration;
 use cubecl_runtime::server::{ProfileError, ProfilingToken, ServerError};
 use device_events_core::backend::AnchorApi;
-use device_events_core::profile::ProfileDuration;
 use device_events_core::profile::ProfileToken;
 use device_events_core::{EventProfiler, ProfilerConfig};
 
 use crate::StreamOf;
 use crate::errors::{not_registered, profile_error, server_error};
+use crate::ticks::profile_duration;
 
 /// The windows' hasher: their ids are this profiler's own count, never an
 /// adversary's, so a multiply spreads them for the map, where SipHash cost
@@ -230,7 +231,7 @@ where
             Window::Failed(err) => return Err(ProfileError::from(&err)),
         };
         match self.profiler.stop(stream, open) {
-            Ok(duration) => Ok(duration),
+            Ok(window) => Ok(profile_duration(window)),
             Err(device_events_core::ProfileError::Driver(err)) => Err(profile_error(&err)),
             Err(_) => Err(not_registered()),
         }

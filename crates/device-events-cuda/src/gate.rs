@@ -18,7 +18,7 @@ use std::sync::atomic::AtomicU32;
 use cudarc::driver::sys::{CUdevice, CUdeviceptr, CUstream};
 use device_events_core::DriverError;
 use device_events_core::backend::{HostWord, Permit, RawApi};
-use device_events_core::profile::Duration;
+use std::time::Duration;
 
 use crate::{Cuda, api, check_status};
 

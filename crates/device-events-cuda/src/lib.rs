@@ -30,7 +30,7 @@
 //! let timing = profiler.stop(a.get(), window)?;
 //!
 //! match pollster::block_on(timing.resolve()) {
-//!     Some(ticks) => println!("{:?} on the device", ticks.duration()),
+//!     Some(ticks) => println!("{:?} on the device", ticks.duration),
 //!     None => println!("the window could not be read (logged)"),
 //! }
 //! # Ok::<(), Box<dyn std::error::Error>>(())

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use cudarc::driver::sys::{CUevent, CUstream};
 use device_events_core::backend::elapsed_from_ms;
 use device_events_core::backend::{CallNames, HostWord, Permit, RawApi, State};
-use device_events_core::profile::Duration;
 use device_events_core::{CaptureStatus, DriverError};
+use std::time::Duration;
 
 pub use crate::context::Context;
 use crate::context::retain_current;

@@ -97,7 +97,7 @@ fn a_child_forked_while_the_librarys_threads_work_reads_its_windows() {
             let mut profiler = EventProfiler::<Cuda>::new();
             while !done.load(Ordering::Relaxed) {
                 let token = profiler.start(s0);
-                let window = profiler.stop_placed(s0, token).unwrap();
+                let window = profiler.stop(s0, token).unwrap();
                 let _ = pollster::block_on(window.resolve());
             }
             drop(profiler);

@@ -15,9 +15,9 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use device::Device;
-use device_events_core::profile::Instant;
 use device_events_core::{EventFence, EventProfiler, OwnedStream, PlacedWindow};
 use device_events_trace::{Trace, TrackId};
+use std::time::Instant;
 
 #[derive(Clone, Copy, ValueEnum)]
 enum Backend {
@@ -82,10 +82,10 @@ fn main() -> ExitCode {
 
 /// A closed window, for the table and the trace: read with its stated
 /// bound, the library's promise for that window.
-struct Row {
+struct Row<D: Device> {
     label: &'static str,
     track: TrackId,
-    window: PlacedWindow,
+    window: PlacedWindow<D>,
 }
 
 fn run<D: Device>(args: &Args) -> Result<(), Box<dyn Error>> {
@@ -118,16 +118,16 @@ fn run<D: Device>(args: &Args) -> Result<(), Box<dyn Error>> {
         let step = profiler.start(a);
         let load = profiler.start(a);
         D::work(a, &buffer, 16 << 20)?;
-        let load = profiler.stop_placed(a, load)?;
+        let load = profiler.stop(a, load)?;
         let produce = profiler.start(a);
         D::work(a, &buffer, 32 << 20)?;
-        let produce = profiler.stop_placed(a, produce)?;
+        let produce = profiler.stop(a, produce)?;
         let handoff = EventFence::<D>::new(a);
         handoff.wait_async(b)?;
         let consume = profiler.start(b);
         D::work(b, &buffer, 24 << 20)?;
-        let consume = profiler.stop_placed(b, consume)?;
-        let step = profiler.stop_placed(b, step)?;
+        let consume = profiler.stop(b, consume)?;
+        let step = profiler.stop(b, step)?;
         trace.host_span(host, "enqueue", enqueue, Instant::now());
         rows.extend([
             Row {
@@ -172,17 +172,16 @@ fn run<D: Device>(args: &Args) -> Result<(), Box<dyn Error>> {
             println!("{:<8} {:>14}", row.label, "unreadable (logged)");
             continue;
         };
-        let ticks = placed.ticks;
-        let start = ticks.start_duration_since(reference);
+        let start = placed.start.saturating_duration_since(reference);
         let first = *first.get_or_insert(start);
         println!(
             "{:<8} {:>14.1} {:>18.1} {:>12.2}",
             row.label,
-            ticks.duration().as_secs_f64() * 1e6,
+            placed.duration.as_secs_f64() * 1e6,
             start.saturating_sub(first).as_secs_f64() * 1e6,
             placed.uncertainty.as_secs_f64() * 1e6
         );
-        trace.span(row.track, row.label, &ticks);
+        trace.span(row.track, row.label, &placed);
     }
     // Known once the calibrator has taken an anchor: never a zero before.
     let anchor = profiler.anchor_uncertainty();

@@ -12,7 +12,7 @@ use std::sync::atomic::AtomicU32;
 
 use device_events_core::DriverError;
 use device_events_core::backend::{HostWord, Permit, RawApi};
-use device_events_core::profile::Duration;
+use std::time::Duration;
 
 use crate::runtime::MemOps;
 use crate::{Hip, check, runtime_initialised};

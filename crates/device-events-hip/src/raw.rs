@@ -9,8 +9,8 @@ use std::sync::OnceLock;
 
 use device_events_core::backend::elapsed_from_ms;
 use device_events_core::backend::{CallNames, HostWord, Permit, RawApi, State};
-use device_events_core::profile::Duration;
 use device_events_core::{CaptureStatus, DriverError};
+use std::time::Duration;
 
 use crate::runtime::{self, hipEvent_t, hipStream_t};
 use crate::{Hip, check, gate, runtime as rt};

@@ -349,7 +349,7 @@ fn child_exits_while_a_dropped_profiler_is_released() {
     let s = support::stream();
     let mut profiler = device_events_core::EventProfiler::<Hip>::new();
     let token = profiler.start(s);
-    let window = profiler.stop_placed(s, token).unwrap();
+    let window = profiler.stop(s, token).unwrap();
     assert!(pollster::block_on(window.resolve()).is_some());
     assert!(device_events_core::process::wait_for_calibrations(
         std::time::Duration::from_secs(10)

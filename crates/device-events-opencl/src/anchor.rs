@@ -7,7 +7,7 @@ use cl3::types::cl_event;
 use device_events_core::DriverError;
 use device_events_core::backend::RawApi;
 use device_events_core::backend::{Gate, HostStamp};
-use device_events_core::profile::{Duration, Instant};
+use std::time::{Duration, Instant};
 
 use crate::context::Context;
 use crate::status::{check, error};

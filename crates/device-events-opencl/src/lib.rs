@@ -18,7 +18,7 @@
 //! fence.wait_async(b.get())?; // `b` waits on the device; the host runs on
 //! let timing = profiler.stop(a.get(), window)?;
 //! let ticks = pollster::block_on(timing.resolve()).expect("the window was read");
-//! println!("{:?} on the device", ticks.duration());
+//! println!("{:?} on the device", ticks.duration);
 //! # drop((fence, profiler));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```

@@ -11,8 +11,8 @@ use cl3::types::{cl_command_queue, cl_event};
 use device_events_core::backend::{
     CallNames, CheckedStream, Gate, HostStamp, Permit, RawApi, State,
 };
-use device_events_core::profile::Duration;
 use device_events_core::{CaptureStatus, DriverError, ErrorKind};
+use std::time::Duration;
 
 use crate::anchor::{self, end_time};
 use crate::context;

@@ -2,22 +2,27 @@
 //! trace-event file (opened by Perfetto and `chrome://tracing`) and as a
 //! self-contained SVG timeline.
 //!
-//! Windows come in as the [`ProfileTicks`] an `EventProfiler` resolves to,
+//! Windows come in as the [`Placement`] an `EventProfiler`'s window resolves to,
 //! already on the host clock, so device tracks and host tracks line up with
 //! no further conversion. Labels are `&'static str`: recording a span costs
 //! no allocation beyond the trace's own vector growing.
 //!
 //! ```
-//! use device_events_core::profile::{Instant, ProfileTicks};
+//! use device_events_core::Placement;
 //! use device_events_trace::Trace;
-//! use std::time::Duration;
+//! use std::time::{Duration, Instant};
 //!
 //! let mut trace = Trace::new();
 //! let stream = trace.device_track("stream A");
 //! let host = trace.host_track("main thread");
 //! let t0 = Instant::now();
 //! trace.host_span(host, "enqueue", t0, t0 + Duration::from_micros(40));
-//! let window = ProfileTicks::from_start_end(t0 + Duration::from_micros(50), t0 + Duration::from_micros(350));
+//! let window = Placement {
+//!     duration: Duration::from_micros(300),
+//!     start: t0 + Duration::from_micros(50),
+//!     end: t0 + Duration::from_micros(350),
+//!     uncertainty: Duration::from_micros(1),
+//! };
 //! trace.span(stream, "matmul", &window);
 //!
 //! let json = trace.to_chrome_json();
@@ -30,7 +35,9 @@ mod svg;
 use std::borrow::Cow;
 use std::io::Write;
 
-use device_events_core::profile::{Duration, Instant, ProfileTicks};
+use std::time::{Duration, Instant};
+
+use device_events_core::Placement;
 use serde::Serialize;
 
 /// A row of the timeline: a device stream or a host thread.
@@ -140,9 +147,9 @@ impl Trace {
     }
 
     /// A device window, as its profiler placed it on the host clock.
-    pub fn span(&mut self, track: TrackId, label: &'static str, ticks: &ProfileTicks) {
-        let start = ticks.start_duration_since(self.reference);
-        let end = ticks.end_duration_since(self.reference);
+    pub fn span(&mut self, track: TrackId, label: &'static str, placed: &Placement) {
+        let start = placed.start.saturating_duration_since(self.reference);
+        let end = placed.end.saturating_duration_since(self.reference);
         self.push(track, label, start, end);
     }
 

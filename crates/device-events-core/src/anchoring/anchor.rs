@@ -16,7 +16,7 @@
 
 use std::sync::Arc;
 
-use cubecl_common::profile::{Duration, Instant};
+use std::time::{Duration, Instant};
 
 use crate::EventApi;
 use crate::anchoring::drift::AnchorPlacement;

@@ -29,7 +29,7 @@
 
 use std::collections::VecDeque;
 
-use cubecl_common::profile::{Duration, Instant};
+use std::time::{Duration, Instant};
 
 use crate::tunables::drift::{KEEP, MAX_AGE, MIN_AGE, PRIOR, TARGET, WEIGHT_FLOOR_NS};
 

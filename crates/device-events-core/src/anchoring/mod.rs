@@ -7,7 +7,7 @@ pub(crate) mod calibrator;
 pub(crate) mod drift;
 pub(crate) mod refresh;
 
-use cubecl_common::profile::{Duration, Instant};
+use std::time::{Duration, Instant};
 
 use crate::EventApi;
 use crate::driver::DriverError;

@@ -8,7 +8,7 @@
 
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
-use cubecl_common::profile::{Duration, Instant};
+use std::time::{Duration, Instant};
 
 use crate::anchoring::anchor::{Anchor, Bracket, Calibration, nanos, reading_error};
 use crate::anchoring::calibrator;

@@ -6,7 +6,7 @@
 
 use std::sync::atomic::Ordering;
 
-use cubecl_common::profile::Duration;
+use std::time::Duration;
 
 use crate::anchoring::{AnchorApi, Gate, HostStamp};
 use crate::api::{EventApi, EventQuery};

@@ -9,7 +9,7 @@ use std::fmt::Debug;
 use std::marker::PhantomData;
 use std::sync::atomic::AtomicU32;
 
-use cubecl_common::profile::Duration;
+use std::time::Duration;
 
 use crate::anchoring::{Gate, HostStamp};
 use crate::backend::{CheckedStream, State};

@@ -17,6 +17,9 @@ use crate::fence::owned_event::OwnedEvent;
 /// hands out; it outlives both until the last of them is gone.
 pub(crate) struct EventPool<A: EventApi> {
     idle: Mutex<Vec<OwnedEvent<A>>>,
+    /// Events two holders share (a chain's boundary), each with its count
+    /// of holders: slots are reused, so once warm a share allocates nothing.
+    shared: Mutex<Shares<A>>,
     /// How many idle events a taker holds aside (see
     /// [`take_from`](Self::take_from)), counted against `max_idle`.
     aside: AtomicUsize,
@@ -27,6 +30,10 @@ impl<A: EventApi> EventPool<A> {
     pub(crate) fn new(max_idle: usize) -> Arc<Self> {
         Arc::new(Self {
             idle: Mutex::new(Vec::new()),
+            shared: Mutex::new(Shares {
+                slots: Vec::new(),
+                free: Vec::new(),
+            }),
             aside: AtomicUsize::new(0),
             max_idle,
         })
@@ -93,6 +100,64 @@ impl<A: EventApi> EventPool<A> {
         }
     }
 
+    /// `event`, held by `holders` at once: it goes back to the idle
+    /// events as the last lets go ([`release`](Self::release)).
+    pub(crate) fn share(&self, event: OwnedEvent<A>, holders: u32) -> u32 {
+        let mut shared = self.shared.lock();
+        let slot = Slot {
+            event: Some(event),
+            holders,
+        };
+        match shared.free.pop() {
+            Some(at) => {
+                shared.slots[at as usize] = slot;
+                at
+            }
+            None => {
+                shared.slots.push(slot);
+                u32::try_from(shared.slots.len() - 1).unwrap_or(u32::MAX)
+            }
+        }
+    }
+
+    /// The shared event at `slot`, taken out to be read without the lock;
+    /// `None` while its other holder has it out.
+    pub(crate) fn take_shared(&self, slot: u32) -> Option<OwnedEvent<A>> {
+        self.shared
+            .lock()
+            .slots
+            .get_mut(slot as usize)
+            .and_then(|slot| slot.event.take())
+    }
+
+    /// Put back the event [`take_shared`](Self::take_shared) took.
+    pub(crate) fn put_back(&self, slot: u32, event: OwnedEvent<A>) {
+        let mut shared = self.shared.lock();
+        match shared.slots.get_mut(slot as usize) {
+            Some(slot) => slot.event = Some(event),
+            None => {
+                drop(shared);
+                drop(event);
+            }
+        }
+    }
+
+    /// One holder of `slot` lets go; the last gives its event back.
+    pub(crate) fn release(&self, slot: u32) {
+        let mut shared = self.shared.lock();
+        let Some(held) = shared.slots.get_mut(slot as usize) else {
+            return;
+        };
+        held.holders = held.holders.saturating_sub(1);
+        if held.holders > 0 {
+            return;
+        }
+        let event = held.event.take();
+        shared.free.push(slot);
+        drop(shared);
+        self.give_back([event]);
+    }
+
     /// How many events are idle now, `aside` included.
     pub(crate) fn idle(&self) -> usize {
         self.lock().len() + self.aside.load(Ordering::Relaxed)
@@ -123,6 +188,20 @@ impl<A: EventApi> EventPool<A> {
     fn lock(&self) -> MutexGuard<'_, Vec<OwnedEvent<A>>> {
         self.idle.lock()
     }
+}
+
+/// The pool's shared events, in reused slots.
+struct Shares<A: EventApi> {
+    slots: Vec<Slot<A>>,
+    /// Slots no one holds.
+    free: Vec<u32>,
+}
+
+/// A shared event and how many hold it. `event` is `None` while a holder
+/// has it out for a reading, and once the last has let go.
+struct Slot<A: EventApi> {
+    event: Option<OwnedEvent<A>>,
+    holders: u32,
 }
 
 /// An event on loan from a pool; it goes back when dropped, on every path.

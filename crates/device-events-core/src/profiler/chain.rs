@@ -1,16 +1,12 @@
 //! Chained windows: one record closes a window and opens the next, so a
 //! server that times every kernel pays one record per kernel.
 
-use std::sync::Arc;
-
-use cubecl_common::profile::ProfileDuration;
-
 use super::{EventProfiler, Opened};
 use crate::anchoring::AnchorApi;
 use crate::errors::ProfileError;
-use crate::fence::point::Point;
+use crate::fence::point::{Point, SharedEvent};
 use crate::profiler::token::ProfileToken;
-use crate::waiting::placed_window::{PlacedWindow, Resolving, Ticks};
+use crate::waiting::placed_window::{PlacedWindow, Resolving};
 
 impl<A: AnchorApi> EventProfiler<A> {
     /// Close the window on `stream` and open the next there, at one
@@ -30,10 +26,10 @@ impl<A: AnchorApi> EventProfiler<A> {
     /// let (first, second) = profiler.split(s, first)?;
     /// Sim::enqueue_work(s, Duration::from_micros(200));
     /// let second = profiler.stop(s, second)?;
-    /// let first = pollster::block_on(first.resolve()).expect("measured");
-    /// let second = pollster::block_on(second.resolve()).expect("measured");
-    /// assert!(first.duration() >= Duration::from_micros(100));
-    /// assert!(second.duration() >= Duration::from_micros(200));
+    /// let first = pollster::block_on(first).expect("measured");
+    /// let second = pollster::block_on(second).expect("measured");
+    /// assert!(first.duration >= Duration::from_micros(100));
+    /// assert!(second.duration >= Duration::from_micros(200));
     /// # drop(profiler);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -46,31 +42,9 @@ impl<A: AnchorApi> EventProfiler<A> {
         &mut self,
         stream: A::Stream,
         token: ProfileToken,
-    ) -> Result<(ProfileDuration, ProfileToken), ProfileError> {
-        // Built straight from the reading, as `stop` does: the one box
-        // `ProfileDuration` makes.
+    ) -> Result<(PlacedWindow<A>, ProfileToken), ProfileError> {
         let (closed, next) = self.cut(stream, token)?;
-        Ok((ProfileDuration::new_device_time_maybe(Ticks(closed)), next))
-    }
-
-    /// As [`split`](Self::split), with a bound on the closed window's
-    /// placement error.
-    ///
-    /// # Errors
-    ///
-    /// As for [`split`](Self::split).
-    pub fn split_placed(
-        &mut self,
-        stream: A::Stream,
-        token: ProfileToken,
-    ) -> Result<(PlacedWindow, ProfileToken), ProfileError> {
-        let (closed, next) = self.cut(stream, token)?;
-        Ok((
-            PlacedWindow {
-                future: Box::pin(closed),
-            },
-            next,
-        ))
+        Ok((PlacedWindow { resolving: closed }, next))
     }
 
     /// The closed window's reading and the next window's token.
@@ -82,10 +56,10 @@ impl<A: AnchorApi> EventProfiler<A> {
         let opened = self.take(token)?;
         let opened = opened?;
         let boundary = self.recorded(stream)?;
-        let boundary = Arc::new(self.pool.lend(boundary));
-        let closed = self.resolving(opened, Point::Shared(Arc::clone(&boundary)), stream);
+        let (end, start) = SharedEvent::pair(&self.pool, boundary);
+        let closed = self.resolving(opened, Point::Shared(end), stream);
         let next = self.anchoring.for_window(stream).map(|anchor| Opened {
-            start: Point::Shared(boundary),
+            start: Point::Shared(start),
             anchor,
         });
         if let Err(err) = &next {

@@ -6,7 +6,7 @@ pub(crate) mod token;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use cubecl_common::profile::{Duration, ProfileDuration};
+use std::time::Duration;
 
 use crate::anchoring::AnchorApi;
 use crate::anchoring::refresh::{Anchoring, WindowAnchor};
@@ -18,7 +18,7 @@ use crate::fence::event_pool::EventPool;
 use crate::fence::owned_event::OwnedEvent;
 use crate::fence::point::Point;
 use crate::profiler::token::ProfileToken;
-use crate::waiting::placed_window::{PlacedWindow, Resolving, Ticks};
+use crate::waiting::placed_window::{PlacedWindow, Resolving};
 use crate::waiting::reading::{Inputs, Limits};
 use crate::waiting::resolver;
 use crate::waiting::resolver::{Lane, LaneId};
@@ -94,10 +94,10 @@ use crate::waiting::resolver::{Lane, LaneId};
 /// let inner = profiler.stop(stream, inner)?;
 /// let outer = profiler.stop(stream, outer)?;
 ///
-/// let inner = pollster::block_on(inner.resolve()).expect("measured");
-/// let outer = pollster::block_on(outer.resolve()).expect("measured");
-/// assert!(inner.duration() >= Duration::from_micros(200));
-/// assert!(outer.duration() >= inner.duration());
+/// let inner = pollster::block_on(inner).expect("measured");
+/// let outer = pollster::block_on(outer).expect("measured");
+/// assert!(inner.duration >= Duration::from_micros(200));
+/// assert!(outer.duration >= inner.duration);
 /// # drop(profiler);
 /// # Sim::stream_destroy(stream)?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -237,11 +237,29 @@ impl<A: AnchorApi> EventProfiler<A> {
     /// start on the device; one that does not (the other stream got there
     /// first) resolves to `None`, logged, never to a zero.
     ///
-    /// The returned duration's future is pending until the device reaches
-    /// the end of the window, then resolves to its placement on the host
-    /// clock, or to `None` (logged) if the driver could not read it. It never
-    /// blocks the thread that polls it: a window not yet reached is asked
-    /// after by the library's resolver thread, which wakes the future.
+    /// The returned window is a future, pending until the device reaches
+    /// the end of the window, then resolving to its [`Placement`](crate::Placement)
+    /// on the host clock, with a bound on the placement's error, or to
+    /// `None` (logged) if the driver could not read it. It never blocks the
+    /// thread that polls it: a window not yet reached is asked after by the
+    /// library's resolver thread, which wakes the future.
+    ///
+    /// ```
+    /// use device_events_core::{EventApi, EventProfiler, OwnedStream, sim::Sim};
+    /// use std::time::Duration;
+    ///
+    /// let stream = OwnedStream::<Sim>::new()?;
+    /// let mut profiler = EventProfiler::<Sim>::new();
+    /// let window = profiler.start(stream.get());
+    /// Sim::enqueue_work(stream.get(), Duration::from_micros(100));
+    /// let window = profiler.stop(stream.get(), window)?;
+    /// let placed = pollster::block_on(window).expect("measured");
+    /// assert!(placed.duration >= Duration::from_micros(100));
+    /// // Both ends lie within `placed.uncertainty` of where the device was.
+    /// assert!(placed.uncertainty < Duration::from_millis(1));
+    /// # drop(profiler);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     ///
     /// # Errors
     ///
@@ -253,42 +271,9 @@ impl<A: AnchorApi> EventProfiler<A> {
         &mut self,
         stream: A::Stream,
         token: ProfileToken,
-    ) -> Result<ProfileDuration, ProfileError> {
-        // Built straight from the reading: one allocation per window, the
-        // one `ProfileDuration` makes.
-        let window = self.close(stream, token)?;
-        Ok(ProfileDuration::new_device_time_maybe(Ticks(window)))
-    }
-
-    /// As [`stop`](Self::stop), with a bound on each resolved window's
-    /// placement error.
-    ///
-    /// ```
-    /// use device_events_core::{EventApi, EventProfiler, OwnedStream, sim::Sim};
-    /// use std::time::Duration;
-    ///
-    /// let stream = OwnedStream::<Sim>::new()?;
-    /// let mut profiler = EventProfiler::<Sim>::new();
-    /// let window = profiler.start(stream.get());
-    /// Sim::enqueue_work(stream.get(), Duration::from_micros(100));
-    /// let window = profiler.stop_placed(stream.get(), window)?;
-    /// let placed = pollster::block_on(window.resolve()).expect("measured");
-    /// // Both ends lie within `placed.uncertainty` of where the device was.
-    /// assert!(placed.uncertainty < Duration::from_millis(1));
-    /// # drop(profiler);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// As for [`stop`](Self::stop).
-    pub fn stop_placed(
-        &mut self,
-        stream: A::Stream,
-        token: ProfileToken,
-    ) -> Result<PlacedWindow, ProfileError> {
+    ) -> Result<PlacedWindow<A>, ProfileError> {
         Ok(PlacedWindow {
-            future: Box::pin(self.close(stream, token)?),
+            resolving: self.close(stream, token)?,
         })
     }
 
@@ -379,7 +364,8 @@ impl<A: AnchorApi> EventProfiler<A> {
     /// It bounds the anchor, not a window: a window's placement also carries
     /// the rate's error over the window's distance from it and the
     /// readings' resolution.
-    /// [`stop_placed`](Self::stop_placed) gives that bound per window.
+    /// A window's [`Placement::uncertainty`](crate::Placement::uncertainty)
+    /// gives that bound per window.
     pub fn anchor_uncertainty(&self) -> Option<Duration> {
         self.anchoring.uncertainty()
     }

@@ -13,7 +13,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
 
-use cubecl_common::profile::{Duration, Instant};
+use std::time::{Duration, Instant};
 
 use crate::EventApi;
 use crate::driver::{DriverError, ErrorKind, elapsed_from_ms};

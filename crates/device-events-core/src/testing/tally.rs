@@ -9,7 +9,7 @@ use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
 
-use cubecl_common::profile::Duration;
+use std::time::Duration;
 
 use crate::backend::State;
 use crate::backend::raw::{CallNames, Permit, RawApi};

@@ -6,28 +6,31 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 
-use cubecl_common::profile::{ProfileDuration, ProfileTicks};
-
 use crate::anchoring::AnchorApi;
 use crate::waiting::reading::{
     Inputs, Placement, Unread, end_reached, placement_or_none, read_window,
 };
 use crate::waiting::resolver::{self, Answer, Attempt, Job, Lane};
 
-/// A closed window, resolving to its placement and a bound on its error.
+/// A closed window: a future resolving to its [`Placement`] once the
+/// device has reached its end, or to `None` (logged) when it could not be
+/// read.
 ///
-/// From [`EventProfiler::stop_placed`](crate::EventProfiler::stop_placed);
-/// [`into_profile_duration`](Self::into_profile_duration) gives the
-/// `cubecl-common` type [`EventProfiler::stop`](crate::EventProfiler::stop) returns.
-pub struct PlacedWindow {
-    pub(crate) future: Pin<Box<dyn Future<Output = Option<Placement>> + Send>>,
+/// From [`EventProfiler::stop`](crate::EventProfiler::stop) and
+/// [`split`](crate::EventProfiler::split). Not boxed: closing a window and
+/// reading it allocates nothing. Polling it never blocks: a window the
+/// device has not reached is asked after by the library's resolver thread,
+/// which wakes the task.
+#[must_use = "a window's events go back only when its reading is dropped"]
+pub struct PlacedWindow<A: AnchorApi> {
+    pub(crate) resolving: Resolving<A>,
 }
 
-impl PlacedWindow {
+impl<A: AnchorApi> PlacedWindow<A> {
     /// The window's placement once the device has reached its end, or
     /// `None` (logged) when it could not be read.
     pub async fn resolve(self) -> Option<Placement> {
-        self.future.await
+        self.await
     }
 
     /// The placement if the window can be read now, without waiting:
@@ -44,7 +47,7 @@ impl PlacedWindow {
     /// let mut profiler = EventProfiler::<Sim>::new();
     /// let window = profiler.start(stream.get());
     /// Sim::enqueue_work(stream.get(), Duration::from_millis(20));
-    /// let mut window = profiler.stop_placed(stream.get(), window)?;
+    /// let mut window = profiler.stop(stream.get(), window)?;
     /// assert!(window.try_resolve().is_none(), "20 ms of work still queued");
     /// let placed = loop {
     ///     // A server would do other work here instead of sleeping.
@@ -53,44 +56,33 @@ impl PlacedWindow {
     ///         None => std::thread::sleep(Duration::from_millis(1)),
     ///     }
     /// };
-    /// assert!(placed.ticks.duration() >= Duration::from_millis(20));
+    /// assert!(placed.duration >= Duration::from_millis(20));
     /// # drop(profiler);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn try_resolve(&mut self) -> Option<Option<Placement>> {
-        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-        match self.future.as_mut().poll(&mut cx) {
-            Poll::Ready(placed) => {
-                self.future = Box::pin(std::future::ready(None));
-                Some(placed)
-            }
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        match Pin::new(&mut self.resolving).poll(&mut cx) {
+            Poll::Ready(placed) => Some(placed),
             Poll::Pending => None,
         }
     }
+}
 
-    /// The window as a [`ProfileDuration`], without the bound.
-    pub fn into_profile_duration(self) -> ProfileDuration {
-        ProfileDuration::new_device_time_maybe(Ticks(self.future))
+impl<A: AnchorApi> Future for PlacedWindow<A> {
+    type Output = Option<Placement>;
+
+    #[inline]
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Placement>> {
+        Pin::new(&mut self.resolving).poll(cx)
     }
 }
 
-/// A window's future with its placement's bound left out: what cubecl's
-/// [`ProfileDuration`] holds.
-pub(crate) struct Ticks<F>(pub(crate) F);
-
-impl<F: Future<Output = Option<Placement>> + Unpin> Future for Ticks<F> {
-    type Output = Option<ProfileTicks>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<ProfileTicks>> {
-        Pin::new(&mut self.0)
-            .poll(cx)
-            .map(|placed| placed.map(|placed| placed.ticks))
-    }
-}
-
-impl std::fmt::Debug for PlacedWindow {
+impl<A: AnchorApi> std::fmt::Debug for PlacedWindow<A> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PlacedWindow").finish_non_exhaustive()
+        f.debug_struct("PlacedWindow")
+            .field("backend", &A::BACKEND)
+            .finish_non_exhaustive()
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use cubecl_common::profile::{Duration, ProfileTicks};
+use std::time::{Duration, Instant};
 
 use crate::anchoring::AnchorApi;
 use crate::anchoring::anchor::{nanos, reading_error};
@@ -20,11 +20,21 @@ pub(crate) struct Limits {
     pub(crate) resolution: Duration,
 }
 
-/// A window placed on the host clock.
-#[derive(Debug)]
+/// A window's reading: what the device measured, placed on the host clock.
+///
+/// The crate's own type, so that a runtime takes no profiling framework to
+/// read a window; `device-events-cubecl` makes CubeCL's `ProfileTicks` of
+/// [`start`](Self::start) and [`end`](Self::end).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Placement {
-    /// Where the window lies on the host clock.
-    pub ticks: ProfileTicks,
+    /// The span between the window's start and end, as the device measured it.
+    pub duration: Duration,
+    /// Where the device reached the window's start, on the host clock.
+    pub start: Instant,
+    /// Where the device reached the window's end, on the host clock: the
+    /// device's span converted at the fitted rate of its clock against the
+    /// host's.
+    pub end: Instant,
     /// How far either end can be from where the device really was, on the
     /// host clock: the anchor's bracket half-width, how far the drift fit
     /// moved the anchor off the bracket's midpoint, the rate's worst-case
@@ -45,6 +55,8 @@ pub(crate) enum Unread {
     Driver(Box<DriverError>),
     /// The anchor it is placed on is still being taken.
     NoAnchorYet,
+    /// Its chain's boundary is out for the reading of the window beside it.
+    Busy,
     NoAnchor(Box<DriverError>),
     Reversed {
         by: Duration,
@@ -58,7 +70,7 @@ pub(crate) enum Unread {
 impl Unread {
     /// Not read yet, rather than unreadable: asked again later.
     pub(crate) fn is_not_ready(&self) -> bool {
-        matches!(self, Self::NotReady | Self::NoAnchorYet)
+        matches!(self, Self::NotReady | Self::NoAnchorYet | Self::Busy)
     }
 }
 
@@ -80,6 +92,7 @@ impl std::fmt::Display for Unread {
             Self::NotReady => f.write_str("the device has not reached it yet"),
             Self::Driver(err) => err.fmt(f),
             Self::NoAnchorYet => f.write_str("its anchor is still being taken"),
+            Self::Busy => f.write_str("its chain's boundary is being read for the next window"),
             Self::NoAnchor(err) => write!(f, "it has no anchor to be placed on: {err}"),
             Self::Reversed { by } => write!(
                 f,
@@ -109,6 +122,9 @@ pub(crate) fn read_window<A: AnchorApi>(inputs: &Inputs<A>) -> Result<Placement,
         None => return Err(Unread::NoAnchorYet),
         Some(Err(err)) => return Err(Unread::NoAnchor(Box::new(err.clone()))),
         Some(Ok(anchor)) => anchor,
+    };
+    let (Some(start), Some(end)) = (start.lend(), end.lend()) else {
+        return Err(Unread::Busy);
     };
     // The span first: the end not reached yet is the common "not ready",
     // and answers it with one reading.
@@ -154,10 +170,9 @@ pub(crate) fn read_window<A: AnchorApi>(inputs: &Inputs<A>) -> Result<Placement,
         .saturating_add(reading_error(span_ns))
         .saturating_add(resolution);
     Ok(Placement {
-        ticks: ProfileTicks::from_start_end(
-            begin,
-            begin + Duration::from_nanos(anchor.to_host(span_ns)),
-        ),
+        duration: span,
+        start: begin,
+        end: begin + Duration::from_nanos(anchor.to_host(span_ns)),
         uncertainty: Duration::from_nanos(uncertainty),
     })
 }
@@ -171,18 +186,22 @@ pub(crate) fn read_window<A: AnchorApi>(inputs: &Inputs<A>) -> Result<Placement,
 /// one, or on any failure (logged), as for an end ahead.
 pub(crate) fn end_reached<A: AnchorApi>(inputs: &Inputs<A>) -> bool {
     match inputs.anchor.get() {
-        Some(Ok(anchor)) => match A::event_elapsed(anchor.event(), inputs.end.raw()) {
-            Ok(_) => true,
-            Err(err) => {
-                if !err.is_not_ready() {
-                    // Not the window's reading: asked again, it says its own.
-                    log::warn!(
-                        "{}: could not ask whether a window's end was reached: {err}",
-                        A::BACKEND
-                    );
+        Some(Ok(anchor)) => match inputs.end.lend() {
+            // Out for the next window's reading: asked again later.
+            None => false,
+            Some(end) => match A::event_elapsed(anchor.event(), end.raw()) {
+                Ok(_) => true,
+                Err(err) => {
+                    if !err.is_not_ready() {
+                        // Not the window's reading: asked again, it says its own.
+                        log::warn!(
+                            "{}: could not ask whether a window's end was reached: {err}",
+                            A::BACKEND
+                        );
+                    }
+                    false
                 }
-                false
-            }
+            },
         },
         _ => false,
     }

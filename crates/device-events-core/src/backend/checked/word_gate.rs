@@ -1,6 +1,6 @@
 //! The anchor's gate over a backend's host word, written once.
 
-use cubecl_common::profile::Duration;
+use std::time::Duration;
 
 use super::binding::bound;
 use super::idle;
