@@ -637,12 +637,7 @@ pub fn overlapping_windows_are_consistent<A: Backend>(h: &Harness<A>) {
         "{fs:?}..{fe:?} vs {ss:?}..{se:?}"
     );
     h.assert_window(first.duration, &[&a, &b], (first_start, first_end), host);
-    h.assert_window(
-        second.duration,
-        &[&b, &c],
-        (second_start, second_end),
-        host,
-    );
+    h.assert_window(second.duration, &[&b, &c], (second_start, second_end), host);
 }
 
 /// Each window's host-clock placement lies inside the host interval in which
