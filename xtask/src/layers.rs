@@ -32,8 +32,10 @@ use crate::root;
 /// stands on; `lib.rs` itself, the crate's map, may name any.
 const CORE_ROOMS: &[&str] = &[
     "",
+    "events",
     "fence",
     "anchoring",
+    "placement",
     "waiting",
     "profiler",
     "backend",

@@ -23,8 +23,10 @@
 //! The repository's `README.md` says what has been tested where and how to
 //! start; its `docs/design.md` explains the threads, graph capture, fork,
 //! exit and placement, and `docs/adding-a-backend.md` lists every place a
-//! new backend touches. The source is in folders by concept (`fence/`,
-//! `anchoring/`, `waiting/`, `profiler/`, `backend/`, `testing/`), each
+//! new backend touches. The source is in folders by concept (`events/`:
+//! the events fences, windows and anchors are made of; `fence/`;
+//! `anchoring/`; `placement/`: where a reading lies on the host clock and
+//! its bound; `waiting/`; `profiler/`; `backend/`; `testing/`), each
 //! importing only from those before it and from the files beside `lib.rs`;
 //! `cargo xtask layers` checks it. The library threads' internal timings
 //! (polls, sleeps, back-offs, idle spells) are in one file beside it,
@@ -60,9 +62,11 @@ pub mod backend;
 mod config;
 mod driver;
 mod errors;
+mod events;
 mod fence;
 mod fork_gate;
 mod owned_stream;
+mod placement;
 pub mod process;
 mod profiler;
 #[cfg(feature = "sim")]
@@ -77,11 +81,11 @@ pub use driver::{CaptureStatus, DriverError, ErrorKind};
 pub use errors::ProfileError;
 pub use fence::event_fence::{EventFence, FencePool};
 pub use owned_stream::OwnedStream;
+pub use placement::Placement;
 pub use profiler::EventProfiler;
 #[cfg(feature = "sim")]
 pub use testing::{sim, tally};
 pub use waiting::placed_window::PlacedWindow;
-pub use waiting::reading::Placement;
 
 /// What code generic over a backend bounds it by: every backend
 /// (`Cuda`, `Hip`, `OpenCl`, any [`backend::RawApi`]) is one, through the

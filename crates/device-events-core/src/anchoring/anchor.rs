@@ -22,7 +22,7 @@ use crate::EventApi;
 use crate::anchoring::drift::AnchorPlacement;
 use crate::anchoring::{AnchorApi, Closed, Gate};
 use crate::driver::DriverError;
-use crate::fence::event_pool::{EventPool, PooledEvent};
+use crate::events::pool::{EventPool, PooledEvent};
 use crate::fork_gate::outside_library_work;
 use crate::tunables::calibrator::{ARRIVE_SLEEP, POLL_FOR, REACH_FIRST_SLEEP, REACH_SLEEP_UP_TO};
 

@@ -16,7 +16,7 @@ use crate::anchoring::drift::{AnchorPlacement, DriftFit};
 use crate::anchoring::{AnchorApi, Gate};
 use crate::config::ProfilerConfig;
 use crate::driver::{DriverError, ErrorKind};
-use crate::fence::event_pool::EventPool;
+use crate::events::pool::EventPool;
 use crate::owned_stream::OwnedStream;
 use crate::tunables::calibrator::{FIRST_RETRY, LAST_RETRY};
 use crate::tunables::drift::MAX_GAP;

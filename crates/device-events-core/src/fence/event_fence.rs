@@ -5,8 +5,9 @@ use std::sync::Arc;
 use super::FenceApi;
 use crate::EventApi;
 use crate::driver::DriverError;
-use crate::fence::event_pool::{EventPool, PooledEvent};
-use crate::fence::owned_event::{KeptEvent, OwnedEvent};
+use crate::events::owned::OwnedEvent;
+use crate::events::pool::{EventPool, PooledEvent};
+use crate::fence::kept_event::KeptEvent;
 
 /// The event behind a fence: its own (kept for reuse by the backend when
 /// dropped), or one on loan from a [`FencePool`].

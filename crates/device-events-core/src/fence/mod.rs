@@ -1,10 +1,8 @@
-//! Fences, and the events they and profiler windows are made of: owned
-//! events released once, pooled events, and the points a window records.
+//! Fences: a point recorded on a stream that other streams, or the host,
+//! wait for. The events they are made of live in `events/`.
 
 pub(crate) mod event_fence;
-pub(crate) mod event_pool;
-pub(crate) mod owned_event;
-pub(crate) mod point;
+pub(crate) mod kept_event;
 
 use crate::EventApi;
 use crate::driver::DriverError;

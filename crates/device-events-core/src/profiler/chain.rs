@@ -4,7 +4,7 @@
 use super::{EventProfiler, Opened};
 use crate::anchoring::AnchorApi;
 use crate::errors::ProfileError;
-use crate::fence::point::{Point, SharedEvent};
+use crate::events::point::{Point, SharedEvent};
 use crate::profiler::token::ProfileToken;
 use crate::waiting::placed_window::{PlacedWindow, Resolving};
 

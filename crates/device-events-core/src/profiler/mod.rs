@@ -14,12 +14,13 @@ use crate::arena::Arena;
 use crate::config::ProfilerConfig;
 use crate::driver::{DriverError, ErrorKind};
 use crate::errors::ProfileError;
-use crate::fence::event_pool::EventPool;
-use crate::fence::owned_event::OwnedEvent;
-use crate::fence::point::Point;
+use crate::events::owned::OwnedEvent;
+use crate::events::point::Point;
+use crate::events::pool::EventPool;
+use crate::placement::Limits;
 use crate::profiler::token::ProfileToken;
 use crate::waiting::placed_window::{PlacedWindow, Resolving};
-use crate::waiting::reading::{Inputs, Limits};
+use crate::waiting::reading::Inputs;
 use crate::waiting::resolver;
 use crate::waiting::resolver::{Lane, LaneId};
 

@@ -7,9 +7,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 
 use crate::anchoring::AnchorApi;
-use crate::waiting::reading::{
-    Inputs, Placement, Unread, end_reached, placement_or_none, read_window,
-};
+use crate::placement::Placement;
+use crate::waiting::reading::{Inputs, Unread, end_reached, placement_or_none, read_window};
 use crate::waiting::resolver::{self, Answer, Attempt, Job, Lane};
 
 /// A closed window: a future resolving to its [`Placement`] once the

@@ -3,49 +3,15 @@
 
 use std::sync::Arc;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::anchoring::AnchorApi;
-use crate::anchoring::anchor::{nanos, reading_error};
 use crate::anchoring::refresh::WindowAnchor;
 use crate::driver::DriverError;
-use crate::fence::event_pool::EventPool;
-use crate::fence::point::Point;
+use crate::events::point::Point;
+use crate::events::pool::EventPool;
+use crate::placement::{Limits, Placement, TooFar, place_window};
 use crate::waiting::resolver::Lane;
-
-/// What a window's reading is checked against.
-#[derive(Clone, Copy)]
-pub(crate) struct Limits {
-    pub(crate) max_distance: Duration,
-    pub(crate) resolution: Duration,
-}
-
-/// A window's reading: what the device measured, placed on the host clock.
-///
-/// The crate's own type, so that a runtime takes no profiling framework to
-/// read a window; `device-events-cubecl` makes CubeCL's `ProfileTicks` of
-/// [`start`](Self::start) and [`end`](Self::end).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Placement {
-    /// The span between the window's start and end, as the device measured it.
-    pub duration: Duration,
-    /// Where the device reached the window's start, on the host clock.
-    pub start: Instant,
-    /// Where the device reached the window's end, on the host clock: the
-    /// device's span converted at the fitted rate of its clock against the
-    /// host's.
-    pub end: Instant,
-    /// How far either end can be from where the device really was, on the
-    /// host clock: the anchor's bracket half-width, how far the drift fit
-    /// moved the anchor off the bracket's midpoint, the rate's worst-case
-    /// error (the fit's, or a crystal's ±100 ppm before the fit is trusted)
-    /// over the distance from the anchor, and each reading's resolution
-    /// ([`ProfilerConfig::timer_resolution`](crate::ProfilerConfig::timer_resolution)) and `f32` rounding. It holds
-    /// when the device stamps the anchor between the host's clock reads
-    /// around its record and wait, as any driver does whose records are not
-    /// stamped before they are queued.
-    pub uncertainty: Duration,
-}
 
 /// Why a window resolved to `None`, or is not read yet. Failures are
 /// boxed: rare, and a reading's result stays small.
@@ -146,35 +112,8 @@ pub(crate) fn read_window<A: AnchorApi>(inputs: &Inputs<A>) -> Result<Placement,
     } else {
         Duration::ZERO
     };
-    // Nanoseconds from here on: integer sums, one conversion at the end.
-    let (span_ns, after_ns, before_ns) = (nanos(span), nanos(after), nanos(before));
-    let distance = after_ns.saturating_add(span_ns).max(before_ns);
-    if distance > nanos(limits.max_distance) {
-        return Err(Unread::TooFar {
-            distance: Duration::from_nanos(distance),
-            bound: limits.max_distance,
-        });
-    }
-    let begin = if before_ns == 0 {
-        anchor.place(after_ns)
-    } else {
-        anchor.place_before(before_ns)
-    };
-    let offset = after_ns.max(before_ns);
-    let resolution = nanos(limits.resolution);
-    let uncertainty = anchor
-        .placement_bound(offset)
-        .saturating_add(reading_error(offset))
-        .saturating_add(resolution)
-        .saturating_add(anchor.rate_error(span_ns))
-        .saturating_add(reading_error(span_ns))
-        .saturating_add(resolution);
-    Ok(Placement {
-        duration: span,
-        start: begin,
-        end: begin + Duration::from_nanos(anchor.to_host(span_ns)),
-        uncertainty: Duration::from_nanos(uncertainty),
-    })
+    place_window(anchor, span, after, before, limits)
+        .map_err(|TooFar { distance, bound }| Unread::TooFar { distance, bound })
 }
 
 /// Whether the device has reached the window's end, asked without waiting

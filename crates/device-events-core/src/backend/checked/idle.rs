@@ -24,7 +24,7 @@ use super::stream::CheckedStream;
 use crate::backend::capture;
 use crate::backend::raw::{HostWord, Permit, RawApi};
 use crate::driver::DriverError;
-use crate::fence::owned_event::OwnedEvent;
+use crate::events::owned::OwnedEvent;
 
 /// Idle fence events a backend keeps, at most.
 pub const IDLE_EVENTS: usize = 64;

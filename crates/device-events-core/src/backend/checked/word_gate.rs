@@ -9,7 +9,7 @@ use crate::EventApi;
 use crate::anchoring::Gate;
 use crate::backend::raw::{HostWord, Permit, RawApi};
 use crate::driver::DriverError;
-use crate::fence::owned_event::OwnedEvent;
+use crate::events::owned::OwnedEvent;
 
 /// A gate over the backend's [`HostWord`]: each close waits for the next
 /// count, each open writes the count, and dropping it opens it, drains the

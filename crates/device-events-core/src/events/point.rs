@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use crate::EventApi;
-use crate::fence::event_pool::EventPool;
-use crate::fence::owned_event::OwnedEvent;
+use crate::events::owned::OwnedEvent;
+use crate::events::pool::EventPool;
 
 pub(crate) enum Point<A: EventApi> {
     /// An event of the profiler's pool that the window holds alone; the

@@ -11,7 +11,7 @@ use parking_lot::{Mutex, MutexGuard};
 
 use crate::EventApi;
 use crate::driver::DriverError;
-use crate::fence::owned_event::OwnedEvent;
+use crate::events::owned::OwnedEvent;
 
 /// Idle events waiting to be reused, shared by a profiler and the futures it
 /// hands out; it outlives both until the last of them is gone.
