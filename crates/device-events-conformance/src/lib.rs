@@ -929,6 +929,20 @@ pub fn only_documented_functions_are_called<A: Backend>(
     }
 }
 
+/// `f` on a thread of its own, given `limit`: `None` when it has not
+/// returned by then (it is left running), so that a call that could hang
+/// fails its test instead of stalling the run.
+pub fn within<T: Send + 'static>(
+    limit: Duration,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
+    let (done, result) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(f());
+    });
+    result.recv_timeout(limit).ok()
+}
+
 /// Run the test `child` of the current test binary in a process whose
 /// loaders find no driver (`hide` lists the variables to remove, `set` the
 /// ones that point a loader elsewhere), and assert that it passed: how a

@@ -81,19 +81,26 @@ fn a_cuda_servers_cu_streams_are_admitted_once_and_forgotten() {
     );
 }
 
+type HipCreate = unsafe extern "C" fn(*mut *mut c_void, u32) -> c_int;
+type HipDestroy = unsafe extern "C" fn(*mut c_void) -> c_int;
+
+/// `hipStreamCreateWithFlags` and `hipStreamDestroy`, as a HIP server
+/// calls them, from the software driver.
+fn hip_stream_functions(soft: &SoftDriver) -> (HipCreate, HipDestroy) {
+    // SAFETY: HIP's C signatures of these names.
+    unsafe {
+        (
+            soft.function::<HipCreate>(b"hipStreamCreateWithFlags\0")
+                .unwrap(),
+            soft.function::<HipDestroy>(b"hipStreamDestroy\0").unwrap(),
+        )
+    }
+}
+
 #[test]
 fn a_hip_servers_streams_are_admitted_once_and_forgotten() {
     let soft = SoftDriver::exclusive();
-    type Create = unsafe extern "C" fn(*mut *mut c_void, u32) -> c_int;
-    type Destroy = unsafe extern "C" fn(*mut c_void) -> c_int;
-    // SAFETY: HIP's C signatures of these names.
-    let (create, destroy) = unsafe {
-        (
-            soft.function::<Create>(b"hipStreamCreateWithFlags\0")
-                .unwrap(),
-            soft.function::<Destroy>(b"hipStreamDestroy\0").unwrap(),
-        )
-    };
+    let (create, destroy) = hip_stream_functions(&soft);
     Hip::probe().unwrap();
     a_raw_stream_through_a_servers_life::<Hip>(
         &soft,
@@ -291,16 +298,6 @@ fn a_refused_stream_wait_into_a_capture_is_an_error_not_a_host_wait() {
     assert_eq!(soft.counts().misuses, 0);
 }
 
-/// `f` on a thread of its own, given 10 s: `None` when it has not
-/// returned by then (it is left running).
-fn within_10s<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
-    let (done, result) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = done.send(f());
-    });
-    result.recv_timeout(std::time::Duration::from_secs(10)).ok()
-}
-
 /// A forget waits for calls in flight on its stream (and on HIP drains
 /// it), with the process's map of raw streams let go: a lookup from
 /// another thread, and one from inside `with_raw` on the very stream the
@@ -308,16 +305,7 @@ fn within_10s<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Opti
 #[test]
 fn a_forget_in_progress_blocks_no_lookup() {
     let soft = SoftDriver::exclusive();
-    type Create = unsafe extern "C" fn(*mut *mut c_void, u32) -> c_int;
-    type Destroy = unsafe extern "C" fn(*mut c_void) -> c_int;
-    // SAFETY: HIP's C signatures of these names.
-    let (create, destroy) = unsafe {
-        (
-            soft.function::<Create>(b"hipStreamCreateWithFlags\0")
-                .unwrap(),
-            soft.function::<Destroy>(b"hipStreamDestroy\0").unwrap(),
-        )
-    };
+    let (create, destroy) = hip_stream_functions(&soft);
     Hip::probe().unwrap();
     let make = || {
         let mut raw = std::ptr::null_mut();
@@ -346,7 +334,9 @@ fn a_forget_in_progress_blocks_no_lookup() {
             }
             std::thread::sleep(std::time::Duration::from_millis(20));
             let elsewhere =
-                within_10s(move || CubeStreams::<Hip>::get(other_bits as *mut c_void).is_ok());
+                device_events_conformance::within(std::time::Duration::from_secs(10), move || {
+                    CubeStreams::<Hip>::get(other_bits as *mut c_void).is_ok()
+                });
             // Asked only where it cannot wait for good: the forget waits
             // for this very call.
             let inside = elsewhere.is_some() && CubeStreams::<Hip>::get(other).is_ok();

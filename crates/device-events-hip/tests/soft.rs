@@ -654,7 +654,10 @@ fn a_stream_waiting_out_anothers_destroy_can_itself_be_destroyed() {
     let fence = closing.fence;
     let waiter = std::thread::spawn(move || fence.wait_async(w).map_err(|e| e.kind()));
     std::thread::sleep(std::time::Duration::from_millis(20));
-    let destroyed_w = within_10s(move || Hip::stream_destroy(w).is_ok());
+    let destroyed_w =
+        device_events_conformance::within(std::time::Duration::from_secs(10), move || {
+            Hip::stream_destroy(w).is_ok()
+        });
     closing.late.release();
     closing.destroy.join().unwrap().unwrap();
     assert_eq!(
@@ -688,16 +691,6 @@ fn a_wait_from_inside_with_raw_for_a_stream_being_destroyed_is_refused() {
     drop((closing.fence, closing.event, closing.late));
     Hip::stream_destroy(other).unwrap();
     device_events_core::process::release_idle_events();
-}
-
-/// `f` on a thread of its own, given 10 s: `None` when it has not returned
-/// by then (it is left running).
-fn within_10s<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
-    let (done, result) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = done.send(f());
-    });
-    result.recv_timeout(std::time::Duration::from_secs(10)).ok()
 }
 
 /// clr's `hipEventDestroy` and `hipStreamWaitEvent` check the stream of the
