@@ -211,10 +211,7 @@ impl<R: RawApi> EventApi for R {
         }
         let streams = &R::state().streams;
         let drained = streams
-            .with(stream.handle, |live| {
-                forget_refused(live, call)?;
-                Ok(drain_first(live))
-            })
+            .with(stream.handle, |live| drain_first(live, call))
             .transpose()?;
         // Out of the table, once calls in flight on it have returned: no
         // copy of the handle can reach the driver after this. Until the
@@ -269,26 +266,55 @@ fn record<R: RawApi>(
 }
 
 /// Where the driver reads an event's stream as it takes the event, drain
-/// `live` while it is still live, before its destroy: its fences are asked
-/// of the driver, and waited on by other streams, as usual while its work
-/// runs, and the destroy that follows (its entry closing, when such
-/// fences can only be answered "not yet") has little or nothing left to
-/// wait for. Not while it captures, which a synchronize would invalidate
-/// (its destroy ends the capture). An error here is the stream's work's,
-/// reported after the destroy.
-fn drain_first<R: RawApi>(live: &Live<R>) -> Result<(), DriverError> {
+/// `live` while it is still live, before its destroy (or forget): its
+/// fences are asked of the driver, and waited on by other streams, as
+/// usual while its work runs, and the destroy that follows (its entry
+/// closing, when such fences can only be answered "not yet") has little or
+/// nothing left to wait for. The stream's capture is asked once: a
+/// stream of this crate's that captures is not drained (a synchronize
+/// would invalidate the capture; its destroy ends it); one admitted from
+/// elsewhere is not forgotten while it captures, since forgetting drains
+/// it. The outer error refuses the destroy (a stream admitted from
+/// elsewhere only); the inner one is the stream's work's, reported after
+/// the destroy, which goes ahead.
+fn drain_first<R: RawApi>(
+    live: &Live<R>,
+    call: &'static str,
+) -> Result<Result<(), DriverError>, DriverError> {
     if !R::asking_reads_stream_of(&live.raw) {
-        return Ok(());
+        return Ok(Ok(()));
     }
-    bound::<R, _>(&live.held, || {
-        if matches!(
+    let drained = bound::<R, _>(&live.held, || {
+        let capturing = matches!(
             R::capture_status(Permit::new(), &live.raw)?,
             Some(CaptureStatus::Active | CaptureStatus::Invalidated)
-        ) {
-            return Ok(());
+        );
+        if capturing && !live.owned {
+            return Ok(Err(DriverError::refused(
+                R::BACKEND,
+                call,
+                ErrorKind::Capture,
+                "the stream is capturing a graph, and forgetting it drains it, which would \
+                 invalidate that capture; forget it once the capture has ended",
+            )));
         }
-        capture::relaxed::<R, _>(|| R::synchronize_stream(Permit::new(), &live.raw))
-    })
+        if capturing {
+            return Ok(Ok(Ok(())));
+        }
+        Ok(Ok(capture::relaxed::<R, _>(|| {
+            R::synchronize_stream(Permit::new(), &live.raw)
+        })))
+    });
+    match drained {
+        // Refused: the stream stays admitted.
+        Ok(Err(refused)) => Err(refused),
+        Ok(Ok(drained)) => Ok(drained),
+        // The binding or the capture's status failed: a stream of this
+        // crate's is destroyed all the same; one admitted from elsewhere
+        // stays, as it would have for a capture.
+        Err(err) if live.owned => Ok(Err(err)),
+        Err(err) => Err(err),
+    }
 }
 
 /// Destroy the events dropped while `stream` was being destroyed
@@ -323,29 +349,6 @@ fn closing_inside_with_raw<R: RawApi>(call: &'static str) -> DriverError {
         "the event's stream is being destroyed, and this thread is inside with_raw, \
          which a destroy may be waiting for: wait outside with_raw",
     )
-}
-
-/// Why a stream admitted from elsewhere cannot be forgotten now: where the
-/// driver reads an event's stream as it answers, forgetting drains the
-/// stream, which a capture forbids.
-fn forget_refused<R: RawApi>(live: &Live<R>, call: &'static str) -> Result<(), DriverError> {
-    if live.owned || !R::asking_reads_stream_of(&live.raw) {
-        return Ok(());
-    }
-    let capturing = bound::<R, _>(&live.held, || R::capture_status(Permit::new(), &live.raw))?;
-    if matches!(
-        capturing,
-        Some(CaptureStatus::Active | CaptureStatus::Invalidated)
-    ) {
-        return Err(DriverError::refused(
-            R::BACKEND,
-            call,
-            ErrorKind::Capture,
-            "the stream is capturing a graph, and forgetting it drains it, which would \
-             invalidate that capture; forget it once the capture has ended",
-        ));
-    }
-    Ok(())
 }
 
 /// Forget a stream admitted from elsewhere, taken out of the table. Where
