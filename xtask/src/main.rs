@@ -188,6 +188,7 @@ fn test() -> Result<()> {
     ensure_svg_renderer()?;
     ensure_debian_package("libamdhip64-5", "AMD's HIP runtime")?;
     ensure_pocl()?;
+    ensure_lavapipe()?;
     let soft = soft_driver()?;
     let mut tests = cargo();
     tests.args(["test", "--workspace"]);
@@ -195,6 +196,7 @@ fn test() -> Result<()> {
         tests.args(["--exclude", backend.package]);
     }
     tests.args(["--exclude", OPENCL_PACKAGE, "--exclude", BENCH_PACKAGE]);
+    tests.args(["--exclude", VULKAN_PACKAGE]);
     run(
         "cargo test (everything but the backends)",
         soft_env(&mut tests, &soft),
@@ -213,6 +215,7 @@ fn test() -> Result<()> {
     }
     hip_on_amds_runtime_without_a_gpu()?;
     opencl_tests()?;
+    vulkan_tests()?;
     run(
         "cargo doc",
         cargo()
@@ -266,6 +269,52 @@ fn apt_install(package: &str, what: &str) -> Result<()> {
 }
 
 const OPENCL_PACKAGE: &str = "device-events-opencl";
+const VULKAN_PACKAGE: &str = "device-events-vulkan";
+
+/// Mesa's lavapipe, a real Vulkan driver on the CPU whose timestamps are
+/// the host's `CLOCK_MONOTONIC`, and the Vulkan loader.
+pub(crate) fn ensure_lavapipe() -> Result<()> {
+    ensure_debian_package("libvulkan1", "the Vulkan loader")?;
+    ensure_debian_package(
+        "mesa-vulkan-drivers",
+        "Mesa's Vulkan drivers, lavapipe among them",
+    )
+}
+
+/// lavapipe's driver manifest, which the Vulkan backend's checks are
+/// pointed at: their truth is its clock.
+pub(crate) fn lavapipe_manifest() -> Result<std::path::PathBuf> {
+    let dir = Path::new("/usr/share/vulkan/icd.d");
+    std::fs::read_dir(dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .find(|path| {
+            path.file_name()
+                .is_some_and(|name| name.to_string_lossy().starts_with("lvp_icd"))
+        })
+        .with_context(|| format!("no lavapipe manifest (lvp_icd*.json) in {}", dir.display()))
+}
+
+/// The Vulkan backend's checks on lavapipe alone, one at a time (its
+/// device is the CPU they would otherwise share); a missing driver fails.
+fn vulkan_tests() -> Result<()> {
+    let manifest = lavapipe_manifest()?;
+    run(
+        "vulkan tests on lavapipe",
+        cargo()
+            .args([
+                "test",
+                "--package",
+                VULKAN_PACKAGE,
+                "--",
+                "--test-threads=1",
+                "--show-output",
+            ])
+            .env("DEVICE_EVENTS_NEED_VULKAN", "1")
+            .env("VK_DRIVER_FILES", &manifest)
+            .env("VK_ICD_FILENAMES", &manifest),
+    )
+}
 
 /// PoCL, a real OpenCL runtime with a CPU device, and the ICD loader.
 pub(crate) fn ensure_pocl() -> Result<()> {

@@ -82,6 +82,8 @@ pub use errors::ProfileError;
 pub use fence::event_fence::{EventFence, FencePool};
 pub use owned_stream::OwnedStream;
 pub use placement::Placement;
+pub use placement::clock_placer::ClockPlacer;
+pub use placement::stamp_clock::StampClock;
 pub use profiler::EventProfiler;
 #[cfg(feature = "sim")]
 pub use testing::{sim, tally};

@@ -80,6 +80,10 @@ pub(crate) mod calibrator {
     /// stays closed (a stream that far behind other work holds nobody at
     /// its gate yet).
     pub(crate) const ARRIVE_SLEEP: Duration = Duration::from_micros(50);
+    /// How long a [`ClockPlacer`](crate::ClockPlacer) waits for the device
+    /// to write one anchor stamp before it gives the anchor up: a queue
+    /// that far behind other work gives a bracket worth nothing.
+    pub(crate) const STAMP_GIVE_UP: Duration = Duration::from_secs(10);
 
     /// The first sleep between asks while a released anchor stream drains;
     /// it doubles from there up to [`DRAIN_SLEEP_UP_TO`].

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use crate::EventApi;
 use crate::anchoring::drift::AnchorPlacement;
+use crate::anchoring::line::HostLine;
 use crate::anchoring::{AnchorApi, Closed, Gate};
 use crate::driver::DriverError;
 use crate::events::pool::{EventPool, PooledEvent};
@@ -31,16 +32,11 @@ pub(crate) struct Anchor<A: EventApi> {
     event: PooledEvent<A>,
     /// Midpoint of the tightest bracket, as measured.
     measured: Instant,
-    /// Best estimate of when the device reached `event`, on the host clock:
-    /// the bracket's midpoint, or the middle of what the bracket and the
-    /// anchors before it leave (see the drift module).
-    instant: Instant,
-    /// How far `instant` can be from the truth.
-    uncertainty: Duration,
-    /// Host time per unit of device time (1 / the device clock's rate).
-    scale: f64,
-    /// A bound on `scale`'s relative error.
-    rate_uncertainty: f64,
+    /// Where the device reached `event` on the host clock, and the rate
+    /// of the device clock against the host's: the bracket's midpoint, or
+    /// the middle of what the bracket and the anchors before it leave (see
+    /// the drift module).
+    line: HostLine,
     /// Device time since the start of the anchor chain, in nanoseconds.
     chain_ns: f64,
     /// How far `chain_ns` can be off: the readings' error summed.
@@ -301,11 +297,8 @@ impl<A: EventApi> Anchor<A> {
         let measured = bracket.midpoint();
         Self {
             measured,
-            uncertainty: placement.uncertainty,
             event: bracket.event,
-            instant: placement.instant,
-            scale: placement.scale,
-            rate_uncertainty: placement.rate_uncertainty,
+            line: HostLine::of(&placement),
             chain_ns: chain.0,
             chain_error_ns: chain.1,
             stale_after: measured.checked_add(placement.max_age),
@@ -323,7 +316,12 @@ impl<A: EventApi> Anchor<A> {
 
     /// How far the anchor's placement can be from the truth.
     pub(crate) fn uncertainty(&self) -> Duration {
-        self.uncertainty
+        self.line.uncertainty
+    }
+
+    /// The host-clock line the anchor's readings are placed on.
+    pub(crate) fn line(&self) -> &HostLine {
+        &self.line
     }
 
     pub(crate) fn chain_ns(&self) -> f64 {
@@ -334,78 +332,8 @@ impl<A: EventApi> Anchor<A> {
         self.chain_error_ns
     }
 
-    /// How far a point placed `offset_ns` after the anchor can be from the
-    /// truth, in nanoseconds, before the offset's own reading error: the
-    /// anchor's own bound, and the rate's over the offset.
-    pub(crate) fn placement_bound(&self, offset_ns: u64) -> u64 {
-        nanos(self.uncertainty).saturating_add(self.rate_error(offset_ns))
-    }
-
-    /// How far the host duration of `device_ns` can be off through the
-    /// rate, in nanoseconds.
-    pub(crate) fn rate_error(&self, device_ns: u64) -> u64 {
-        // Truncated, and 1 ns for it: a bound never rounds down.
-        let ns = float_ns(device_ns) * self.rate_uncertainty;
-        ns_of_float(ns).saturating_add(1)
-    }
-
     /// Whether the anchor is older than its bound at `now`.
     pub(crate) fn stale(&self, now: Instant) -> bool {
         self.stale_after.is_some_and(|after| now > after)
     }
-
-    /// Host duration of a device duration, at the device clock's rate, in
-    /// nanoseconds both.
-    pub(crate) fn to_host(&self, device_ns: u64) -> u64 {
-        // Rounded to the nanosecond.
-        ns_of_float(float_ns(device_ns) * self.scale + 0.5)
-    }
-
-    /// Host-clock instant of a device point `offset_ns` after the anchor.
-    pub(crate) fn place(&self, offset_ns: u64) -> Instant {
-        self.instant + Duration::from_nanos(self.to_host(offset_ns))
-    }
-
-    /// Host-clock instant of a device point `offset_ns` before the anchor.
-    pub(crate) fn place_before(&self, offset_ns: u64) -> Instant {
-        self.instant - Duration::from_nanos(self.to_host(offset_ns))
-    }
-}
-
-/// Nanoseconds as an `f64`, through `i64`: one instruction where `u64`'s
-/// conversion takes several. Exact below 2⁵³ ns (104 days); a duration
-/// past 292 years reads as 292 years.
-#[allow(clippy::cast_possible_wrap, clippy::cast_precision_loss)]
-#[inline]
-fn float_ns(ns: u64) -> f64 {
-    ns.min(i64::MAX as u64) as i64 as f64
-}
-
-/// The inverse of [`float_ns`], truncating; a negative or NaN value is 0.
-#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-#[inline]
-fn ns_of_float(ns: f64) -> u64 {
-    (ns as i64).max(0) as u64
-}
-
-/// How far an elapsed reading of `reading_ns` nanoseconds can be off,
-/// besides the driver's resolution: half the `f32` millisecond step there,
-/// and the nanosecond rounding of the conversion.
-///
-/// An `f32`'s step at `x` is at most `x · 2⁻²³`, so half of it is at most
-/// `x · 2⁻²⁴`: in whole nanoseconds, `ns >> 24`, plus 1 for that shift's
-/// truncation, 1 for the conversion's rounding and 1 for the reading's own:
-/// a bound never rounds down, and it costs no floating point.
-#[inline]
-pub(crate) fn reading_error(reading_ns: u64) -> u64 {
-    (reading_ns >> 24) + 3
-}
-
-/// A duration in whole nanoseconds, `u64::MAX` past 584 years.
-#[inline]
-pub(crate) fn nanos(duration: Duration) -> u64 {
-    duration
-        .as_secs()
-        .saturating_mul(1_000_000_000)
-        .saturating_add(u64::from(duration.subsec_nanos()))
 }

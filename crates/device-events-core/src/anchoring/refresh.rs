@@ -10,9 +10,10 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use std::time::{Duration, Instant};
 
-use crate::anchoring::anchor::{Anchor, Bracket, Calibration, nanos, reading_error};
+use crate::anchoring::anchor::{Anchor, Bracket, Calibration};
 use crate::anchoring::calibrator;
 use crate::anchoring::drift::{AnchorPlacement, DriftFit};
+use crate::anchoring::line::{nanos, reading_error};
 use crate::anchoring::{AnchorApi, Gate};
 use crate::config::ProfilerConfig;
 use crate::driver::{DriverError, ErrorKind};

@@ -6,8 +6,10 @@
 
 use std::time::{Duration, Instant};
 
-use crate::EventApi;
-use crate::anchoring::anchor::{Anchor, nanos, reading_error};
+pub(crate) mod clock_placer;
+pub(crate) mod stamp_clock;
+
+use crate::anchoring::line::{HostLine, nanos, reading_error};
 
 /// What a window's reading is checked against.
 #[derive(Clone, Copy)]
@@ -53,8 +55,8 @@ pub(crate) struct TooFar {
 /// start and end, and its start `after` the anchor (or `before` it, for an
 /// anchor taken after the window started; one of the two is zero), all as
 /// the device measured them.
-pub(crate) fn place_window<A: EventApi>(
-    anchor: &Anchor<A>,
+pub(crate) fn place_window(
+    anchor: &HostLine,
     span: Duration,
     after: Duration,
     before: Duration,
@@ -86,7 +88,7 @@ pub(crate) fn place_window<A: EventApi>(
     Ok(Placement {
         duration: span,
         start: begin,
-        end: begin + Duration::from_nanos(anchor.to_host(span_ns)),
+        end: begin + Duration::from_nanos(anchor.host_ns_of(span_ns)),
         uncertainty: Duration::from_nanos(uncertainty),
     })
 }

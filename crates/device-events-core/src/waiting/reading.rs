@@ -112,7 +112,7 @@ pub(crate) fn read_window<A: AnchorApi>(inputs: &Inputs<A>) -> Result<Placement,
     } else {
         Duration::ZERO
     };
-    place_window(anchor, span, after, before, limits)
+    place_window(anchor.line(), span, after, before, limits)
         .map_err(|TooFar { distance, bound }| Unread::TooFar { distance, bound })
 }
 

@@ -1,0 +1,544 @@
+//! Absolute device stamps placed on the host clock: the anchor, gate,
+//! drift fit and per-stamp bound of the event backends, for a device clock
+//! that gives ticks ([`StampClock`]) instead of events.
+//!
+//! An anchor is the tightest of several brackets around one stamp, each
+//! gated where the clock has a gate: the stamp waits behind it, and the
+//! host reads its clock just before opening it, so that the submission and
+//! the queue's latency fall before the bracket opens. Where the driver
+//! pairs its clock with the host's itself (calibrated timestamps), the
+//! pairing is used only once it agrees with the bracket taken beside it:
+//! such pairings have been seen seconds off.
+
+use std::time::{Duration, Instant};
+
+use crate::anchoring::HostStamp;
+use crate::anchoring::drift::{AnchorPlacement, DriftFit};
+use crate::anchoring::line::{HostLine, nanos, reading_error};
+use crate::placement::stamp_clock::StampClock;
+use crate::placement::{Limits, Placement, place_window};
+use crate::tunables::calibrator::{
+    ARRIVE_SLEEP, POLL_FOR, REACH_FIRST_SLEEP, REACH_SLEEP_UP_TO, STAMP_GIVE_UP,
+};
+use crate::tunables::drift::PRIOR;
+use crate::{DriverError, ErrorKind, ProfilerConfig};
+
+/// Places one device's absolute stamps on the host clock, through anchors
+/// taken on the thread that calls [`calibrate`](Self::calibrate).
+///
+/// Of [`ProfilerConfig`], it reads `anchor_max_age`, `calibration_samples`,
+/// `host_clock`, `max_anchor_distance`, `drift_correction`, `gated_anchor`
+/// and `driver_clock` (the driver's own pairing, checked); the resolution
+/// of every stamp is one tick of the clock.
+///
+/// ```
+/// use device_events_core::{ClockPlacer, DriverError, ProfilerConfig, StampClock};
+/// use std::time::Instant;
+///
+/// /// Device ticks that are host nanoseconds since `origin`.
+/// struct HostTicks(Instant, u64);
+/// impl StampClock for HostTicks {
+///     fn period_ns(&self) -> f64 {
+///         1.0
+///     }
+///     fn queue_stamp(&mut self, _gated: bool) -> Result<bool, DriverError> {
+///         self.1 = self.0.elapsed().as_nanos() as u64;
+///         Ok(false)
+///     }
+///     fn stamp_written(&mut self) -> Result<bool, DriverError> {
+///         Ok(true)
+///     }
+///     fn stamp(&mut self) -> Result<u64, DriverError> {
+///         Ok(self.1)
+///     }
+/// }
+///
+/// let origin = Instant::now();
+/// let mut placer = ClockPlacer::new(HostTicks(origin, 0), ProfilerConfig::default());
+/// assert!(placer.due());
+/// placer.calibrate()?;
+/// let window = placer.place_window(2_000_000, 3_000_000).expect("placed");
+/// assert_eq!(window.duration.as_micros(), 1_000);
+/// let off = window.start.duration_since(origin).as_nanos().abs_diff(2_000_000);
+/// assert!(off <= window.uncertainty.as_nanos());
+/// # Ok::<(), DriverError>(())
+/// ```
+pub struct ClockPlacer<C: StampClock> {
+    clock: C,
+    config: ProfilerConfig,
+    fit: DriftFit,
+    anchor: Option<ClockAnchor>,
+    /// Where the fit's device positions are measured from.
+    base_ticks: u64,
+    refused_pairings: u64,
+}
+
+#[derive(Clone, Copy)]
+struct ClockAnchor {
+    ticks: u64,
+    line: HostLine,
+    measured: Instant,
+    stale_after: Option<Instant>,
+}
+
+/// One sample: the stamp, and the host interval that holds it.
+struct Bracket {
+    ticks: u64,
+    before: Instant,
+    width: Duration,
+}
+
+impl<C: StampClock> ClockPlacer<C> {
+    /// A placer of `clock`'s stamps, with no anchor yet.
+    pub fn new(clock: C, config: ProfilerConfig) -> Self {
+        let tick = Duration::from_nanos(clock.period_ns().ceil().max(1.0) as u64);
+        Self {
+            clock,
+            config,
+            fit: DriftFit::new(tick),
+            anchor: None,
+            base_ticks: 0,
+            refused_pairings: 0,
+        }
+    }
+
+    /// The clock, for the backend's own calls.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    /// The clock, for the backend's own calls.
+    pub fn clock_mut(&mut self) -> &mut C {
+        &mut self.clock
+    }
+
+    /// Whether an anchor is due: none yet, or the last one older than its
+    /// bound (`anchor_max_age`, shorter until the drift fit is trusted).
+    pub fn due(&self) -> bool {
+        self.anchor.is_none_or(|anchor| {
+            anchor
+                .stale_after
+                .is_some_and(|after| (self.config.host_clock)() > after)
+        })
+    }
+
+    /// How far the current anchor can be from the truth; `None` before
+    /// the first.
+    pub fn anchor_uncertainty(&self) -> Option<Duration> {
+        self.anchor.map(|anchor| anchor.line.uncertainty)
+    }
+
+    /// How many of the driver's pairings disagreed with the bracket taken
+    /// beside them, and were not used.
+    pub fn refused_pairings(&self) -> u64 {
+        self.refused_pairings
+    }
+
+    /// Take an anchor now, on this thread: it waits for the device to
+    /// write a few stamps (microseconds on an idle queue, up to 10 s behind
+    /// other work, then an error). A failed calibration keeps the anchor
+    /// before it.
+    ///
+    /// # Errors
+    ///
+    /// [`DriverError`] when the clock's driver refused or the device did
+    /// not write a stamp in time.
+    pub fn calibrate(&mut self) -> Result<(), DriverError> {
+        let bracket = self.bracket()?;
+        let mut point = (
+            bracket.ticks,
+            bracket.before + bracket.width / 2,
+            bracket.width / 2,
+        );
+        if self.config.driver_clock {
+            match self.clock.paired() {
+                Ok(Some((ticks, stamp))) => {
+                    if self.agrees(ticks, stamp, &bracket) {
+                        point = (ticks, stamp.at, stamp.uncertainty);
+                    } else {
+                        self.refused_pairings += 1;
+                        log::warn!(
+                            "the driver's pairing of its clock with the host's disagrees with a \
+                             bracket beside it: anchoring by the bracket"
+                        );
+                    }
+                }
+                Ok(None) => {}
+                Err(err) => log::warn!("the driver's clock pairing failed: {err}"),
+            }
+        }
+        let (ticks, measured, half_width) = point;
+        let restart = self.anchor.is_none_or(|anchor| {
+            // A clock that wraps is read unambiguously only within half
+            // its span.
+            let (after, before) = self.offset_ns(ticks, anchor.ticks);
+            measured.saturating_duration_since(anchor.measured) >= self.half_span()
+                || after.max(before) >= nanos(self.half_span())
+        });
+        if restart {
+            self.fit.restart();
+            self.base_ticks = ticks;
+        }
+        let (after, before) = self.offset_ns(ticks, self.base_ticks);
+        let device_ns = after as f64 - before as f64;
+        let placement = if self.config.drift_correction {
+            self.fit.add_anchor(
+                measured,
+                half_width,
+                device_ns,
+                0.0,
+                self.config.anchor_max_age,
+            )
+        } else {
+            AnchorPlacement::alone(measured, half_width, self.config.anchor_max_age)
+        };
+        self.anchor = Some(ClockAnchor {
+            ticks,
+            line: HostLine::of(&placement),
+            measured,
+            stale_after: measured.checked_add(placement.max_age),
+        });
+        Ok(())
+    }
+
+    /// Where the device wrote `ticks`, on the host clock, with its bound;
+    /// `None` before the first anchor, or further from it than
+    /// `max_anchor_distance`.
+    pub fn place(&self, ticks: u64) -> Option<HostStamp> {
+        let anchor = self.anchor?;
+        let (after, before) = self.offset_ns(ticks, anchor.ticks);
+        let offset = after.max(before);
+        if offset > nanos(self.config.max_anchor_distance) {
+            return None;
+        }
+        let at = if before == 0 {
+            anchor.line.place(after)
+        } else {
+            anchor.line.place_before(before)
+        };
+        let bound = anchor
+            .line
+            .placement_bound(offset)
+            .saturating_add(reading_error(offset))
+            .saturating_add(nanos(self.tick()));
+        Some(HostStamp {
+            at,
+            uncertainty: Duration::from_nanos(bound),
+        })
+    }
+
+    /// A window from the stamp `start` to the stamp `end`, placed: its
+    /// device duration, both ends on the host clock and their bound.
+    /// `None` before the first anchor, for an end before its start, or a
+    /// window further from the anchor than `max_anchor_distance`.
+    pub fn place_window(&self, start: u64, end: u64) -> Option<Placement> {
+        let anchor = self.anchor?;
+        let (span, reversed) = self.offset_ns(end, start);
+        if reversed != 0 {
+            return None;
+        }
+        let (after, before) = self.offset_ns(start, anchor.ticks);
+        let limits = Limits {
+            max_distance: self.config.max_anchor_distance,
+            resolution: self.tick(),
+        };
+        place_window(
+            &anchor.line,
+            Duration::from_nanos(span),
+            Duration::from_nanos(after),
+            Duration::from_nanos(before),
+            &limits,
+        )
+        .ok()
+    }
+
+    /// The tightest of `calibration_samples` brackets.
+    fn bracket(&mut self) -> Result<Bracket, DriverError> {
+        let mut best: Option<Bracket> = None;
+        for _ in 0..self.config.calibration_samples.max(1) {
+            let sample = self.sample()?;
+            if best.as_ref().is_none_or(|best| sample.width < best.width) {
+                best = Some(sample);
+            }
+        }
+        best.ok_or_else(|| refused("no sample taken"))
+    }
+
+    /// One stamp, bracketed by host clock reads: from just before the
+    /// gate opens (or the stamp is queued, without one) to the host seeing
+    /// it written.
+    fn sample(&mut self) -> Result<Bracket, DriverError> {
+        let clock = self.config.host_clock;
+        let queued = clock();
+        let before = if self.clock.queue_stamp(self.config.gated_anchor)? {
+            let reached = self.arrive();
+            let before = clock();
+            // Opened on every path: a stamp held at a closed gate holds
+            // every command behind it.
+            self.clock.open_gate()?;
+            reached?;
+            before
+        } else {
+            queued
+        };
+        self.reach()?;
+        let width = clock().saturating_duration_since(before);
+        Ok(Bracket {
+            ticks: self.clock.stamp()?,
+            before,
+            width,
+        })
+    }
+
+    /// Wait, polling, until the device reaches the gate, for at most the
+    /// clock's settle time: a queue that far behind holds nobody there.
+    fn arrive(&mut self) -> Result<(), DriverError> {
+        let started = Instant::now();
+        let settle = self.clock.settle();
+        while !self.clock.at_gate()? {
+            let waited = started.elapsed();
+            if waited >= settle {
+                break;
+            }
+            if waited < POLL_FOR {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(ARRIVE_SLEEP.min(settle - waited));
+            }
+        }
+        Ok(())
+    }
+
+    /// Wait, polling, for the stamp: tightly for [`POLL_FOR`], then from
+    /// sleeps, giving up after [`STAMP_GIVE_UP`].
+    fn reach(&mut self) -> Result<(), DriverError> {
+        let started = Instant::now();
+        let mut interval = REACH_FIRST_SLEEP;
+        loop {
+            if self.clock.stamp_written()? {
+                return Ok(());
+            }
+            if crate::threads::stopping() {
+                return Err(refused(
+                    "the process is exiting (stop_driver_calls): the calibration was left",
+                ));
+            }
+            let waited = started.elapsed();
+            if waited >= STAMP_GIVE_UP {
+                return Err(refused(
+                    "the device did not write the anchor's stamp within 10 s",
+                ));
+            }
+            if waited < POLL_FOR {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(interval);
+                interval = (interval * 2).min(REACH_SLEEP_UP_TO);
+            }
+        }
+    }
+
+    /// Whether the driver's pairing lies where the bracket, carried to its
+    /// ticks, allows: at the fitted rate's bound, or a crystal's.
+    fn agrees(&self, ticks: u64, stamp: HostStamp, bracket: &Bracket) -> bool {
+        let (scale, rate_error) = self.anchor.map_or((1.0, PRIOR), |anchor| {
+            (anchor.line.scale, anchor.line.rate_uncertainty.max(0.0))
+        });
+        let (after, before) = self.offset_ns(ticks, bracket.ticks);
+        let step = after as f64 - before as f64;
+        let spread = step.abs() * rate_error + 2.0 * nanos(self.tick()) as f64;
+        let low = bracket.before;
+        let high = bracket.before + bracket.width;
+        // The pairing's interval, moved back by the device step to the
+        // bracket's stamp, against the bracket.
+        let shift = step * scale;
+        let slack = Duration::from_nanos(spread.ceil() as u64) + stamp.uncertainty;
+        let moved = if shift >= 0.0 {
+            stamp.at.checked_sub(Duration::from_nanos(shift as u64))
+        } else {
+            stamp.at.checked_add(Duration::from_nanos((-shift) as u64))
+        };
+        moved.is_some_and(|at| at + slack >= low && at <= high + slack)
+    }
+
+    /// The device time from `from` to `ticks` in nanoseconds, as (after,
+    /// before): one of the two is zero. Read modulo the clock's valid
+    /// bits, the nearer way round.
+    fn offset_ns(&self, ticks: u64, from: u64) -> (u64, u64) {
+        let mask = self.mask();
+        let forward = ticks.wrapping_sub(from) & mask;
+        let (after, before) = if forward <= mask / 2 {
+            (forward, 0)
+        } else {
+            (0, (mask - forward).saturating_add(1))
+        };
+        (self.ticks_ns(after), self.ticks_ns(before))
+    }
+
+    fn mask(&self) -> u64 {
+        match self.clock.valid_bits() {
+            0 | 64.. => u64::MAX,
+            bits => (1_u64 << bits) - 1,
+        }
+    }
+
+    /// Half the clock's span before it wraps, on the host clock.
+    fn half_span(&self) -> Duration {
+        Duration::from_nanos(self.ticks_ns(self.mask() / 2))
+    }
+
+    fn ticks_ns(&self, ticks: u64) -> u64 {
+        let ns = ticks as f64 * self.clock.period_ns() + 0.5;
+        if ns >= u64::MAX as f64 {
+            u64::MAX
+        } else {
+            ns as u64
+        }
+    }
+
+    /// One tick, rounded up to the nanosecond: each stamp's resolution.
+    fn tick(&self) -> Duration {
+        Duration::from_nanos(self.clock.period_ns().ceil().max(1.0) as u64)
+    }
+}
+
+fn refused(what: &'static str) -> DriverError {
+    DriverError::refused("device clock", "anchor calibration", ErrorKind::Other, what)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ticks that are host nanoseconds since `origin`, plus `offset`,
+    /// wrapping past `bits`; a pairing `pairing_off` late on the host
+    /// clock.
+    struct HostTicks {
+        origin: Instant,
+        offset: u64,
+        bits: u32,
+        stamp: u64,
+        pairing_off: Option<Duration>,
+    }
+
+    impl HostTicks {
+        fn new(offset: u64, bits: u32) -> Self {
+            Self {
+                origin: Instant::now() - Duration::from_secs(1),
+                offset,
+                bits,
+                stamp: 0,
+                pairing_off: None,
+            }
+        }
+
+        fn ticks_at(&self, at: Instant) -> u64 {
+            let ns = u64::try_from(at.duration_since(self.origin).as_nanos()).unwrap_or(0);
+            let mask = if self.bits >= 64 {
+                u64::MAX
+            } else {
+                (1 << self.bits) - 1
+            };
+            ns.wrapping_add(self.offset) & mask
+        }
+    }
+
+    impl StampClock for HostTicks {
+        fn period_ns(&self) -> f64 {
+            1.0
+        }
+        fn valid_bits(&self) -> u32 {
+            self.bits
+        }
+        fn queue_stamp(&mut self, _gated: bool) -> Result<bool, DriverError> {
+            self.stamp = self.ticks_at(Instant::now());
+            Ok(false)
+        }
+        fn stamp_written(&mut self) -> Result<bool, DriverError> {
+            Ok(true)
+        }
+        fn stamp(&mut self) -> Result<u64, DriverError> {
+            Ok(self.stamp)
+        }
+        fn paired(&mut self) -> Result<Option<(u64, HostStamp)>, DriverError> {
+            Ok(self.pairing_off.map(|off| {
+                let now = Instant::now();
+                let stamp = HostStamp {
+                    at: now + off,
+                    uncertainty: Duration::from_nanos(1),
+                };
+                (self.ticks_at(now), stamp)
+            }))
+        }
+    }
+
+    fn calibrated(clock: HostTicks) -> ClockPlacer<HostTicks> {
+        let mut placer = ClockPlacer::new(clock, ProfilerConfig::default());
+        placer.calibrate().expect("calibrates");
+        placer
+    }
+
+    fn off(a: Instant, b: Instant) -> Duration {
+        a.saturating_duration_since(b)
+            .max(b.saturating_duration_since(a))
+    }
+
+    #[test]
+    fn nothing_is_placed_before_the_first_anchor() {
+        let placer = ClockPlacer::new(HostTicks::new(0, 64), ProfilerConfig::default());
+        assert!(placer.due());
+        assert!(placer.place(5).is_none());
+        assert!(placer.place_window(5, 6).is_none());
+    }
+
+    #[test]
+    fn a_window_ending_before_it_starts_is_not_placed() {
+        let placer = calibrated(HostTicks::new(0, 64));
+        let now = placer.clock().ticks_at(Instant::now());
+        assert!(placer.place_window(now, now + 1_000).is_some());
+        assert!(placer.place_window(now + 1_000, now).is_none());
+    }
+
+    #[test]
+    fn stamps_on_either_side_of_a_wrap_are_placed_within_their_bound() {
+        // 32 valid bits wrap every 4.3 s; the clock wraps 1 ms after the
+        // anchor.
+        let wrap = (1_u64 << 32) - 1_000_000;
+        let placer = calibrated(HostTicks::new(wrap, 32));
+        for ms in [-5_i64, 0, 2, 500] {
+            let at = if ms < 0 {
+                Instant::now() - Duration::from_millis(ms.unsigned_abs())
+            } else {
+                Instant::now() + Duration::from_millis(ms.unsigned_abs())
+            };
+            let stamp = placer.place(placer.clock().ticks_at(at)).expect("placed");
+            assert!(
+                off(stamp.at, at) <= stamp.uncertainty,
+                "{ms} ms: {:?} off, bound {:?}",
+                off(stamp.at, at),
+                stamp.uncertainty
+            );
+        }
+    }
+
+    #[test]
+    fn a_pairing_that_disagrees_with_the_bracket_is_refused() {
+        let mut clock = HostTicks::new(0, 64);
+        clock.pairing_off = Some(Duration::from_millis(11_850));
+        let placer = calibrated(clock);
+        assert_eq!(placer.refused_pairings(), 1);
+        let now = Instant::now();
+        let stamp = placer.place(placer.clock().ticks_at(now)).expect("placed");
+        assert!(off(stamp.at, now) <= stamp.uncertainty);
+    }
+
+    #[test]
+    fn a_pairing_that_agrees_with_the_bracket_sets_the_anchor() {
+        let mut clock = HostTicks::new(0, 64);
+        clock.pairing_off = Some(Duration::ZERO);
+        let placer = calibrated(clock);
+        assert_eq!(placer.refused_pairings(), 0);
+        // The pairing's 1 ns, and the fit's rounding up.
+        assert_eq!(placer.anchor_uncertainty(), Some(Duration::from_nanos(2)));
+    }
+}

@@ -1,0 +1,458 @@
+//! One device's timestamp clock, for [`ClockPlacer`]: each anchor stamp is
+//! a command buffer of this crate's own, submitted to a queue of the
+//! device, that writes one timestamp, behind a gate (a `VkEvent` the host
+//! sets) where asked, with a mark (an event the device sets) just ahead of
+//! the gate and another just after the stamp, so the host learns without
+//! waiting when the device got to each.
+//!
+//! [`ClockPlacer`]: device_events_core::ClockPlacer
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ash::vk;
+use device_events_core::backend::HostStamp;
+use device_events_core::{DriverError, ErrorKind, StampClock};
+
+use crate::VulkanDevice;
+use crate::status::{check, error};
+
+/// How long a dropped clock waits for its last anchor submission before it
+/// leaves its objects to the device rather than destroy them in use.
+const DROP_WAIT: Duration = Duration::from_secs(10);
+
+/// A Vulkan device's timestamp clock: the [`StampClock`] a
+/// [`ClockPlacer`](device_events_core::ClockPlacer) anchors, and the
+/// period and valid bits with which a runtime's own timestamp queries
+/// on that device are read.
+///
+/// ```
+/// use device_events_core::{ClockPlacer, ProfilerConfig};
+/// use device_events_vulkan::{VulkanClock, VulkanDevice};
+///
+/// let Ok(device) = VulkanDevice::open() else { return Ok(()) }; // no Vulkan here
+/// let mut placer = ClockPlacer::new(VulkanClock::new(&device)?, ProfilerConfig::default());
+/// placer.calibrate()?;
+/// // A runtime's own `vkCmdWriteTimestamp` results, read back:
+/// // placer.place_window(start_ticks, end_ticks)
+/// assert!(placer.anchor_uncertainty().is_some());
+/// # Ok::<(), device_events_core::DriverError>(())
+/// ```
+pub struct VulkanClock {
+    device: ash::Device,
+    queue: Queue,
+    pool: vk::CommandPool,
+    /// Pre-recorded: `[ungated, gated]`.
+    buffers: [vk::CommandBuffer; 2],
+    queries: vk::QueryPool,
+    gate: vk::Event,
+    mark: vk::Event,
+    done: vk::Event,
+    fence: vk::Fence,
+    /// A submission not yet seen complete: its objects are in use.
+    in_flight: bool,
+    period_ns: f64,
+    valid_bits: u32,
+    calibrated: Option<ash::ext::calibrated_timestamps::Device>,
+}
+
+/// Where anchor submissions go, and what keeps the device alive.
+enum Queue {
+    /// A device of this crate's: its lock serialises submissions.
+    Owned(Arc<VulkanDevice>),
+    /// The caller's: it keeps the device alive and the queue unshared
+    /// during this clock's calls.
+    Raw(vk::Queue),
+}
+
+impl VulkanClock {
+    /// A clock on a device this crate opened.
+    ///
+    /// # Errors
+    ///
+    /// The driver's error when an object of the clock could not be made.
+    pub fn new(device: &Arc<VulkanDevice>) -> Result<Self, DriverError> {
+        let calibrated = pairing(
+            &device.entry,
+            &device.instance,
+            device.physical,
+            &device.device,
+            device.calibrated,
+        );
+        // SAFETY: the `Arc` held in `Queue::Owned` keeps the device alive
+        // as long as the clock; its queue's lock serialises submissions.
+        unsafe {
+            Self::make(
+                &device.instance,
+                device.physical,
+                device.device.clone(),
+                device.family,
+                Queue::Owned(Arc::clone(device)),
+                calibrated,
+            )
+        }
+    }
+
+    /// A clock on a runtime's own device, anchored through `queue` of
+    /// `family` (the queue whose timestamps the runtime places, or any of
+    /// the device's: a device's timestamps share one clock).
+    /// `calibrated_timestamps`: whether the device was created with
+    /// `VK_EXT_calibrated_timestamps` enabled.
+    ///
+    /// # Safety
+    ///
+    /// `instance`, `physical`, `device` and `queue` are live and of one
+    /// another, and stay live until the clock is dropped; no other thread
+    /// uses `queue` while this clock calibrates or is dropped (Vulkan's
+    /// external synchronisation of a queue).
+    ///
+    /// # Errors
+    ///
+    /// The driver's error when an object of the clock could not be made;
+    /// [`ErrorKind::NoDevice`] for a queue family without timestamps.
+    pub unsafe fn from_raw(
+        entry: &ash::Entry,
+        instance: &ash::Instance,
+        physical: vk::PhysicalDevice,
+        device: &ash::Device,
+        family: u32,
+        queue: vk::Queue,
+        calibrated_timestamps: bool,
+    ) -> Result<Self, DriverError> {
+        let calibrated = pairing(entry, instance, physical, device, calibrated_timestamps);
+        // SAFETY: the caller's contract.
+        unsafe {
+            Self::make(
+                instance,
+                physical,
+                device.clone(),
+                family,
+                Queue::Raw(queue),
+                calibrated,
+            )
+        }
+    }
+
+    /// Nanoseconds per tick of the device's timestamps.
+    pub fn period_ns(&self) -> f64 {
+        self.period_ns
+    }
+
+    /// # Safety
+    ///
+    /// As [`from_raw`](Self::from_raw)'s, with `queue` for the queue.
+    unsafe fn make(
+        instance: &ash::Instance,
+        physical: vk::PhysicalDevice,
+        device: ash::Device,
+        family: u32,
+        queue: Queue,
+        calibrated: Option<ash::ext::calibrated_timestamps::Device>,
+    ) -> Result<Self, DriverError> {
+        // SAFETY: `physical` is live, of `instance`.
+        let (properties, families) = unsafe {
+            (
+                instance.get_physical_device_properties(physical),
+                instance.get_physical_device_queue_family_properties(physical),
+            )
+        };
+        let valid_bits = families
+            .get(family as usize)
+            .map_or(0, |f| f.timestamp_valid_bits);
+        if valid_bits == 0 || properties.limits.timestamp_period <= 0.0 {
+            return Err(DriverError::refused(
+                crate::BACKEND,
+                "vkGetPhysicalDeviceQueueFamilyProperties",
+                ErrorKind::NoDevice,
+                "the queue family writes no timestamps (timestampValidBits 0)",
+            ));
+        }
+        let mut clock = Self {
+            device,
+            queue,
+            pool: vk::CommandPool::null(),
+            buffers: [vk::CommandBuffer::null(); 2],
+            queries: vk::QueryPool::null(),
+            gate: vk::Event::null(),
+            mark: vk::Event::null(),
+            done: vk::Event::null(),
+            fence: vk::Fence::null(),
+            in_flight: false,
+            period_ns: f64::from(properties.limits.timestamp_period),
+            valid_bits,
+            calibrated,
+        };
+        // On failure `clock` is dropped, destroying what was made.
+        // SAFETY: the device is live (the caller's contract); each object
+        // made here is the clock's alone.
+        unsafe { clock.make_objects(family) }?;
+        Ok(clock)
+    }
+
+    /// # Safety
+    ///
+    /// The device is live.
+    unsafe fn make_objects(&mut self, family: u32) -> Result<(), DriverError> {
+        let device = &self.device;
+        // SAFETY: (all below) the device is live; each create info lives
+        // across its call; each handle recorded is made just before.
+        unsafe {
+            self.pool = check(
+                "vkCreateCommandPool",
+                device.create_command_pool(
+                    &vk::CommandPoolCreateInfo::default().queue_family_index(family),
+                    None,
+                ),
+            )?;
+            let buffers = check(
+                "vkAllocateCommandBuffers",
+                device.allocate_command_buffers(
+                    &vk::CommandBufferAllocateInfo::default()
+                        .command_pool(self.pool)
+                        .command_buffer_count(2),
+                ),
+            )?;
+            self.buffers = [buffers[0], buffers[1]];
+            self.queries = check(
+                "vkCreateQueryPool",
+                device.create_query_pool(
+                    &vk::QueryPoolCreateInfo::default()
+                        .query_type(vk::QueryType::TIMESTAMP)
+                        .query_count(1),
+                    None,
+                ),
+            )?;
+            for event in [&mut self.gate, &mut self.mark, &mut self.done] {
+                *event = check(
+                    "vkCreateEvent",
+                    device.create_event(&vk::EventCreateInfo::default(), None),
+                )?;
+            }
+            self.fence = check(
+                "vkCreateFence",
+                device.create_fence(&vk::FenceCreateInfo::default(), None),
+            )?;
+            for (gated, buffer) in [(false, self.buffers[0]), (true, self.buffers[1])] {
+                check(
+                    "vkBeginCommandBuffer",
+                    device.begin_command_buffer(buffer, &vk::CommandBufferBeginInfo::default()),
+                )?;
+                device.cmd_reset_query_pool(buffer, self.queries, 0, 1);
+                if gated {
+                    device.cmd_set_event(buffer, self.mark, vk::PipelineStageFlags::BOTTOM_OF_PIPE);
+                    // A host-set event: the source stage is HOST.
+                    device.cmd_wait_events(
+                        buffer,
+                        &[self.gate],
+                        vk::PipelineStageFlags::HOST,
+                        vk::PipelineStageFlags::ALL_COMMANDS,
+                        &[],
+                        &[],
+                        &[],
+                    );
+                }
+                device.cmd_write_timestamp(
+                    buffer,
+                    vk::PipelineStageFlags::BOTTOM_OF_PIPE,
+                    self.queries,
+                    0,
+                );
+                device.cmd_set_event(buffer, self.done, vk::PipelineStageFlags::BOTTOM_OF_PIPE);
+                check("vkEndCommandBuffer", device.end_command_buffer(buffer))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the last submission is complete; then nothing of the
+    /// clock's is in use.
+    fn settled(&mut self) -> Result<bool, DriverError> {
+        if self.in_flight {
+            // SAFETY: the fence is the clock's, live.
+            let done = check("vkGetFenceStatus", unsafe {
+                self.device.get_fence_status(self.fence)
+            })?;
+            self.in_flight = !done;
+        }
+        Ok(!self.in_flight)
+    }
+
+    fn event_set(&self, call: &'static str, event: vk::Event) -> Result<bool, DriverError> {
+        // SAFETY: the event is the clock's, live.
+        check(call, unsafe { self.device.get_event_status(event) })
+    }
+
+    fn mask(&self) -> u64 {
+        if self.valid_bits >= 64 {
+            u64::MAX
+        } else {
+            (1_u64 << self.valid_bits) - 1
+        }
+    }
+}
+
+/// The calibrated-timestamps functions, where the extension is enabled and
+/// pairs the device's clock with `CLOCK_MONOTONIC`, the clock [`std::time::Instant`]
+/// reads on Linux.
+fn pairing(
+    entry: &ash::Entry,
+    instance: &ash::Instance,
+    physical: vk::PhysicalDevice,
+    device: &ash::Device,
+    enabled: bool,
+) -> Option<ash::ext::calibrated_timestamps::Device> {
+    if !enabled {
+        return None;
+    }
+    let domains = ash::ext::calibrated_timestamps::Instance::new(entry, instance);
+    // SAFETY: `physical` is live, of `instance`, whose device enabled the
+    // extension.
+    let domains = unsafe { domains.get_physical_device_calibrateable_time_domains(physical) }
+        .map_err(|err| log::warn!("{}: no calibrateable time domains: {err}", crate::BACKEND))
+        .ok()?;
+    let both = [
+        vk::TimeDomainEXT::DEVICE,
+        vk::TimeDomainEXT::CLOCK_MONOTONIC,
+    ]
+    .iter()
+    .all(|domain| domains.contains(domain));
+    both.then(|| ash::ext::calibrated_timestamps::Device::new(instance, device))
+}
+
+impl StampClock for VulkanClock {
+    fn period_ns(&self) -> f64 {
+        self.period_ns
+    }
+
+    fn valid_bits(&self) -> u32 {
+        self.valid_bits
+    }
+
+    fn queue_stamp(&mut self, gated: bool) -> Result<bool, DriverError> {
+        if !self.settled()? {
+            return Err(DriverError::refused(
+                crate::BACKEND,
+                "vkQueueSubmit",
+                ErrorKind::NotReady,
+                "the previous anchor stamp is still queued",
+            ));
+        }
+        let buffer = self.buffers[usize::from(gated)];
+        // SAFETY: nothing of the clock's is in use (its last submission is
+        // complete); the queue is live and unshared during the submit: the
+        // owned device's lock is held, or the caller's contract.
+        unsafe {
+            check("vkResetFences", self.device.reset_fences(&[self.fence]))?;
+            for event in [self.gate, self.mark, self.done] {
+                check("vkResetEvent", self.device.reset_event(event))?;
+            }
+            let buffers = [buffer];
+            let submit = [vk::SubmitInfo::default().command_buffers(&buffers)];
+            let submitted = match &self.queue {
+                Queue::Owned(owner) => owner
+                    .with_queue(|device, queue| device.queue_submit(queue, &submit, self.fence)),
+                Queue::Raw(queue) => self.device.queue_submit(*queue, &submit, self.fence),
+            };
+            check("vkQueueSubmit", submitted)?;
+        }
+        self.in_flight = true;
+        Ok(gated)
+    }
+
+    fn at_gate(&mut self) -> Result<bool, DriverError> {
+        self.event_set("vkGetEventStatus", self.mark)
+    }
+
+    fn open_gate(&mut self) -> Result<(), DriverError> {
+        // SAFETY: the gate is the clock's, live; the host may set an event
+        // a pending command buffer waits on.
+        check("vkSetEvent", unsafe { self.device.set_event(self.gate) })
+    }
+
+    fn stamp_written(&mut self) -> Result<bool, DriverError> {
+        self.event_set("vkGetEventStatus", self.done)
+    }
+
+    fn stamp(&mut self) -> Result<u64, DriverError> {
+        let mut ticks = [0_u64];
+        // SAFETY: the query is the clock's; the device wrote it (the event
+        // set after it is), so the wait returns at once.
+        check("vkGetQueryPoolResults", unsafe {
+            self.device.get_query_pool_results(
+                self.queries,
+                0,
+                &mut ticks,
+                vk::QueryResultFlags::TYPE_64 | vk::QueryResultFlags::WAIT,
+            )
+        })?;
+        Ok(ticks[0] & self.mask())
+    }
+
+    fn paired(&mut self) -> Result<Option<(u64, HostStamp)>, DriverError> {
+        let Some(calibrated) = &self.calibrated else {
+            return Ok(None);
+        };
+        let infos = [
+            vk::CalibratedTimestampInfoEXT::default().time_domain(vk::TimeDomainEXT::DEVICE),
+            vk::CalibratedTimestampInfoEXT::default()
+                .time_domain(vk::TimeDomainEXT::CLOCK_MONOTONIC),
+        ];
+        // SAFETY: the device was made with the extension (`calibrated` is
+        // only made so); the infos live across the call.
+        let (stamps, deviation) = match unsafe { calibrated.get_calibrated_timestamps(&infos) } {
+            Ok(read) => read,
+            Err(code) => return Err(error("vkGetCalibratedTimestampsEXT", code)),
+        };
+        let (Some(&device), Some(&host)) = (stamps.first(), stamps.get(1)) else {
+            return Ok(None);
+        };
+        let (at, pairing) = crate::monotonic::instant_of(host);
+        Ok(Some((
+            device & self.mask(),
+            HostStamp {
+                at,
+                uncertainty: Duration::from_nanos(deviation) + pairing,
+            },
+        )))
+    }
+
+    fn settle(&self) -> Duration {
+        Duration::from_millis(1)
+    }
+}
+
+impl Drop for VulkanClock {
+    fn drop(&mut self) {
+        let device = &self.device;
+        if self.in_flight {
+            // SAFETY: the gate and fence are the clock's, live. A gate left
+            // closed (an open that failed) is opened, so that the wait ends.
+            let waited = unsafe {
+                let _ = device.set_event(self.gate);
+                device.wait_for_fences(
+                    &[self.fence],
+                    true,
+                    u64::try_from(DROP_WAIT.as_nanos()).unwrap_or(u64::MAX),
+                )
+            };
+            if let Err(err) = waited {
+                log::error!(
+                    "{}: the clock's last anchor submission did not complete ({err}); its \
+                     objects are left to the device rather than destroyed in use",
+                    crate::BACKEND
+                );
+                return;
+            }
+        }
+        // SAFETY: nothing of the clock's is in use; each handle is the
+        // clock's, destroyed once (null handles are ignored by Vulkan).
+        unsafe {
+            device.destroy_fence(self.fence, None);
+            for event in [self.gate, self.mark, self.done] {
+                device.destroy_event(event, None);
+            }
+            device.destroy_query_pool(self.queries, None);
+            device.destroy_command_pool(self.pool, None);
+        }
+    }
+}

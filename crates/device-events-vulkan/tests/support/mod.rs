@@ -1,0 +1,252 @@
+//! What the lavapipe checks share: a device (or the one line that says
+//! which command runs them), a runtime's own timestamps, and the exact
+//! truth of each (lavapipe stamps with the host's `CLOCK_MONOTONIC`).
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ash::vk;
+use device_events_core::backend::HostStamp;
+use device_events_core::{DriverError, StampClock};
+use device_events_vulkan::VulkanDevice;
+
+/// Set by `cargo xtask test`, which installs lavapipe: a missing driver
+/// then fails the run instead of skipping it.
+pub const NEEDED: &str = "DEVICE_EVENTS_NEED_VULKAN";
+
+/// The device, or `None` (after one line saying what runs these checks)
+/// where this machine has no Vulkan driver and the run did not ask for one.
+pub fn device() -> Option<Arc<VulkanDevice>> {
+    match VulkanDevice::open() {
+        // The truth of these checks is lavapipe's clock: another driver's
+        // ticks are not the host's.
+        Ok(device) if device.name().starts_with("llvmpipe") => Some(device),
+        Ok(device) if std::env::var_os(NEEDED).is_none() => {
+            println!(
+                "skipped: these checks need lavapipe, whose clock is the host's; found {}: `cargo xtask test` points the loader at lavapipe",
+                device.name()
+            );
+            None
+        }
+        Ok(device) => panic!(
+            "{NEEDED} is set, and the device is {}, not lavapipe",
+            device.name()
+        ),
+        Err(err) if std::env::var_os(NEEDED).is_none() => {
+            println!(
+                "skipped: needs a Vulkan driver (lavapipe); `cargo xtask test` installs and runs it ({err})"
+            );
+            None
+        }
+        Err(err) => panic!("{NEEDED} is set, and no Vulkan device opened: {err}"),
+    }
+}
+
+/// `instant`'s `CLOCK_MONOTONIC` reading in nanoseconds, exactly: on
+/// Linux an `Instant` is that clock's `timespec`, which its `Debug` shows.
+pub fn monotonic_ns(instant: Instant) -> i128 {
+    let text = format!("{instant:?}");
+    let field = |name: &str| -> i128 {
+        let start = text
+            .find(name)
+            .expect("an Instant's Debug names tv_sec and tv_nsec")
+            + name.len();
+        text[start..]
+            .trim_start_matches([':', ' '])
+            .split(|c: char| !c.is_ascii_digit())
+            .next()
+            .and_then(|digits| digits.parse().ok())
+            .expect("digits")
+    };
+    field("tv_sec") * 1_000_000_000 + field("tv_nsec")
+}
+
+/// Where lavapipe's stamp `ticks` (`CLOCK_MONOTONIC` ns) lies as an
+/// `Instant`: exact.
+pub fn truth(ticks: u64) -> Instant {
+    let now = Instant::now();
+    let ago = monotonic_ns(now) - i128::from(ticks);
+    let by = Duration::from_nanos(ago.unsigned_abs() as u64);
+    if ago >= 0 { now - by } else { now + by }
+}
+
+/// How far `placed` is from `truth`.
+pub fn error(placed: Instant, truth: Instant) -> Duration {
+    placed
+        .saturating_duration_since(truth)
+        .max(truth.saturating_duration_since(placed))
+}
+
+/// A runtime's own timestamps: a command buffer writing two stamps into
+/// a query pool of its own, submitted to the device's queue.
+pub struct Stamps {
+    device: Arc<VulkanDevice>,
+    pool: vk::CommandPool,
+    buffer: vk::CommandBuffer,
+    queries: vk::QueryPool,
+    fence: vk::Fence,
+}
+
+impl Stamps {
+    pub fn new(device: &Arc<VulkanDevice>) -> Self {
+        // SAFETY: the device is live (held by the `Arc`); each create info
+        // lives across its call.
+        device.with_queue(|raw, _| unsafe {
+            let pool = raw
+                .create_command_pool(
+                    &vk::CommandPoolCreateInfo::default()
+                        .queue_family_index(device.queue_family())
+                        .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER),
+                    None,
+                )
+                .unwrap();
+            let buffer = raw
+                .allocate_command_buffers(
+                    &vk::CommandBufferAllocateInfo::default()
+                        .command_pool(pool)
+                        .command_buffer_count(1),
+                )
+                .unwrap()[0];
+            let queries = raw
+                .create_query_pool(
+                    &vk::QueryPoolCreateInfo::default()
+                        .query_type(vk::QueryType::TIMESTAMP)
+                        .query_count(2),
+                    None,
+                )
+                .unwrap();
+            let fence = raw
+                .create_fence(&vk::FenceCreateInfo::default(), None)
+                .unwrap();
+            Self {
+                device: Arc::clone(device),
+                pool,
+                buffer,
+                queries,
+                fence,
+            }
+        })
+    }
+
+    /// Write a window's two stamps, `work` of copying apart, and read them
+    /// back once done.
+    pub fn window(&self) -> (u64, u64) {
+        // SAFETY: the objects are this runtime's, live, and not in use (the
+        // last submission's fence was waited for); the queue's lock is held.
+        self.device.with_queue(|raw, queue| unsafe {
+            raw.reset_command_buffer(self.buffer, vk::CommandBufferResetFlags::empty())
+                .unwrap();
+            raw.begin_command_buffer(self.buffer, &vk::CommandBufferBeginInfo::default())
+                .unwrap();
+            raw.cmd_reset_query_pool(self.buffer, self.queries, 0, 2);
+            raw.cmd_write_timestamp(
+                self.buffer,
+                vk::PipelineStageFlags::TOP_OF_PIPE,
+                self.queries,
+                0,
+            );
+            raw.cmd_write_timestamp(
+                self.buffer,
+                vk::PipelineStageFlags::BOTTOM_OF_PIPE,
+                self.queries,
+                1,
+            );
+            raw.end_command_buffer(self.buffer).unwrap();
+            let buffers = [self.buffer];
+            raw.queue_submit(
+                queue,
+                &[vk::SubmitInfo::default().command_buffers(&buffers)],
+                self.fence,
+            )
+            .unwrap();
+        });
+        let raw = &self.device;
+        // SAFETY: the fence and queries are this runtime's, live.
+        raw.with_queue(|raw, _| unsafe {
+            raw.wait_for_fences(&[self.fence], true, u64::MAX).unwrap();
+            raw.reset_fences(&[self.fence]).unwrap();
+            let mut ticks = [0_u64; 2];
+            raw.get_query_pool_results(self.queries, 0, &mut ticks, vk::QueryResultFlags::TYPE_64)
+                .unwrap();
+            (ticks[0], ticks[1])
+        })
+    }
+}
+
+impl Drop for Stamps {
+    fn drop(&mut self) {
+        // SAFETY: each object is this runtime's, destroyed once, and idle:
+        // every submission's fence was waited for.
+        self.device.with_queue(|raw, _| unsafe {
+            raw.destroy_fence(self.fence, None);
+            raw.destroy_query_pool(self.queries, None);
+            raw.destroy_command_pool(self.pool, None);
+        });
+    }
+}
+
+/// A clock laid over another: its ticks moved by `offset` and run `ppm`
+/// fast, so that a fit has a real drift to find on a real driver; and its
+/// pairing, if any, moved by `pairing_off` on the host clock.
+pub struct Skewed<C> {
+    pub inner: C,
+    pub offset: u64,
+    pub ppm: f64,
+    pub pairing_off: Duration,
+}
+
+impl<C> Skewed<C> {
+    pub fn new(inner: C) -> Self {
+        Self {
+            inner,
+            offset: 0,
+            ppm: 0.0,
+            pairing_off: Duration::ZERO,
+        }
+    }
+
+    /// The skewed ticks of the inner clock's `ticks`.
+    pub fn skew(&self, ticks: u64) -> u64 {
+        let scaled = ticks as f64 * (1.0 + self.ppm * 1e-6);
+        (scaled as u64).wrapping_add(self.offset)
+    }
+}
+
+impl<C: StampClock> StampClock for Skewed<C> {
+    fn period_ns(&self) -> f64 {
+        self.inner.period_ns()
+    }
+    fn queue_stamp(&mut self, gated: bool) -> Result<bool, DriverError> {
+        self.inner.queue_stamp(gated)
+    }
+    fn at_gate(&mut self) -> Result<bool, DriverError> {
+        self.inner.at_gate()
+    }
+    fn open_gate(&mut self) -> Result<(), DriverError> {
+        self.inner.open_gate()
+    }
+    fn stamp_written(&mut self) -> Result<bool, DriverError> {
+        self.inner.stamp_written()
+    }
+    fn stamp(&mut self) -> Result<u64, DriverError> {
+        let ticks = self.inner.stamp()?;
+        Ok(self.skew(ticks))
+    }
+    fn paired(&mut self) -> Result<Option<(u64, HostStamp)>, DriverError> {
+        let paired = self.inner.paired()?;
+        Ok(paired.map(|(ticks, stamp)| {
+            (
+                self.skew(ticks),
+                HostStamp {
+                    at: stamp.at + self.pairing_off,
+                    uncertainty: stamp.uncertainty,
+                },
+            )
+        }))
+    }
+    fn settle(&self) -> Duration {
+        self.inner.settle()
+    }
+}
