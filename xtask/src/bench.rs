@@ -125,7 +125,15 @@ fn probe_runs(args: &[&str], runs: usize, soft: &Path) -> Result<Vec<Value>> {
 
 fn probe(args: &[&str], soft: &Path) -> Result<Value> {
     let exe = root().join("target/release/bench-probe");
-    let output = soft_env(&mut Command::new(&exe), soft)
+    let mut command = Command::new(&exe);
+    if args.first() == Some(&"placement-vulkan") {
+        // Its truth is lavapipe's clock: the loader sees lavapipe alone.
+        let manifest = crate::lavapipe_manifest()?;
+        command
+            .env("VK_DRIVER_FILES", &manifest)
+            .env("VK_ICD_FILENAMES", &manifest);
+    }
+    let output = soft_env(&mut command, soft)
         .args(args)
         .output()
         .with_context(|| format!("running {}", exe.display()))?;
@@ -295,6 +303,13 @@ pub(crate) fn bench() -> Result<()> {
     let blocking = placement_runs(&["placement", &seconds, "--blocking"], &soft)?;
     crate::ensure_pocl()?;
     let pocl = placement_runs(&["placement-opencl", &seconds], &soft)?;
+    eprintln!(
+        "xtask: placement on lavapipe (Vulkan on the CPU, stamps on CLOCK_MONOTONIC: exact \
+         truth): bracket, gated, calibrated; then with the clock offset and drifting 100 ppm"
+    );
+    crate::ensure_lavapipe()?;
+    let lavapipe = placement_runs(&["placement-vulkan", &seconds], &soft)?;
+    let lavapipe_skewed = placement_runs(&["placement-vulkan", &seconds, "--skewed"], &soft)?;
     eprintln!("xtask: answering windows: behind another window, and a thousand pending");
     let answering = probe(&["answer"], &soft)?;
     eprintln!(
@@ -439,6 +454,7 @@ pub(crate) fn bench() -> Result<()> {
         "placement": {
             "software_driver": { "spinning": spinning, "blocking_sync": blocking },
             "pocl": { "blocking": pocl },
+            "lavapipe": { "exact_clock": lavapipe, "offset_100_ppm": lavapipe_skewed },
             "goals_us": { "median": 0.5, "p99": 2.0, "worst": 10.0 },
             "note": "each figure: the median of the runs, their spread (largest - smallest) and each run; \
                      error of both ends of every window against the driver's own truth, µs",
@@ -683,6 +699,14 @@ fn print_table(r: &Value) {
             &r["placement"]["software_driver"]["blocking_sync"],
         ),
         ("PoCL / blocking", &r["placement"]["pocl"]["blocking"]),
+        (
+            "lavapipe / exact clock",
+            &r["placement"]["lavapipe"]["exact_clock"],
+        ),
+        (
+            "lavapipe / offset, 100 ppm",
+            &r["placement"]["lavapipe"]["offset_100_ppm"],
+        ),
     ];
     for (driver, p) in drivers {
         for (gating, fits) in p.as_object().into_iter().flatten() {
@@ -711,7 +735,9 @@ fn print_table(r: &Value) {
     println!(
         "the software driver's clock drifts 100 ppm: with the fit off, anchors stand alone at \
          rate 1 for a second, so drift dominates; PoCL's device is the CPU, its truth each \
-         marker's CL_PROFILING_COMMAND_END (CLOCK_MONOTONIC_RAW) mapped to CLOCK_MONOTONIC"
+         marker's CL_PROFILING_COMMAND_END (CLOCK_MONOTONIC_RAW) mapped to CLOCK_MONOTONIC; \
+         lavapipe's device is the CPU, its truth each timestamp (CLOCK_MONOTONIC, exact), its \
+         driver_clock the calibrated timestamps held against a bracket"
     );
     let a = &r["answering"];
     let late_p99 = f(&a["head_of_line"]["late_p99_us"]);

@@ -453,6 +453,14 @@ fn placement(r: &Value) -> String {
             &p["software_driver"]["blocking_sync"],
         ),
         ("PoCL", &p["pocl"]["blocking"]),
+        (
+            "lavapipe (Vulkan), exact clock",
+            &p["lavapipe"]["exact_clock"],
+        ),
+        (
+            "lavapipe (Vulkan), offset and 100 ppm laid over",
+            &p["lavapipe"]["offset_100_ppm"],
+        ),
     ] {
         for (anchor, name) in [
             ("driver_clock", "driver clock"),

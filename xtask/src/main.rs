@@ -203,10 +203,15 @@ fn test() -> Result<()> {
     )?;
     // Its placement tests print what they measured (the fit against no
     // fit, every setting's error): shown, as CI's record of them.
+    let manifest = lavapipe_manifest()?;
     run(
-        "placement truth on PoCL",
+        "placement truth on PoCL and lavapipe",
         soft_env(
-            cargo().args(["test", "--package", BENCH_PACKAGE, "--", "--show-output"]),
+            cargo()
+                .args(["test", "--package", BENCH_PACKAGE, "--", "--show-output"])
+                .env("DEVICE_EVENTS_NEED_VULKAN", "1")
+                .env("VK_DRIVER_FILES", &manifest)
+                .env("VK_ICD_FILENAMES", &manifest),
             &soft,
         ),
     )?;

@@ -6,6 +6,7 @@ pub mod answer;
 pub mod cubecl;
 pub mod fence_cost;
 pub mod gpu;
+pub mod lavapipe;
 pub mod placement;
 pub mod pocl;
 pub mod preflight;

@@ -76,6 +76,14 @@ enum What {
     /// Placement against PoCL's marker times, drift correction on and off,
     /// `seconds` each.
     PlacementOpencl { seconds: u64 },
+    /// Placement of a runtime's own Vulkan timestamps on lavapipe against
+    /// its exact clock: bracket, gated, calibrated; `--skewed` moves the
+    /// clock by 123 s and runs it 100 ppm fast. `seconds` each.
+    PlacementVulkan {
+        seconds: u64,
+        #[arg(long)]
+        skewed: bool,
+    },
     /// How late windows are answered with another pending ahead of them,
     /// and the CPU the process spends while a thousand pend.
     Answer,
@@ -1101,6 +1109,20 @@ fn main() {
                 "soft_blocking": row(device_events_bench::wait::soft_cuda(soft, &pair, true)),
                 "pocl": row(device_events_bench::pocl::wait_cost()),
             })
+        }
+        What::PlacementVulkan { seconds, skewed } => {
+            use device_events_bench::lavapipe;
+            let device = lavapipe::device().unwrap_or_else(|| panic!("no lavapipe device"));
+            let sessions = lavapipe::sessions();
+            let configs: Vec<_> = sessions.iter().map(|(_, c)| *c).collect();
+            let measured = lavapipe::placement(&device, seconds, &configs, skewed);
+            let mut report = serde_json::Map::new();
+            report.insert("seconds".into(), json!(seconds));
+            report.insert("device".into(), json!(device.name()));
+            for ((key, _), errors) in sessions.iter().zip(measured) {
+                report.insert((*key).into(), errors_json(&errors));
+            }
+            serde_json::Value::Object(report)
         }
         What::PlacementOpencl { seconds } => {
             use device_events_core::ProfilerConfig;

@@ -1,16 +1,19 @@
-//! What the lavapipe checks share: a device (or the one line that says
-//! which command runs them), a runtime's own timestamps, and the exact
-//! truth of each (lavapipe stamps with the host's `CLOCK_MONOTONIC`).
+//! Placement truth on lavapipe, Mesa's Vulkan driver on the CPU, whose
+//! timestamps are the host's `CLOCK_MONOTONIC` in nanoseconds: the exact
+//! host time of every stamp is known. A runtime's own timestamps, placed
+//! through [`ClockPlacer`]s taking turns, each end against that truth.
 
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ash::vk;
 use device_events_core::backend::HostStamp;
-use device_events_core::{DriverError, StampClock};
-use device_events_vulkan::VulkanDevice;
+use device_events_core::{ClockPlacer, DriverError, ProfilerConfig, StampClock};
+use device_events_vulkan::{VulkanClock, VulkanDevice};
+
+use crate::placement::Errors;
 
 /// Set by `cargo xtask test`, which installs lavapipe: a missing driver
 /// then fails the run instead of skipping it.
@@ -90,6 +93,7 @@ pub struct Stamps {
 }
 
 impl Stamps {
+    /// The runtime's command buffer, query pool and fence on `device`.
     pub fn new(device: &Arc<VulkanDevice>) -> Self {
         // SAFETY: the device is live (held by the `Arc`); each create info
         // lives across its call.
@@ -130,8 +134,8 @@ impl Stamps {
         })
     }
 
-    /// Write a window's two stamps, `work` of copying apart, and read them
-    /// back once done.
+    /// Write a window's two stamps (the top and the bottom of one command
+    /// buffer) and read them back once done.
     pub fn window(&self) -> (u64, u64) {
         // SAFETY: the objects are this runtime's, live, and not in use (the
         // last submission's fence was waited for); the queue's lock is held.
@@ -191,13 +195,18 @@ impl Drop for Stamps {
 /// fast, so that a fit has a real drift to find on a real driver; and its
 /// pairing, if any, moved by `pairing_off` on the host clock.
 pub struct Skewed<C> {
+    /// The clock laid over.
     pub inner: C,
+    /// Ticks added to every stamp.
     pub offset: u64,
+    /// How fast the skewed clock runs, in parts per million.
     pub ppm: f64,
+    /// How late on the host clock the driver's pairing is moved.
     pub pairing_off: Duration,
 }
 
 impl<C> Skewed<C> {
+    /// `inner`, unmoved.
     pub fn new(inner: C) -> Self {
         Self {
             inner,
@@ -249,4 +258,71 @@ impl<C: StampClock> StampClock for Skewed<C> {
     fn settle(&self) -> Duration {
         self.inner.settle()
     }
+}
+
+/// Windows of a runtime's own stamps for `seconds`, one placer per entry
+/// of `configs` taking turns (each round in another order), a window
+/// about every millisecond; each placer re-anchors when due. With
+/// `skewed`, every placer's clock is moved by 123 s and runs 100 ppm fast,
+/// so that the fit meets a real drift on a real driver.
+pub fn placement(
+    device: &Arc<VulkanDevice>,
+    seconds: u64,
+    configs: &[ProfilerConfig],
+    skewed: bool,
+) -> Vec<Errors> {
+    let stamps = Stamps::new(device);
+    let mut placers: Vec<_> = configs
+        .iter()
+        .map(|config| {
+            let mut clock = Skewed::new(VulkanClock::new(device).unwrap());
+            if skewed {
+                clock.offset = 123_000_000_000;
+                clock.ppm = 100.0;
+            }
+            ClockPlacer::new(clock, *config)
+        })
+        .collect();
+    let mut errors: Vec<Errors> = configs.iter().map(|_| Errors::default()).collect();
+    let end = Instant::now() + Duration::from_secs(seconds);
+    let mut round = 0;
+    while Instant::now() < end {
+        for turn in 0..placers.len() {
+            let which = (turn + round) % placers.len();
+            let placer = &mut placers[which];
+            if placer.due() {
+                placer.calibrate().unwrap();
+            }
+            let (start, stop) = stamps.window();
+            let clock = placer.clock();
+            let window = placer
+                .place_window(clock.skew(start), clock.skew(stop))
+                .expect("a window near its anchor is placed");
+            errors[which].windows += 1;
+            for (placed, ticks) in [(window.start, start), (window.end, stop)] {
+                let error = error(placed, truth(ticks)).as_nanos() as u64;
+                // The truth is exact: no slack for its pairing.
+                errors[which].add(error, window.uncertainty, 0);
+            }
+            std::thread::sleep(Duration::from_micros(1_000 / placers.len() as u64));
+        }
+        round += 1;
+    }
+    errors.into_iter().map(Errors::finish).collect()
+}
+
+/// The sessions lavapipe is measured with, by key: a bracket, a gated
+/// bracket, and the driver's calibrated timestamps checked against a
+/// bracket; the fit on.
+pub fn sessions() -> Vec<(&'static str, ProfilerConfig)> {
+    let config = |gated_anchor, driver_clock| ProfilerConfig {
+        gated_anchor,
+        driver_clock,
+        ..ProfilerConfig::default()
+    };
+    vec![
+        ("ungated_fit_on", config(false, false)),
+        ("gated_fit_on", config(true, false)),
+        ("driver_clock_fit_on", config(false, true)),
+    ]
 }
