@@ -1,9 +1,12 @@
 //! One device's timestamp clock, for [`ClockPlacer`]: each anchor stamp is
-//! a command buffer of this crate's own, submitted to a queue of the
-//! device, that writes one timestamp, behind a gate (a `VkEvent` the host
-//! sets) where asked, with a mark (an event the device sets) just ahead of
-//! the gate and another just after the stamp, so the host learns without
-//! waiting when the device got to each.
+//! a command buffer of this crate's own, submitted to the runtime's queue,
+//! that writes one timestamp and then sets an event, so the host learns
+//! without waiting when the device wrote it.
+//!
+//! No gate: a `VkEvent` the host sets after the command buffer waiting on
+//! it was submitted is outside the specification ("the application must
+//! signal the event before submitting the command buffer", `vkSetEvent`),
+//! and lavapipe's queue thread spins on such a wait.
 //!
 //! [`ClockPlacer`]: device_events_core::ClockPlacer
 
@@ -20,6 +23,9 @@ use crate::status::{check, error};
 /// How long a dropped clock waits for its last anchor submission before it
 /// leaves its objects to the device rather than destroy them in use.
 const DROP_WAIT: Duration = Duration::from_secs(10);
+/// How long the next stamp waits for the last one's fence once its stamp
+/// is written: the batch's end, microseconds after.
+const SETTLE_WAIT: Duration = Duration::from_millis(100);
 
 /// A Vulkan device's timestamp clock: the [`StampClock`] a
 /// [`ClockPlacer`](device_events_core::ClockPlacer) anchors, and the
@@ -42,15 +48,15 @@ pub struct VulkanClock {
     device: ash::Device,
     queue: Queue,
     pool: vk::CommandPool,
-    /// Pre-recorded: `[ungated, gated]`.
-    buffers: [vk::CommandBuffer; 2],
+    /// Pre-recorded: write the stamp, then set `done`.
+    buffer: vk::CommandBuffer,
     queries: vk::QueryPool,
-    gate: vk::Event,
-    mark: vk::Event,
     done: vk::Event,
     fence: vk::Fence,
     /// A submission not yet seen complete: its objects are in use.
     in_flight: bool,
+    /// The device wrote the last stamp (`done` was seen set).
+    written: bool,
     period_ns: f64,
     valid_bits: u32,
     calibrated: Option<ash::ext::calibrated_timestamps::Device>,
@@ -94,22 +100,27 @@ impl VulkanClock {
     }
 
     /// A clock on a runtime's own device, anchored through `queue` of
-    /// `family` (the queue whose timestamps the runtime places, or any of
-    /// the device's: a device's timestamps share one clock).
+    /// `family`: the queue whose timestamps the runtime places (timestamps
+    /// written on different queues need not be comparable).
     /// `calibrated_timestamps`: whether the device was created with
     /// `VK_EXT_calibrated_timestamps` enabled.
     ///
     /// # Safety
     ///
-    /// `instance`, `physical`, `device` and `queue` are live and of one
-    /// another, and stay live until the clock is dropped; no other thread
-    /// uses `queue` while this clock calibrates or is dropped (Vulkan's
-    /// external synchronisation of a queue).
+    /// - `entry` is the loader `instance` came from, `physical` is one of
+    ///   `instance`'s, `device` was made from `physical` with a queue of
+    ///   `family`, and `queue` is that queue;
+    /// - with `calibrated_timestamps`, the device enabled
+    ///   `VK_EXT_calibrated_timestamps`;
+    /// - all of them stay live until the clock is dropped, and no other
+    ///   thread uses `queue` during any call on the clock or its drop
+    ///   (Vulkan's external synchronisation of a queue).
     ///
     /// # Errors
     ///
     /// The driver's error when an object of the clock could not be made;
-    /// [`ErrorKind::NoDevice`] for a queue family without timestamps.
+    /// [`ErrorKind::NoDevice`] for a queue family without timestamps, or
+    /// neither graphics nor compute.
     pub unsafe fn from_raw(
         entry: &ash::Entry,
         instance: &ash::Instance,
@@ -156,29 +167,41 @@ impl VulkanClock {
                 instance.get_physical_device_queue_family_properties(physical),
             )
         };
-        let valid_bits = families
-            .get(family as usize)
-            .map_or(0, |f| f.timestamp_valid_bits);
-        if valid_bits == 0 || properties.limits.timestamp_period <= 0.0 {
+        let Some(properties_of_family) = families.get(family as usize) else {
+            return Err(DriverError::refused(
+                crate::BACKEND,
+                "vkGetPhysicalDeviceQueueFamilyProperties",
+                ErrorKind::InvalidHandle,
+                "no such queue family on the device",
+            ));
+        };
+        let valid_bits = properties_of_family.timestamp_valid_bits;
+        let period = properties.limits.timestamp_period;
+        // Resetting queries and setting events need a graphics or compute
+        // pool.
+        let flags = vk::QueueFlags::GRAPHICS | vk::QueueFlags::COMPUTE;
+        if valid_bits == 0
+            || !(period.is_finite() && period > 0.0)
+            || !properties_of_family.queue_flags.intersects(flags)
+        {
             return Err(DriverError::refused(
                 crate::BACKEND,
                 "vkGetPhysicalDeviceQueueFamilyProperties",
                 ErrorKind::NoDevice,
-                "the queue family writes no timestamps (timestampValidBits 0)",
+                "the queue family writes no timestamps, or is neither graphics nor compute",
             ));
         }
         let mut clock = Self {
             device,
             queue,
             pool: vk::CommandPool::null(),
-            buffers: [vk::CommandBuffer::null(); 2],
+            buffer: vk::CommandBuffer::null(),
             queries: vk::QueryPool::null(),
-            gate: vk::Event::null(),
-            mark: vk::Event::null(),
             done: vk::Event::null(),
             fence: vk::Fence::null(),
             in_flight: false,
-            period_ns: f64::from(properties.limits.timestamp_period),
+            written: false,
+            period_ns: f64::from(period),
             valid_bits,
             calibrated,
         };
@@ -204,15 +227,17 @@ impl VulkanClock {
                     None,
                 ),
             )?;
-            let buffers = check(
+            self.buffer = check(
                 "vkAllocateCommandBuffers",
                 device.allocate_command_buffers(
                     &vk::CommandBufferAllocateInfo::default()
                         .command_pool(self.pool)
-                        .command_buffer_count(2),
+                        .command_buffer_count(1),
                 ),
-            )?;
-            self.buffers = [buffers[0], buffers[1]];
+            )?
+            .first()
+            .copied()
+            .unwrap_or_default();
             self.queries = check(
                 "vkCreateQueryPool",
                 device.create_query_pool(
@@ -222,57 +247,55 @@ impl VulkanClock {
                     None,
                 ),
             )?;
-            for event in [&mut self.gate, &mut self.mark, &mut self.done] {
-                *event = check(
-                    "vkCreateEvent",
-                    device.create_event(&vk::EventCreateInfo::default(), None),
-                )?;
-            }
+            self.done = check(
+                "vkCreateEvent",
+                device.create_event(&vk::EventCreateInfo::default(), None),
+            )?;
             self.fence = check(
                 "vkCreateFence",
                 device.create_fence(&vk::FenceCreateInfo::default(), None),
             )?;
-            for (gated, buffer) in [(false, self.buffers[0]), (true, self.buffers[1])] {
-                check(
-                    "vkBeginCommandBuffer",
-                    device.begin_command_buffer(buffer, &vk::CommandBufferBeginInfo::default()),
-                )?;
-                device.cmd_reset_query_pool(buffer, self.queries, 0, 1);
-                if gated {
-                    device.cmd_set_event(buffer, self.mark, vk::PipelineStageFlags::BOTTOM_OF_PIPE);
-                    // A host-set event: the source stage is HOST.
-                    device.cmd_wait_events(
-                        buffer,
-                        &[self.gate],
-                        vk::PipelineStageFlags::HOST,
-                        vk::PipelineStageFlags::ALL_COMMANDS,
-                        &[],
-                        &[],
-                        &[],
-                    );
-                }
-                device.cmd_write_timestamp(
-                    buffer,
-                    vk::PipelineStageFlags::BOTTOM_OF_PIPE,
-                    self.queries,
-                    0,
-                );
-                device.cmd_set_event(buffer, self.done, vk::PipelineStageFlags::BOTTOM_OF_PIPE);
-                check("vkEndCommandBuffer", device.end_command_buffer(buffer))?;
-            }
+            let buffer = self.buffer;
+            check(
+                "vkBeginCommandBuffer",
+                device.begin_command_buffer(buffer, &vk::CommandBufferBeginInfo::default()),
+            )?;
+            device.cmd_reset_query_pool(buffer, self.queries, 0, 1);
+            device.cmd_write_timestamp(
+                buffer,
+                vk::PipelineStageFlags::BOTTOM_OF_PIPE,
+                self.queries,
+                0,
+            );
+            device.cmd_set_event(buffer, self.done, vk::PipelineStageFlags::BOTTOM_OF_PIPE);
+            check("vkEndCommandBuffer", device.end_command_buffer(buffer))?;
         }
         Ok(())
     }
 
     /// Whether the last submission is complete; then nothing of the
-    /// clock's is in use.
+    /// clock's is in use. Once its stamp is written, the fence follows
+    /// within the batch's end: waited for, up to [`SETTLE_WAIT`].
     fn settled(&mut self) -> Result<bool, DriverError> {
         if self.in_flight {
+            let wait = if self.written {
+                SETTLE_WAIT
+            } else {
+                Duration::ZERO
+            };
             // SAFETY: the fence is the clock's, live.
-            let done = check("vkGetFenceStatus", unsafe {
-                self.device.get_fence_status(self.fence)
-            })?;
-            self.in_flight = !done;
+            let waited = unsafe {
+                self.device.wait_for_fences(
+                    &[self.fence],
+                    true,
+                    u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX),
+                )
+            };
+            match waited {
+                Ok(()) => self.in_flight = false,
+                Err(vk::Result::TIMEOUT) => {}
+                Err(code) => return Err(error("vkWaitForFences", code)),
+            }
         }
         Ok(!self.in_flight)
     }
@@ -328,7 +351,7 @@ impl StampClock for VulkanClock {
         self.valid_bits
     }
 
-    fn queue_stamp(&mut self, gated: bool) -> Result<bool, DriverError> {
+    fn queue_stamp(&mut self, _gated: bool) -> Result<bool, DriverError> {
         if !self.settled()? {
             return Err(DriverError::refused(
                 crate::BACKEND,
@@ -337,16 +360,13 @@ impl StampClock for VulkanClock {
                 "the previous anchor stamp is still queued",
             ));
         }
-        let buffer = self.buffers[usize::from(gated)];
         // SAFETY: nothing of the clock's is in use (its last submission is
         // complete); the queue is live and unshared during the submit: the
         // owned device's lock is held, or the caller's contract.
         unsafe {
             check("vkResetFences", self.device.reset_fences(&[self.fence]))?;
-            for event in [self.gate, self.mark, self.done] {
-                check("vkResetEvent", self.device.reset_event(event))?;
-            }
-            let buffers = [buffer];
+            check("vkResetEvent", self.device.reset_event(self.done))?;
+            let buffers = [self.buffer];
             let submit = [vk::SubmitInfo::default().command_buffers(&buffers)];
             let submitted = match &self.queue {
                 Queue::Owned(owner) => owner
@@ -356,33 +376,35 @@ impl StampClock for VulkanClock {
             check("vkQueueSubmit", submitted)?;
         }
         self.in_flight = true;
-        Ok(gated)
-    }
-
-    fn at_gate(&mut self) -> Result<bool, DriverError> {
-        self.event_set("vkGetEventStatus", self.mark)
-    }
-
-    fn open_gate(&mut self) -> Result<(), DriverError> {
-        // SAFETY: the gate is the clock's, live; the host may set an event
-        // a pending command buffer waits on.
-        check("vkSetEvent", unsafe { self.device.set_event(self.gate) })
+        self.written = false;
+        Ok(false)
     }
 
     fn stamp_written(&mut self) -> Result<bool, DriverError> {
-        self.event_set("vkGetEventStatus", self.done)
+        if self.in_flight && !self.written {
+            self.written = self.event_set("vkGetEventStatus", self.done)?;
+        }
+        Ok(self.written)
     }
 
     fn stamp(&mut self) -> Result<u64, DriverError> {
+        if !self.written {
+            return Err(DriverError::refused(
+                crate::BACKEND,
+                "vkGetQueryPoolResults",
+                ErrorKind::NotReady,
+                "no stamp written since the last submission",
+            ));
+        }
         let mut ticks = [0_u64];
-        // SAFETY: the query is the clock's; the device wrote it (the event
-        // set after it is), so the wait returns at once.
+        // SAFETY: the query is the clock's, and the device wrote it (the
+        // event set after it is): it is available, asked without waiting.
         check("vkGetQueryPoolResults", unsafe {
             self.device.get_query_pool_results(
                 self.queries,
                 0,
                 &mut ticks,
-                vk::QueryResultFlags::TYPE_64 | vk::QueryResultFlags::WAIT,
+                vk::QueryResultFlags::TYPE_64,
             )
         })?;
         Ok(ticks[0] & self.mask())
@@ -415,42 +437,74 @@ impl StampClock for VulkanClock {
             },
         )))
     }
-
-    fn settle(&self) -> Duration {
-        Duration::from_millis(1)
-    }
 }
 
 impl Drop for VulkanClock {
     fn drop(&mut self) {
-        let device = &self.device;
+        let objects = Objects {
+            pool: self.pool,
+            queries: self.queries,
+            done: self.done,
+            fence: self.fence,
+        };
         if self.in_flight {
-            // SAFETY: the gate and fence are the clock's, live. A gate left
-            // closed (an open that failed) is opened, so that the wait ends.
+            // SAFETY: the fence is the clock's, live.
             let waited = unsafe {
-                let _ = device.set_event(self.gate);
-                device.wait_for_fences(
+                self.device.wait_for_fences(
                     &[self.fence],
                     true,
                     u64::try_from(DROP_WAIT.as_nanos()).unwrap_or(u64::MAX),
                 )
             };
-            if let Err(err) = waited {
-                log::error!(
-                    "{}: the clock's last anchor submission did not complete ({err}); its \
-                     objects are left to the device rather than destroyed in use",
-                    crate::BACKEND
-                );
+            // A lost device ends every wait, and its objects may be
+            // destroyed.
+            if let Err(err) = waited.or_else(|code| match code {
+                vk::Result::ERROR_DEVICE_LOST => Ok(()),
+                code => Err(code),
+            }) {
+                match &self.queue {
+                    Queue::Owned(owner) => {
+                        log::error!(
+                            "{}: the clock's last anchor submission did not complete ({err}); \
+                             its objects are destroyed with the device, once it is idle",
+                            crate::BACKEND
+                        );
+                        owner.leave(objects);
+                    }
+                    Queue::Raw(_) => log::error!(
+                        "{}: the clock's last anchor submission did not complete ({err}); its \
+                         objects are left to the device rather than destroyed in use",
+                        crate::BACKEND
+                    ),
+                }
                 return;
             }
         }
         // SAFETY: nothing of the clock's is in use; each handle is the
-        // clock's, destroyed once (null handles are ignored by Vulkan).
+        // clock's, destroyed once here.
+        unsafe { objects.destroy(&self.device) };
+    }
+}
+
+/// The objects a clock makes, destroyed together.
+pub(crate) struct Objects {
+    pool: vk::CommandPool,
+    queries: vk::QueryPool,
+    done: vk::Event,
+    fence: vk::Fence,
+}
+
+impl Objects {
+    /// # Safety
+    ///
+    /// `device` made them, and none is in use: no submission that names
+    /// them is pending.
+    pub(crate) unsafe fn destroy(self, device: &ash::Device) {
+        // SAFETY: the caller's contract; null handles (a clock whose making
+        // failed half-way) are ignored by Vulkan.
         unsafe {
             device.destroy_fence(self.fence, None);
-            for event in [self.gate, self.mark, self.done] {
-                device.destroy_event(event, None);
-            }
+            device.destroy_event(self.done, None);
             device.destroy_query_pool(self.queries, None);
             device.destroy_command_pool(self.pool, None);
         }

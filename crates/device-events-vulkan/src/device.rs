@@ -36,6 +36,9 @@ pub struct VulkanDevice {
     /// asks the host to synchronise a queue's use.
     pub(crate) queue: Mutex<vk::Queue>,
     pub(crate) calibrated: bool,
+    /// Objects of clocks dropped while the device still used them:
+    /// destroyed once it is idle, before it is.
+    leftovers: Mutex<Vec<crate::clock::Objects>>,
     name: String,
     pub(crate) entry: ash::Entry,
 }
@@ -83,6 +86,7 @@ impl VulkanDevice {
                     family,
                     queue: Mutex::new(queue),
                     calibrated,
+                    leftovers: Mutex::new(Vec::new()),
                     name,
                     entry,
                 }))
@@ -113,6 +117,11 @@ impl VulkanDevice {
         self.family
     }
 
+    /// Keep a dropped clock's `objects` until the device is idle.
+    pub(crate) fn leave(&self, objects: crate::clock::Objects) {
+        self.leftovers.lock().push(objects);
+    }
+
     #[allow(clippy::type_complexity)]
     fn first_device(
         instance: &ash::Instance,
@@ -138,9 +147,17 @@ impl VulkanDevice {
                 |n| n.to_string_lossy().into_owned(),
             );
             // SAFETY: as above.
-            let extensions = check("vkEnumerateDeviceExtensionProperties", unsafe {
-                instance.enumerate_device_extension_properties(physical)
-            })?;
+            let extensions =
+                match unsafe { instance.enumerate_device_extension_properties(physical) } {
+                    Ok(extensions) => extensions,
+                    Err(err) => {
+                        log::warn!(
+                            "{}: {name}'s extensions could not be listed ({err}); next device",
+                            crate::BACKEND
+                        );
+                        continue;
+                    }
+                };
             let calibrated = extensions
                 .iter()
                 .any(|e| e.extension_name_as_c_str() == Ok(ash::ext::calibrated_timestamps::NAME));
@@ -180,6 +197,9 @@ impl Drop for VulkanDevice {
         unsafe {
             if let Err(err) = self.device.device_wait_idle() {
                 log::error!("{}: vkDeviceWaitIdle before destroy: {err}", crate::BACKEND);
+            }
+            for objects in self.leftovers.get_mut().drain(..) {
+                objects.destroy(&self.device);
             }
             self.device.destroy_device(None);
             self.instance.destroy_instance(None);

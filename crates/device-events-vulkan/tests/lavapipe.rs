@@ -41,42 +41,39 @@ fn lavapipes_clock_counts_nanoseconds_on_64_bits() {
 }
 
 #[test]
-fn a_gated_stamp_waits_for_the_host_to_open_its_gate() {
+fn a_gated_anchor_is_queued_without_a_gate() {
+    // A `VkEvent` set by the host after its waiter was submitted is outside
+    // the specification: the clock offers no gate.
     let Some(device) = lavapipe() else { return };
     let mut clock = VulkanClock::new(&device).unwrap();
-    assert!(clock.queue_stamp(true).unwrap(), "lavapipe has a gate");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while !clock.at_gate().unwrap() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the gate's mark never set"
-        );
-        std::thread::yield_now();
-    }
-    std::thread::sleep(std::time::Duration::from_millis(20));
-    assert!(
-        !clock.stamp_written().unwrap(),
-        "stamped through a closed gate"
-    );
-    clock.open_gate().unwrap();
-    while !clock.stamp_written().unwrap() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "never stamped once opened"
-        );
-        std::thread::yield_now();
-    }
-    assert!(clock.stamp().unwrap() > 0);
+    assert!(!clock.queue_stamp(true).unwrap());
 }
 
 #[test]
-fn a_clock_dropped_with_its_gate_closed_opens_it_and_releases() {
+fn a_stamp_is_not_read_before_the_device_wrote_it() {
     let Some(device) = lavapipe() else { return };
     let mut clock = VulkanClock::new(&device).unwrap();
-    clock.queue_stamp(true).unwrap();
+    let err = clock.stamp().unwrap_err();
+    assert_eq!(err.kind(), device_events_core::ErrorKind::NotReady, "{err}");
+}
+
+#[test]
+fn anchor_after_anchor_reuses_the_clocks_objects() {
+    let Some(device) = lavapipe() else { return };
+    let mut placer = ClockPlacer::new(VulkanClock::new(&device).unwrap(), config(false, false));
+    for _ in 0..50 {
+        placer.calibrate().unwrap();
+    }
+}
+
+#[test]
+fn a_clock_dropped_with_a_stamp_in_flight_waits_for_it_and_releases() {
+    let Some(device) = lavapipe() else { return };
+    let mut clock = VulkanClock::new(&device).unwrap();
+    clock.queue_stamp(false).unwrap();
     drop(clock);
     // The queue is free again: another clock anchors behind it.
-    let mut placer = ClockPlacer::new(VulkanClock::new(&device).unwrap(), config(true, false));
+    let mut placer = ClockPlacer::new(VulkanClock::new(&device).unwrap(), config(false, false));
     placer.calibrate().unwrap();
 }
 

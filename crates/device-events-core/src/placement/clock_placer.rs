@@ -27,9 +27,10 @@ use crate::{DriverError, ErrorKind, ProfilerConfig};
 /// taken on the thread that calls [`calibrate`](Self::calibrate).
 ///
 /// Of [`ProfilerConfig`], it reads `anchor_max_age`, `calibration_samples`,
-/// `host_clock`, `max_anchor_distance`, `drift_correction`, `gated_anchor`
-/// and `driver_clock` (the driver's own pairing, checked); the resolution
-/// of every stamp is one tick of the clock.
+/// `host_clock`, `max_anchor_distance` (within half the clock's span),
+/// `drift_correction`, `gated_anchor`, `gate_settle` and `driver_clock` (the
+/// driver's own pairing, checked); the resolution of every stamp is one
+/// tick of the clock.
 ///
 /// ```
 /// use device_events_core::{ClockPlacer, DriverError, ProfilerConfig, StampClock};
@@ -68,8 +69,9 @@ pub struct ClockPlacer<C: StampClock> {
     config: ProfilerConfig,
     fit: DriftFit,
     anchor: Option<ClockAnchor>,
-    /// Where the fit's device positions are measured from.
+    /// Where the fit's device positions are measured from, and when.
     base_ticks: u64,
+    base_measured: Option<Instant>,
     refused_pairings: u64,
 }
 
@@ -77,7 +79,6 @@ pub struct ClockPlacer<C: StampClock> {
 struct ClockAnchor {
     ticks: u64,
     line: HostLine,
-    measured: Instant,
     stale_after: Option<Instant>,
 }
 
@@ -98,6 +99,7 @@ impl<C: StampClock> ClockPlacer<C> {
             fit: DriftFit::new(tick),
             anchor: None,
             base_ticks: 0,
+            base_measured: None,
             refused_pairings: 0,
         }
     }
@@ -154,7 +156,10 @@ impl<C: StampClock> ClockPlacer<C> {
             match self.clock.paired() {
                 Ok(Some((ticks, stamp))) => {
                     if self.agrees(ticks, stamp, &bracket) {
-                        point = (ticks, stamp.at, stamp.uncertainty);
+                        // Only where it is the narrower of the two.
+                        if stamp.uncertainty < bracket.width / 2 {
+                            point = (ticks, stamp.at, stamp.uncertainty);
+                        }
                     } else {
                         self.refused_pairings += 1;
                         log::warn!(
@@ -168,16 +173,18 @@ impl<C: StampClock> ClockPlacer<C> {
             }
         }
         let (ticks, measured, half_width) = point;
-        let restart = self.anchor.is_none_or(|anchor| {
-            // A clock that wraps is read unambiguously only within half
-            // its span.
-            let (after, before) = self.offset_ns(ticks, anchor.ticks);
-            measured.saturating_duration_since(anchor.measured) >= self.half_span()
-                || after.max(before) >= nanos(self.half_span())
+        // A clock that wraps is read unambiguously only within half its
+        // span: the fit starts afresh before its base is that far.
+        let half_span = self.half_span();
+        let restart = self.base_measured.is_none_or(|base| {
+            let (after, before) = self.offset_ns(ticks, self.base_ticks);
+            measured.saturating_duration_since(base) >= half_span / 2
+                || after.max(before) >= nanos(half_span / 2)
         });
         if restart {
             self.fit.restart();
             self.base_ticks = ticks;
+            self.base_measured = Some(measured);
         }
         let (after, before) = self.offset_ns(ticks, self.base_ticks);
         let device_ns = after as f64 - before as f64;
@@ -195,7 +202,6 @@ impl<C: StampClock> ClockPlacer<C> {
         self.anchor = Some(ClockAnchor {
             ticks,
             line: HostLine::of(&placement),
-            measured,
             stale_after: measured.checked_add(placement.max_age),
         });
         Ok(())
@@ -208,7 +214,7 @@ impl<C: StampClock> ClockPlacer<C> {
         let anchor = self.anchor?;
         let (after, before) = self.offset_ns(ticks, anchor.ticks);
         let offset = after.max(before);
-        if offset > nanos(self.config.max_anchor_distance) {
+        if offset > nanos(self.max_distance()) {
             return None;
         }
         let at = if before == 0 {
@@ -239,7 +245,7 @@ impl<C: StampClock> ClockPlacer<C> {
         }
         let (after, before) = self.offset_ns(start, anchor.ticks);
         let limits = Limits {
-            max_distance: self.config.max_anchor_distance,
+            max_distance: self.max_distance(),
             resolution: self.tick(),
         };
         place_window(
@@ -294,7 +300,10 @@ impl<C: StampClock> ClockPlacer<C> {
     /// clock's settle time: a queue that far behind holds nobody there.
     fn arrive(&mut self) -> Result<(), DriverError> {
         let started = Instant::now();
-        let settle = self.clock.settle();
+        let settle = self
+            .config
+            .gate_settle
+            .unwrap_or_else(|| self.clock.settle());
         while !self.clock.at_gate()? {
             let waited = started.elapsed();
             if waited >= settle {
@@ -338,27 +347,32 @@ impl<C: StampClock> ClockPlacer<C> {
         }
     }
 
-    /// Whether the driver's pairing lies where the bracket, carried to its
-    /// ticks, allows: at the fitted rate's bound, or a crystal's.
+    /// Whether the driver's pairing, carried back to the bracket's stamp
+    /// at the rate's bound (the fitted one, or a crystal's), lies inside
+    /// the bracket, its own stated bound included: only then is that bound
+    /// checked by the bracket.
     fn agrees(&self, ticks: u64, stamp: HostStamp, bracket: &Bracket) -> bool {
         let (scale, rate_error) = self.anchor.map_or((1.0, PRIOR), |anchor| {
             (anchor.line.scale, anchor.line.rate_uncertainty.max(0.0))
         });
         let (after, before) = self.offset_ns(ticks, bracket.ticks);
         let step = after as f64 - before as f64;
-        let spread = step.abs() * rate_error + 2.0 * nanos(self.tick()) as f64;
-        let low = bracket.before;
-        let high = bracket.before + bracket.width;
-        // The pairing's interval, moved back by the device step to the
-        // bracket's stamp, against the bracket.
+        let spread = Duration::from_nanos(
+            (step.abs() * rate_error + 2.0 * nanos(self.tick()) as f64).ceil() as u64,
+        );
         let shift = step * scale;
-        let slack = Duration::from_nanos(spread.ceil() as u64) + stamp.uncertainty;
         let moved = if shift >= 0.0 {
             stamp.at.checked_sub(Duration::from_nanos(shift as u64))
         } else {
             stamp.at.checked_add(Duration::from_nanos((-shift) as u64))
         };
-        moved.is_some_and(|at| at + slack >= low && at <= high + slack)
+        let low = bracket.before.checked_sub(spread);
+        let high = bracket.before + bracket.width + spread;
+        moved.zip(low).is_some_and(|(at, low)| {
+            at.checked_sub(stamp.uncertainty)
+                .is_some_and(|early| early >= low)
+                && at + stamp.uncertainty <= high
+        })
     }
 
     /// The device time from `from` to `ticks` in nanoseconds, as (after,
@@ -380,6 +394,13 @@ impl<C: StampClock> ClockPlacer<C> {
             0 | 64.. => u64::MAX,
             bits => (1_u64 << bits) - 1,
         }
+    }
+
+    /// How far from its anchor a stamp is placed: `max_anchor_distance`,
+    /// and within half the clock's span, past which a stamp would be read
+    /// on the wrong side.
+    fn max_distance(&self) -> Duration {
+        self.config.max_anchor_distance.min(self.half_span() / 2)
     }
 
     /// Half the clock's span before it wraps, on the host clock.
@@ -518,6 +539,28 @@ mod tests {
                 off(stamp.at, at),
                 stamp.uncertainty
             );
+        }
+    }
+
+    #[test]
+    fn anchors_taken_again_and_again_across_wraps_place_within_their_bound() {
+        // 28 valid bits at 1 ns wrap every 268 ms: 400 ms of anchors every
+        // 10 ms cross it.
+        let mut placer = calibrated(HostTicks::new(0, 28));
+        let end = Instant::now() + Duration::from_millis(400);
+        while Instant::now() < end {
+            placer.calibrate().expect("calibrates");
+            for back in [Duration::ZERO, Duration::from_millis(3)] {
+                let at = Instant::now() - back;
+                let stamp = placer.place(placer.clock().ticks_at(at)).expect("placed");
+                assert!(
+                    off(stamp.at, at) <= stamp.uncertainty,
+                    "{:?} off, bound {:?}",
+                    off(stamp.at, at),
+                    stamp.uncertainty
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
         }
     }
 
