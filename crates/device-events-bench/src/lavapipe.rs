@@ -311,10 +311,9 @@ pub fn placement(
     errors.into_iter().map(Errors::finish).collect()
 }
 
-/// The sessions lavapipe is measured with, by key: a bracket, and the
-/// driver's calibrated timestamps checked against a bracket; the fit on.
-/// No gate: Vulkan's specification offers none a host opens after the
-/// submission.
+/// The sessions lavapipe is measured with, by key: a bracket, a bracket
+/// gated behind a timeline semaphore, and the driver's calibrated
+/// timestamps checked against a bracket; the fit on.
 pub fn sessions() -> Vec<(&'static str, ProfilerConfig)> {
     let config = |gated_anchor, driver_clock| ProfilerConfig {
         gated_anchor,
@@ -323,6 +322,7 @@ pub fn sessions() -> Vec<(&'static str, ProfilerConfig)> {
     };
     vec![
         ("ungated_fit_on", config(false, false)),
+        ("gated_fit_on", config(true, false)),
         ("driver_clock_fit_on", config(false, true)),
     ]
 }

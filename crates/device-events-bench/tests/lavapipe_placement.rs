@@ -12,9 +12,12 @@ use device_events_bench::lavapipe::{Skewed, Stamps, device, error, truth};
 use device_events_core::{ClockPlacer, ProfilerConfig};
 use device_events_vulkan::VulkanClock;
 
-/// How anchors are taken: `(gated, the driver's pairing)`. Vulkan offers
-/// no gate within its specification.
-const MODES: [(&str, bool, bool); 2] = [("bracket", false, false), ("calibrated", false, true)];
+/// How anchors are taken: `(gated, the driver's pairing)`.
+const MODES: [(&str, bool, bool); 3] = [
+    ("bracket", false, false),
+    ("gated", true, false),
+    ("calibrated", false, true),
+];
 
 fn config(gated: bool, paired: bool) -> ProfilerConfig {
     ProfilerConfig {

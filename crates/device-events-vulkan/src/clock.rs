@@ -3,10 +3,13 @@
 //! that writes one timestamp and then sets an event, so the host learns
 //! without waiting when the device wrote it.
 //!
-//! No gate: a `VkEvent` the host sets after the command buffer waiting on
-//! it was submitted is outside the specification ("the application must
-//! signal the event before submitting the command buffer", `vkSetEvent`),
-//! and lavapipe's queue thread spins on such a wait.
+//! The gate is a timeline semaphore (Vulkan 1.2), which a submission may
+//! wait on before the host signals it; a batch just ahead of it sets a mark
+//! event, so the host opens the gate as soon as the queue is there. Not a
+//! `VkEvent`: one the host sets after the command buffer waiting on it was
+//! submitted is outside the specification ("the application must signal
+//! the event before submitting the command buffer", `vkSetEvent`), and
+//! lavapipe's queue thread spins on such a wait.
 //!
 //! [`ClockPlacer`]: device_events_core::ClockPlacer
 
@@ -50,9 +53,17 @@ pub struct VulkanClock {
     pool: vk::CommandPool,
     /// Pre-recorded: write the stamp, then set `done`.
     buffer: vk::CommandBuffer,
+    /// Pre-recorded: set `mark`, the batch ahead of a gated stamp.
+    mark_buffer: vk::CommandBuffer,
     queries: vk::QueryPool,
     done: vk::Event,
+    mark: vk::Event,
     fence: vk::Fence,
+    /// The gate, where the device has timeline semaphores; the value the
+    /// last gated stamp waits for, and whether it was signalled.
+    gate: vk::Semaphore,
+    gate_value: u64,
+    gate_shut: bool,
     /// A submission not yet seen complete: its objects are in use.
     in_flight: bool,
     /// The device wrote the last stamp (`done` was seen set).
@@ -83,7 +94,7 @@ impl VulkanClock {
             &device.instance,
             device.physical,
             &device.device,
-            device.calibrated,
+            device.features.calibrated_timestamps,
         );
         // SAFETY: the `Arc` held in `Queue::Owned` keeps the device alive
         // as long as the clock; its queue's lock serialises submissions.
@@ -95,6 +106,7 @@ impl VulkanClock {
                 device.family,
                 Queue::Owned(Arc::clone(device)),
                 calibrated,
+                device.features.timeline_semaphore,
             )
         }
     }
@@ -102,16 +114,17 @@ impl VulkanClock {
     /// A clock on a runtime's own device, anchored through `queue` of
     /// `family`: the queue whose timestamps the runtime places (timestamps
     /// written on different queues need not be comparable).
-    /// `calibrated_timestamps`: whether the device was created with
-    /// `VK_EXT_calibrated_timestamps` enabled.
+    /// `features`: what the device was created with, of what the clock can
+    /// use.
     ///
     /// # Safety
     ///
     /// - `entry` is the loader `instance` came from, `physical` is one of
     ///   `instance`'s, `device` was made from `physical` with a queue of
     ///   `family`, and `queue` is that queue;
-    /// - with `calibrated_timestamps`, the device enabled
-    ///   `VK_EXT_calibrated_timestamps`;
+    /// - each of `features` set was enabled when the device was made
+    ///   (`VK_EXT_calibrated_timestamps`; `timelineSemaphore`, on a Vulkan
+    ///   1.2 device);
     /// - all of them stay live until the clock is dropped, and no other
     ///   thread uses `queue` during any call on the clock or its drop
     ///   (Vulkan's external synchronisation of a queue).
@@ -128,9 +141,15 @@ impl VulkanClock {
         device: &ash::Device,
         family: u32,
         queue: vk::Queue,
-        calibrated_timestamps: bool,
+        features: crate::VulkanFeatures,
     ) -> Result<Self, DriverError> {
-        let calibrated = pairing(entry, instance, physical, device, calibrated_timestamps);
+        let calibrated = pairing(
+            entry,
+            instance,
+            physical,
+            device,
+            features.calibrated_timestamps,
+        );
         // SAFETY: the caller's contract.
         unsafe {
             Self::make(
@@ -140,6 +159,7 @@ impl VulkanClock {
                 family,
                 Queue::Raw(queue),
                 calibrated,
+                features.timeline_semaphore,
             )
         }
     }
@@ -159,6 +179,7 @@ impl VulkanClock {
         family: u32,
         queue: Queue,
         calibrated: Option<ash::ext::calibrated_timestamps::Device>,
+        timeline: bool,
     ) -> Result<Self, DriverError> {
         // SAFETY: `physical` is live, of `instance`.
         let (properties, families) = unsafe {
@@ -196,9 +217,14 @@ impl VulkanClock {
             queue,
             pool: vk::CommandPool::null(),
             buffer: vk::CommandBuffer::null(),
+            mark_buffer: vk::CommandBuffer::null(),
             queries: vk::QueryPool::null(),
             done: vk::Event::null(),
+            mark: vk::Event::null(),
             fence: vk::Fence::null(),
+            gate: vk::Semaphore::null(),
+            gate_value: 0,
+            gate_shut: false,
             in_flight: false,
             written: false,
             period_ns: f64::from(period),
@@ -208,14 +234,14 @@ impl VulkanClock {
         // On failure `clock` is dropped, destroying what was made.
         // SAFETY: the device is live (the caller's contract); each object
         // made here is the clock's alone.
-        unsafe { clock.make_objects(family) }?;
+        unsafe { clock.make_objects(family, timeline) }?;
         Ok(clock)
     }
 
     /// # Safety
     ///
     /// The device is live.
-    unsafe fn make_objects(&mut self, family: u32) -> Result<(), DriverError> {
+    unsafe fn make_objects(&mut self, family: u32, timeline: bool) -> Result<(), DriverError> {
         let device = &self.device;
         // SAFETY: (all below) the device is live; each create info lives
         // across its call; each handle recorded is made just before.
@@ -227,17 +253,17 @@ impl VulkanClock {
                     None,
                 ),
             )?;
-            self.buffer = check(
+            let buffers = check(
                 "vkAllocateCommandBuffers",
                 device.allocate_command_buffers(
                     &vk::CommandBufferAllocateInfo::default()
                         .command_pool(self.pool)
-                        .command_buffer_count(1),
+                        .command_buffer_count(2),
                 ),
-            )?
-            .first()
-            .copied()
-            .unwrap_or_default();
+            )?;
+            let mut buffers = buffers.into_iter();
+            self.buffer = buffers.next().unwrap_or_default();
+            self.mark_buffer = buffers.next().unwrap_or_default();
             self.queries = check(
                 "vkCreateQueryPool",
                 device.create_query_pool(
@@ -247,10 +273,24 @@ impl VulkanClock {
                     None,
                 ),
             )?;
-            self.done = check(
-                "vkCreateEvent",
-                device.create_event(&vk::EventCreateInfo::default(), None),
-            )?;
+            for event in [&mut self.done, &mut self.mark] {
+                *event = check(
+                    "vkCreateEvent",
+                    device.create_event(&vk::EventCreateInfo::default(), None),
+                )?;
+            }
+            if timeline {
+                let mut timeline = vk::SemaphoreTypeCreateInfo::default()
+                    .semaphore_type(vk::SemaphoreType::TIMELINE)
+                    .initial_value(0);
+                self.gate = check(
+                    "vkCreateSemaphore",
+                    device.create_semaphore(
+                        &vk::SemaphoreCreateInfo::default().push_next(&mut timeline),
+                        None,
+                    ),
+                )?;
+            }
             self.fence = check(
                 "vkCreateFence",
                 device.create_fence(&vk::FenceCreateInfo::default(), None),
@@ -269,6 +309,13 @@ impl VulkanClock {
             );
             device.cmd_set_event(buffer, self.done, vk::PipelineStageFlags::BOTTOM_OF_PIPE);
             check("vkEndCommandBuffer", device.end_command_buffer(buffer))?;
+            let mark = self.mark_buffer;
+            check(
+                "vkBeginCommandBuffer",
+                device.begin_command_buffer(mark, &vk::CommandBufferBeginInfo::default()),
+            )?;
+            device.cmd_set_event(mark, self.mark, vk::PipelineStageFlags::BOTTOM_OF_PIPE);
+            check("vkEndCommandBuffer", device.end_command_buffer(mark))?;
         }
         Ok(())
     }
@@ -298,6 +345,25 @@ impl VulkanClock {
             }
         }
         Ok(!self.in_flight)
+    }
+
+    /// Signal the gate's value, once: a second signal of one value is
+    /// outside the specification.
+    fn open(&mut self) -> Result<(), DriverError> {
+        if !self.gate_shut {
+            return Ok(());
+        }
+        let info = vk::SemaphoreSignalInfo::default()
+            .semaphore(self.gate)
+            .value(self.gate_value);
+        // SAFETY: the semaphore is the clock's, a timeline one; its value
+        // is below `gate_value` (each value is signalled once, in order),
+        // and no signal operation of it is pending on a queue.
+        check("vkSignalSemaphore", unsafe {
+            self.device.signal_semaphore(&info)
+        })?;
+        self.gate_shut = false;
+        Ok(())
     }
 
     fn event_set(&self, call: &'static str, event: vk::Event) -> Result<bool, DriverError> {
@@ -343,6 +409,10 @@ fn pairing(
 }
 
 impl StampClock for VulkanClock {
+    fn settle(&self) -> Duration {
+        Duration::from_millis(1)
+    }
+
     fn period_ns(&self) -> f64 {
         self.period_ns
     }
@@ -351,7 +421,7 @@ impl StampClock for VulkanClock {
         self.valid_bits
     }
 
-    fn queue_stamp(&mut self, _gated: bool) -> Result<bool, DriverError> {
+    fn queue_stamp(&mut self, gated: bool) -> Result<bool, DriverError> {
         if !self.settled()? {
             return Err(DriverError::refused(
                 crate::BACKEND,
@@ -360,24 +430,58 @@ impl StampClock for VulkanClock {
                 "the previous anchor stamp is still queued",
             ));
         }
+        let gated = gated && self.gate != vk::Semaphore::null();
+        let value = self.gate_value + 1;
+        let mark = [self.mark_buffer];
+        let stamp = [self.buffer];
+        let waits = [self.gate];
+        let values = [value];
+        let stages = [vk::PipelineStageFlags::ALL_COMMANDS];
+        let mut timeline =
+            vk::TimelineSemaphoreSubmitInfo::default().wait_semaphore_values(&values);
+        let submits = if gated {
+            vec![
+                vk::SubmitInfo::default().command_buffers(&mark),
+                vk::SubmitInfo::default()
+                    .wait_semaphores(&waits)
+                    .wait_dst_stage_mask(&stages)
+                    .command_buffers(&stamp)
+                    .push_next(&mut timeline),
+            ]
+        } else {
+            vec![vk::SubmitInfo::default().command_buffers(&stamp)]
+        };
         // SAFETY: nothing of the clock's is in use (its last submission is
         // complete); the queue is live and unshared during the submit: the
-        // owned device's lock is held, or the caller's contract.
+        // owned device's lock is held, or the caller's contract. A timeline
+        // semaphore may be waited on before it is signalled.
         unsafe {
             check("vkResetFences", self.device.reset_fences(&[self.fence]))?;
-            check("vkResetEvent", self.device.reset_event(self.done))?;
-            let buffers = [self.buffer];
-            let submit = [vk::SubmitInfo::default().command_buffers(&buffers)];
+            for event in [self.done, self.mark] {
+                check("vkResetEvent", self.device.reset_event(event))?;
+            }
             let submitted = match &self.queue {
                 Queue::Owned(owner) => owner
-                    .with_queue(|device, queue| device.queue_submit(queue, &submit, self.fence)),
-                Queue::Raw(queue) => self.device.queue_submit(*queue, &submit, self.fence),
+                    .with_queue(|device, queue| device.queue_submit(queue, &submits, self.fence)),
+                Queue::Raw(queue) => self.device.queue_submit(*queue, &submits, self.fence),
             };
             check("vkQueueSubmit", submitted)?;
         }
         self.in_flight = true;
         self.written = false;
-        Ok(false)
+        if gated {
+            self.gate_value = value;
+            self.gate_shut = true;
+        }
+        Ok(gated)
+    }
+
+    fn at_gate(&mut self) -> Result<bool, DriverError> {
+        self.event_set("vkGetEventStatus", self.mark)
+    }
+
+    fn open_gate(&mut self) -> Result<(), DriverError> {
+        self.open()
     }
 
     fn stamp_written(&mut self) -> Result<bool, DriverError> {
@@ -441,10 +545,19 @@ impl StampClock for VulkanClock {
 
 impl Drop for VulkanClock {
     fn drop(&mut self) {
+        // A gate left shut (an open that failed) is opened, so that the
+        // wait below can end.
+        if let Err(err) = self.open() {
+            log::error!(
+                "{}: the anchor's gate could not be opened: {err}",
+                crate::BACKEND
+            );
+        }
         let objects = Objects {
             pool: self.pool,
             queries: self.queries,
-            done: self.done,
+            events: [self.done, self.mark],
+            gate: self.gate,
             fence: self.fence,
         };
         if self.in_flight {
@@ -490,7 +603,8 @@ impl Drop for VulkanClock {
 pub(crate) struct Objects {
     pool: vk::CommandPool,
     queries: vk::QueryPool,
-    done: vk::Event,
+    events: [vk::Event; 2],
+    gate: vk::Semaphore,
     fence: vk::Fence,
 }
 
@@ -504,7 +618,10 @@ impl Objects {
         // failed half-way) are ignored by Vulkan.
         unsafe {
             device.destroy_fence(self.fence, None);
-            device.destroy_event(self.done, None);
+            device.destroy_semaphore(self.gate, None);
+            for event in self.events {
+                device.destroy_event(event, None);
+            }
             device.destroy_query_pool(self.queries, None);
             device.destroy_command_pool(self.pool, None);
         }

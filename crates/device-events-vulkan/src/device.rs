@@ -1,7 +1,8 @@
 //! A Vulkan device this crate opens and owns, for a program that has none
 //! of its own to place stamps on (tests, the bench, a first try): the
 //! loader found at run time, the first device with a timestamping compute
-//! queue, `VK_EXT_calibrated_timestamps` enabled where offered.
+//! queue, `VK_EXT_calibrated_timestamps` and timeline semaphores enabled
+//! where offered.
 
 use std::sync::Arc;
 
@@ -35,7 +36,8 @@ pub struct VulkanDevice {
     /// The queue, behind the lock every submission to it takes: Vulkan
     /// asks the host to synchronise a queue's use.
     pub(crate) queue: Mutex<vk::Queue>,
-    pub(crate) calibrated: bool,
+    /// What the device was made with.
+    pub(crate) features: crate::VulkanFeatures,
     /// Objects of clocks dropped while the device still used them:
     /// destroyed once it is idle, before it is.
     leftovers: Mutex<Vec<crate::clock::Objects>>,
@@ -65,7 +67,7 @@ impl VulkanDevice {
         })?;
         let app = vk::ApplicationInfo::default()
             .application_name(c"device-events")
-            .api_version(vk::API_VERSION_1_1);
+            .api_version(vk::API_VERSION_1_2);
         // SAFETY: the create info and what it points to live across the call.
         let instance = check("vkCreateInstance", unsafe {
             entry.create_instance(
@@ -76,7 +78,7 @@ impl VulkanDevice {
         // From here the instance is destroyed on every path.
         let opened = Self::first_device(&instance);
         match opened {
-            Ok((physical, family, device, calibrated, name)) => {
+            Ok((physical, family, device, features, name)) => {
                 // SAFETY: the family was created with one queue.
                 let queue = unsafe { device.get_device_queue(family, 0) };
                 Ok(Arc::new(Self {
@@ -85,7 +87,7 @@ impl VulkanDevice {
                     device,
                     family,
                     queue: Mutex::new(queue),
-                    calibrated,
+                    features,
                     leftovers: Mutex::new(Vec::new()),
                     name,
                     entry,
@@ -125,7 +127,16 @@ impl VulkanDevice {
     #[allow(clippy::type_complexity)]
     fn first_device(
         instance: &ash::Instance,
-    ) -> Result<(vk::PhysicalDevice, u32, ash::Device, bool, String), DriverError> {
+    ) -> Result<
+        (
+            vk::PhysicalDevice,
+            u32,
+            ash::Device,
+            crate::VulkanFeatures,
+            String,
+        ),
+        DriverError,
+    > {
         // SAFETY: the instance is live.
         let physicals = check("vkEnumeratePhysicalDevices", unsafe {
             instance.enumerate_physical_devices()
@@ -166,19 +177,36 @@ impl VulkanDevice {
             } else {
                 Vec::new()
             };
+            // Timeline semaphores (Vulkan 1.2): the gate a host may open
+            // after the submission that waits on it.
+            let mut offered = vk::PhysicalDeviceTimelineSemaphoreFeatures::default();
+            let timeline = properties.api_version >= vk::API_VERSION_1_2 && {
+                let mut features = vk::PhysicalDeviceFeatures2::default().push_next(&mut offered);
+                // SAFETY: `physical` is live; the chain lives across the call.
+                unsafe { instance.get_physical_device_features2(physical, &mut features) };
+                offered.timeline_semaphore == vk::TRUE
+            };
+            let mut wanted =
+                vk::PhysicalDeviceTimelineSemaphoreFeatures::default().timeline_semaphore(timeline);
             let priorities = [1.0_f32];
             let queues = [vk::DeviceQueueCreateInfo::default()
                 .queue_family_index(family)
                 .queue_priorities(&priorities)];
             let info = vk::DeviceCreateInfo::default()
                 .queue_create_infos(&queues)
-                .enabled_extension_names(&enabled);
+                .enabled_extension_names(&enabled)
+                .push_next(&mut wanted);
             // SAFETY: the create info and what it points to live across the
-            // call; the extension enabled is one the device lists.
+            // call; the extension and the feature enabled are ones the
+            // device offers.
             let device = check("vkCreateDevice", unsafe {
                 instance.create_device(physical, &info, None)
             })?;
-            return Ok((physical, family, device, calibrated, name));
+            let features = crate::VulkanFeatures {
+                calibrated_timestamps: calibrated,
+                timeline_semaphore: timeline,
+            };
+            return Ok((physical, family, device, features, name));
         }
         Err(DriverError::refused(
             crate::BACKEND,

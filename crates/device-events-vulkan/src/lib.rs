@@ -26,5 +26,16 @@ pub use clock::VulkanClock;
 pub use device::VulkanDevice;
 pub use status::check;
 
+/// What a runtime's device was made with, of what the clock can use.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VulkanFeatures {
+    /// `VK_EXT_calibrated_timestamps` is enabled: the driver's pairing of
+    /// its clock with the host's, held against a bracket.
+    pub calibrated_timestamps: bool,
+    /// The `timelineSemaphore` feature (Vulkan 1.2) is enabled: the anchor's
+    /// stamp is gated behind a semaphore value the host signals.
+    pub timeline_semaphore: bool,
+}
+
 /// The backend's name in errors and logs.
 pub(crate) const BACKEND: &str = "vulkan";

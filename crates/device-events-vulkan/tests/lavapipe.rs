@@ -41,12 +41,46 @@ fn lavapipes_clock_counts_nanoseconds_on_64_bits() {
 }
 
 #[test]
-fn a_gated_anchor_is_queued_without_a_gate() {
-    // A `VkEvent` set by the host after its waiter was submitted is outside
-    // the specification: the clock offers no gate.
+fn a_gated_stamp_waits_for_the_host_to_open_its_gate() {
     let Some(device) = lavapipe() else { return };
     let mut clock = VulkanClock::new(&device).unwrap();
-    assert!(!clock.queue_stamp(true).unwrap());
+    assert!(
+        clock.queue_stamp(true).unwrap(),
+        "lavapipe has timeline semaphores"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !clock.at_gate().unwrap() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the gate's mark never set"
+        );
+        std::thread::yield_now();
+    }
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    assert!(
+        !clock.stamp_written().unwrap(),
+        "stamped through a shut gate"
+    );
+    clock.open_gate().unwrap();
+    while !clock.stamp_written().unwrap() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never stamped once opened"
+        );
+        std::thread::sleep(std::time::Duration::from_micros(100));
+    }
+    assert!(clock.stamp().unwrap() > 0);
+}
+
+#[test]
+fn a_clock_dropped_with_its_gate_shut_opens_it_and_releases() {
+    let Some(device) = lavapipe() else { return };
+    let mut clock = VulkanClock::new(&device).unwrap();
+    assert!(clock.queue_stamp(true).unwrap());
+    drop(clock);
+    // The queue is free again: another clock anchors behind it.
+    let mut placer = ClockPlacer::new(VulkanClock::new(&device).unwrap(), config(true, false));
+    placer.calibrate().unwrap();
 }
 
 #[test]
