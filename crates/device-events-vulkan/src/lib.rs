@@ -7,7 +7,7 @@
 //! A Vulkan timestamp is not an event recorded on a stream, so Vulkan does
 //! not fit the `EventApi` seam; placement of its absolute ticks does. The
 //! anchor is the tightest of several brackets around one stamp of this
-//! crate's own, gated behind a `VkEvent` the host sets; where the device
+//! crate's own, gated behind a timeline semaphore the host signals; where the device
 //! offers `VK_EXT_calibrated_timestamps` with the host's `CLOCK_MONOTONIC`,
 //! the driver's pairing is used once it agrees with the bracket beside it.
 //!
