@@ -15,35 +15,18 @@ use device_events_vulkan::{VulkanClock, VulkanDevice};
 
 use crate::placement::Errors;
 
-/// Set by `cargo xtask test`, which installs lavapipe: a missing driver
-/// then fails the run instead of skipping it.
-pub const NEEDED: &str = "DEVICE_EVENTS_NEED_VULKAN";
-
-/// The device, or `None` (after one line saying what runs these checks)
-/// where this machine has no Vulkan driver and the run did not ask for one.
-pub fn device() -> Option<Arc<VulkanDevice>> {
+/// lavapipe, which `cargo xtask test` and `cargo xtask bench` install and
+/// point the loader at. The truth of these checks is lavapipe's clock:
+/// another driver's ticks are not the host's.
+///
+/// # Panics
+///
+/// Without a Vulkan device, or with one that is not lavapipe.
+pub fn device() -> Arc<VulkanDevice> {
     match VulkanDevice::open() {
-        // The truth of these checks is lavapipe's clock: another driver's
-        // ticks are not the host's.
-        Ok(device) if device.name().starts_with("llvmpipe") => Some(device),
-        Ok(device) if std::env::var_os(NEEDED).is_none() => {
-            println!(
-                "skipped: these checks need lavapipe, whose clock is the host's; found {}: `cargo xtask test` points the loader at lavapipe",
-                device.name()
-            );
-            None
-        }
-        Ok(device) => panic!(
-            "{NEEDED} is set, and the device is {}, not lavapipe",
-            device.name()
-        ),
-        Err(err) if std::env::var_os(NEEDED).is_none() => {
-            println!(
-                "skipped: needs a Vulkan driver (lavapipe); `cargo xtask test` installs and runs it ({err})"
-            );
-            None
-        }
-        Err(err) => panic!("{NEEDED} is set, and no Vulkan device opened: {err}"),
+        Ok(device) if device.name().starts_with("llvmpipe") => device,
+        Ok(device) => panic!("the device is {}, not lavapipe", device.name()),
+        Err(err) => panic!("no Vulkan device opened: {err}"),
     }
 }
 

@@ -2,6 +2,8 @@
 //! lease runs must run here first (the same module, launches and windows).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+device_events_conformance::tests_run_on_the_software_driver!();
+
 use device_events_bench::{gpu, spin};
 use device_events_conformance::soft::SoftDriver;
 use device_events_core::EventApi;

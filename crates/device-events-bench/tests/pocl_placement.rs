@@ -10,6 +10,11 @@
 //! the load. Run by `cargo xtask test` and `test-opencl`, which install
 //! PoCL first: without a platform it fails.
 
+device_events_conformance::tests_need_an_installed_runtime!(
+    "an OpenCL platform (PoCL)",
+    "cargo xtask test-opencl"
+);
+
 use device_events_bench::pocl::placement;
 use device_events_core::ProfilerConfig;
 

@@ -32,6 +32,7 @@ pub mod fork;
 pub mod lanes;
 pub mod noting;
 pub mod soft;
+pub mod start;
 pub mod sweep;
 pub mod timed;
 
@@ -949,7 +950,8 @@ pub fn within<T: Send + 'static>(
 /// missing driver is tested in a process that has one loaded.
 pub fn run_without_driver(child: &str, hide: &[&str], set: &[(&str, &str)]) {
     let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
-    cmd.args(["--exact", child, "--ignored", "--test-threads=1"]);
+    cmd.args(["--exact", child, "--ignored", "--test-threads=1"])
+        .env(start::AS_STARTED_VAR, "1");
     for var in hide {
         cmd.env_remove(var);
     }

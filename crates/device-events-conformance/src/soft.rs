@@ -7,7 +7,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use libloading::Library;
 
 /// Names the software driver library file; `cargo xtask test-cuda --soft`,
-/// `test-hip --soft` and `test` set it.
+/// `test-hip --soft` and `test` set it, as does a test binary's start on
+/// the software driver ([`start`](crate::start)).
 pub const LIB_VAR: &str = "SOFT_DRIVER_LIB";
 
 /// Set by `cargo xtask test-cuda`/`test-hip` and the bundles' `run.sh` when
@@ -107,8 +108,10 @@ impl SoftDriver {
             .get_or_init(|| {
                 let path = std::env::var_os(LIB_VAR).ok_or_else(|| {
                     format!(
-                        "{LIB_VAR} is not set: run these tests through `cargo xtask test`, \
-                         which builds the software driver and points the loaders at it"
+                        "{LIB_VAR} is not set: start the test binary with \
+                         `tests_run_on_the_software_driver!()`, or run it through \
+                         `cargo xtask test`; either builds the software driver and points \
+                         the loaders at it"
                     )
                 })?;
                 // SAFETY: the software driver's initialisers only set up

@@ -5,6 +5,8 @@
 //! (`cubecl-server`) makes two driver calls per window, its two records.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+device_events_conformance::tests_run_on_the_software_driver!();
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 

@@ -3,6 +3,8 @@
 //! and forgotten before the server destroys it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+device_events_conformance::tests_run_on_the_software_driver!();
+
 use std::ffi::{c_int, c_void};
 
 use cudarc::driver::{result, sys};

@@ -7,6 +7,8 @@
 //! backend's tests compile no CubeCL crate.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+device_events_conformance::tests_run_on_the_software_driver!();
+
 #[path = "../../device-events-cuda/tests/support/mod.rs"]
 mod cuda_support;
 #[path = "../../device-events-hip/tests/support/mod.rs"]

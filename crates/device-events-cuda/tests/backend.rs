@@ -1,6 +1,8 @@
 //! The CUDA backend's own behaviour, on the driver under test.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+device_events_conformance::tests_run_on_the_software_driver!();
+
 mod support;
 
 use cudarc::driver::result;

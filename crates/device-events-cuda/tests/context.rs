@@ -2,6 +2,8 @@
 //! other test's retain of the primary context hides a torn-down one.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+device_events_conformance::tests_run_on_the_software_driver!();
+
 use device_events_conformance::soft::{SoftDriver, skip};
 use device_events_core::{EventFence, OwnedStream};
 use device_events_cuda::Cuda;

@@ -2,6 +2,8 @@
 //! driver. Prints one line for each and fails unless the sweep finds no
 //! panic, no leak and no lost error and the stress run completes in time.
 
+device_events_conformance::tests_run_on_the_software_driver!();
+
 mod support;
 
 use device_events_cuda::Cuda;

@@ -4,6 +4,8 @@
 //! other tests could inherit a lock one of them held.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+device_events_conformance::tests_run_on_the_software_driver!();
+
 mod support;
 
 use std::sync::Arc;

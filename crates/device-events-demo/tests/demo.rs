@@ -2,6 +2,8 @@
 //! trace's structure, and the timeline drawn by a real SVG renderer.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+device_events_conformance::tests_run_on_the_software_driver!();
+
 use std::path::Path;
 use std::process::Command;
 
@@ -11,7 +13,8 @@ use serde_json::Value;
 fn run_demo(out: &Path) -> String {
     assert!(
         std::env::var_os("SOFT_DRIVER_LIB").is_some(),
-        "run through `cargo xtask test`, which points the loaders at the software driver"
+        "the software driver: this binary starts on it (the line above says why not), or \
+         `cargo xtask test` points the loaders at it"
     );
     let output = Command::new(env!("CARGO_BIN_EXE_device-events-demo"))
         .args(["--backend", "cuda", "--soft", "--steps", "4", "--out"])

@@ -1,6 +1,8 @@
 //! The HIP backend's own behaviour, on the runtime under test.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+device_events_conformance::tests_run_on_the_software_driver!();
+
 mod support;
 
 use device_events_conformance::soft::{REAL_VAR, SoftDriver};

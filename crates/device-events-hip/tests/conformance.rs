@@ -1,5 +1,7 @@
 //! The conformance suite on the HIP backend, on the runtime under test.
 
+device_events_conformance::tests_run_on_the_software_driver!();
+
 mod support;
 
 device_events_conformance::conformance_suite!(device_events_hip::Hip, support::suite());

@@ -4,6 +4,8 @@
 //! one of them held.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+device_events_conformance::tests_run_on_the_software_driver!();
+
 mod support;
 
 use device_events_conformance::soft::SoftDriver;

@@ -2,6 +2,8 @@
 //! or two devices.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+device_events_conformance::tests_run_on_the_software_driver!();
+
 mod support;
 
 use device_events_conformance::soft::SoftDriver;

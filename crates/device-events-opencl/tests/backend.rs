@@ -3,6 +3,11 @@
 //! and fences and windows hold up under threads on the real runtime.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+device_events_conformance::tests_need_an_installed_runtime!(
+    "an OpenCL platform (PoCL)",
+    "cargo xtask test-opencl"
+);
+
 mod support;
 
 use device_events_core::{ErrorKind, EventApi, EventFence, OwnedStream};

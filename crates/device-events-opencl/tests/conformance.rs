@@ -2,6 +2,11 @@
 //! every check but graph capture, which OpenCL does not have, on the OpenCL
 //! backend observed for the markers it records.
 
+device_events_conformance::tests_need_an_installed_runtime!(
+    "an OpenCL platform (PoCL)",
+    "cargo xtask test-opencl"
+);
+
 mod support;
 
 use support::Observed;

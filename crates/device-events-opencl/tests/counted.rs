@@ -3,6 +3,11 @@
 //! parallel, whose handles such a count would see.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+device_events_conformance::tests_need_an_installed_runtime!(
+    "an OpenCL platform (PoCL)",
+    "cargo xtask test-opencl"
+);
+
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use device_events_core::{EventFence, EventProfiler, OwnedStream};

@@ -2,6 +2,11 @@
 //! elsewhere admitted by `stream_from_raw`, and `capture_status`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+device_events_conformance::tests_need_an_installed_runtime!(
+    "an OpenCL platform (PoCL)",
+    "cargo xtask test-opencl"
+);
+
 use cl3::types::{cl_command_queue, cl_context, cl_device_id};
 use device_events_core::{CaptureStatus, ErrorKind, EventApi, EventProfiler, OwnedStream};
 use device_events_opencl::OpenCl;

@@ -5,6 +5,11 @@
 //! held.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+device_events_conformance::tests_need_an_installed_runtime!(
+    "an OpenCL platform (PoCL)",
+    "cargo xtask test-opencl"
+);
+
 use std::time::{Duration, Instant};
 
 use device_events_core::process::{stop_driver_calls, wait_for_calibrations};

@@ -2,6 +2,8 @@
 //! through cudarc's `result` API, loaded dynamically as a user's program does.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+device_events_conformance::tests_run_on_the_software_driver!();
+
 mod support;
 
 use std::time::{Duration, Instant};

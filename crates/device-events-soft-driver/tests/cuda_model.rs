@@ -4,6 +4,8 @@
 //! that really go away. Each test names the documented behaviour it follows.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+device_events_conformance::tests_run_on_the_software_driver!();
+
 mod support;
 
 use std::time::{Duration, Instant};

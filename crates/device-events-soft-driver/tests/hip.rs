@@ -2,6 +2,8 @@
 //! through `cubecl-hip-sys`, loaded dynamically as a user's program does.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+device_events_conformance::tests_run_on_the_software_driver!();
+
 use std::ffi::{CStr, c_void};
 use std::ptr;
 use std::time::{Duration, Instant};
