@@ -310,6 +310,11 @@ pub(crate) fn bench() -> Result<()> {
     crate::ensure_lavapipe()?;
     let lavapipe = placement_runs(&["placement-vulkan", &seconds], &soft)?;
     let lavapipe_skewed = placement_runs(&["placement-vulkan", &seconds, "--skewed"], &soft)?;
+    eprintln!(
+        "xtask: CubeCL kernels through cubecl-wgpu on lavapipe, published and patched: each \
+         window's placed ends against the exact clock (builds cubecl-wgpu twice the first time)"
+    );
+    let cubecl_wgpu = crate::cubecl::wgpu_comparison()?;
     eprintln!("xtask: answering windows: behind another window, and a thousand pending");
     let answering = probe(&["answer"], &soft)?;
     eprintln!(
@@ -455,6 +460,7 @@ pub(crate) fn bench() -> Result<()> {
             "software_driver": { "spinning": spinning, "blocking_sync": blocking },
             "pocl": { "blocking": pocl },
             "lavapipe": { "exact_clock": lavapipe, "offset_100_ppm": lavapipe_skewed },
+            "cubecl_wgpu_lavapipe": cubecl_wgpu,
             "goals_us": { "median": 0.5, "p99": 2.0, "worst": 10.0 },
             "note": "each figure: the median of the runs, their spread (largest - smallest) and each run; \
                      error of both ends of every window against the driver's own truth, µs",
@@ -739,6 +745,16 @@ fn print_table(r: &Value) {
          lavapipe's device is the CPU, its truth each timestamp (CLOCK_MONOTONIC, exact), its \
          driver_clock the calibrated timestamps held against a bracket"
     );
+    for key in ["unpatched", "patched"] {
+        let w = &r["placement"]["cubecl_wgpu_lavapipe"][key];
+        println!(
+            "{:<54} {:>14.2} {:>14.2} {:>14.2}",
+            format!("cubecl-wgpu on lavapipe, {key}: error, µs"),
+            f(&w["median_us"]),
+            f(&w["p99_us"]),
+            f(&w["worst_us"])
+        );
+    }
     let a = &r["answering"];
     let late_p99 = f(&a["head_of_line"]["late_p99_us"]);
     println!(

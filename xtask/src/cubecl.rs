@@ -1,7 +1,10 @@
 //! `cargo xtask cubecl`: the proof that device-events drops into CubeCL's
-//! own backends. The published `cubecl-cuda` and `cubecl-hip` sources are
-//! fetched through cargo, `ci/cubecl/*.patch` swaps their `device_events`
-//! for ours, and both are checked as a CubeCL user builds them.
+//! own backends. The published `cubecl-cuda`, `cubecl-hip` and
+//! `cubecl-wgpu` sources are fetched through cargo, `ci/cubecl/*.patch`
+//! swaps their `device_events` (wgpu: its timestamps' placement) for ours,
+//! and each is checked as a CubeCL user builds it. Then CubeCL kernels run
+//! through cubecl-wgpu on lavapipe, patched and not, each window's placed
+//! ends held against lavapipe's exact clock (`ci/cubecl/wgpu-check`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -12,9 +15,11 @@ use serde_json::Value;
 use crate::{cargo, root, run};
 
 /// The CubeCL release the patches are written against.
-const VERSION: &str = "0.12.0-pre.1";
+pub(crate) const VERSION: &str = "0.12.0-pre.1";
 /// The patched crates, each with its patch under `ci/cubecl/`.
-const CRATES: [&str; 2] = ["cubecl-cuda", "cubecl-hip"];
+const CRATES: [&str; 3] = ["cubecl-cuda", "cubecl-hip", "cubecl-wgpu"];
+/// The program that runs CubeCL kernels through cubecl-wgpu on lavapipe.
+const WGPU_CHECK: &str = "wgpu-check";
 /// The crates the patched ones take from this workspace.
 const OURS: [&str; 4] = [
     "device-events-core",
@@ -24,6 +29,84 @@ const OURS: [&str; 4] = [
 ];
 
 pub(crate) fn cubecl() -> Result<()> {
+    let (dir, target) = patched()?;
+    // Their build scripts download LLVM unless told it is a docs build.
+    let check = |name: &str, cuda_version: Option<&str>| -> Result<()> {
+        let mut cmd = cargo();
+        cmd.current_dir(&dir)
+            .args(["check", "--package", name])
+            .env("DOCS_RS", "1")
+            .env("CARGO_TARGET_DIR", &target);
+        match cuda_version {
+            Some(version) => cmd.env("CUDARC_CUDA_VERSION", version),
+            // As a CubeCL user builds: the level from the build system.
+            None => cmd.env_remove("CUDARC_CUDA_VERSION"),
+        };
+        let level = cuda_version.map_or_else(String::new, |v| format!(", CUDARC_CUDA_VERSION={v}"));
+        run(&format!("cargo check {name} (patched{level})"), &mut cmd)
+    };
+    check("cubecl-cuda", None)?;
+    check("cubecl-cuda", Some("13000"))?;
+    check("cubecl-hip", None)?;
+    check("cubecl-wgpu", None)?;
+    eprintln!("xtask: CubeCL {VERSION}'s CUDA, HIP and wgpu backends build on device-events");
+    let compared = wgpu_comparison()?;
+    eprintln!("xtask: cubecl-wgpu on lavapipe, placement against the exact clock: {compared}");
+    Ok(())
+}
+
+/// CubeCL kernels through cubecl-wgpu on lavapipe, unpatched and patched:
+/// what `ci/cubecl/wgpu-check` measured of each (its last line, JSON).
+pub(crate) fn wgpu_comparison() -> Result<Value> {
+    crate::ensure_lavapipe()?;
+    let manifest = crate::lavapipe_manifest()?;
+    let (patched_dir, target) = patched()?;
+    let unpatched_dir = std::env::temp_dir().join("device-events-cubecl-unpatched");
+    let _ = std::fs::remove_dir_all(&unpatched_dir);
+    std::fs::create_dir_all(&unpatched_dir)?;
+    copy_dir(
+        &root().join("ci/cubecl").join(WGPU_CHECK),
+        &unpatched_dir.join(WGPU_CHECK),
+    )?;
+    std::fs::write(
+        unpatched_dir.join("Cargo.toml"),
+        format!(
+            "# Written by `cargo xtask cubecl`.\n[workspace]\nmembers = [\"{WGPU_CHECK}\"]\nresolver = \"2\"\n"
+        ),
+    )?;
+    let mut out = serde_json::Map::new();
+    for (key, dir) in [("unpatched", &unpatched_dir), ("patched", &patched_dir)] {
+        eprintln!(
+            "xtask: CubeCL kernels through cubecl-wgpu ({key}) on lavapipe: building and running {WGPU_CHECK}"
+        );
+        let output = cargo()
+            .current_dir(dir)
+            .args(["run", "--quiet", "--package", WGPU_CHECK, "--", "300"])
+            .env("DOCS_RS", "1")
+            .env("CARGO_TARGET_DIR", &target)
+            .env("VK_DRIVER_FILES", &manifest)
+            .env("VK_ICD_FILENAMES", &manifest)
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .with_context(|| format!("running {WGPU_CHECK} ({key})"))?;
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        for line in stdout.lines().filter(|l| l.starts_with("wgpu-check:")) {
+            eprintln!("xtask: {line}");
+        }
+        if !output.status.success() {
+            bail!("{WGPU_CHECK} ({key}) failed ({}): {stdout}", output.status);
+        }
+        let last = stdout.lines().last().unwrap_or_default();
+        let figures: Value = serde_json::from_str(last)
+            .with_context(|| format!("{WGPU_CHECK}'s last line: {last}"))?;
+        out.insert(key.into(), figures);
+    }
+    Ok(Value::Object(out))
+}
+
+/// The patched crates in a workspace of their own, with `wgpu-check`, and
+/// the target folder they build in.
+fn patched() -> Result<(PathBuf, PathBuf)> {
     // Outside the repository, so that its `.cargo/config.toml` (which sets
     // the workspace's CUDA bindings level) is not in force, as for a user.
     let dir = std::env::temp_dir().join("device-events-cubecl-check");
@@ -46,10 +129,16 @@ pub(crate) fn cubecl() -> Result<()> {
         let (added, removed) = size(&patch)?;
         eprintln!("xtask: {name}: the patch adds {added} lines and removes {removed}");
     }
+    copy_dir(
+        &root().join("ci/cubecl").join(WGPU_CHECK),
+        &dir.join(WGPU_CHECK),
+    )?;
     let mut manifest = format!(
-        "# Written by `cargo xtask cubecl`.\n[workspace]\nmembers = [{}]\nresolver = \"2\"\n\n[patch.crates-io]\n",
+        "# Written by `cargo xtask cubecl`.\n[workspace]\nmembers = [{}, \"{WGPU_CHECK}\"]\nresolver = \"2\"\n\n[patch.crates-io]\n",
         CRATES.map(|c| format!("\"{c}\"")).join(", ")
     );
+    // wgpu-check takes the patched cubecl-wgpu.
+    manifest.push_str("cubecl-wgpu = { path = \"cubecl-wgpu\" }\n");
     for ours in OURS {
         let path = root().join("crates").join(ours);
         manifest.push_str(&format!(
@@ -58,26 +147,7 @@ pub(crate) fn cubecl() -> Result<()> {
         ));
     }
     std::fs::write(dir.join("Cargo.toml"), manifest)?;
-    // Their build scripts download LLVM unless told it is a docs build.
-    let check = |name: &str, cuda_version: Option<&str>| -> Result<()> {
-        let mut cmd = cargo();
-        cmd.current_dir(&dir)
-            .args(["check", "--package", name])
-            .env("DOCS_RS", "1")
-            .env("CARGO_TARGET_DIR", &target);
-        match cuda_version {
-            Some(version) => cmd.env("CUDARC_CUDA_VERSION", version),
-            // As a CubeCL user builds: the level from the build system.
-            None => cmd.env_remove("CUDARC_CUDA_VERSION"),
-        };
-        let level = cuda_version.map_or_else(String::new, |v| format!(", CUDARC_CUDA_VERSION={v}"));
-        run(&format!("cargo check {name} (patched{level})"), &mut cmd)
-    };
-    check("cubecl-cuda", None)?;
-    check("cubecl-cuda", Some("13000"))?;
-    check("cubecl-hip", None)?;
-    eprintln!("xtask: CubeCL {VERSION}'s CUDA and HIP backends build on device-events");
-    Ok(())
+    Ok((dir, target))
 }
 
 /// The published sources of [`CRATES`], downloaded by cargo: their folders

@@ -503,6 +503,37 @@ fn placement(r: &Value) -> String {
             }
         }
     }
+    let w = &p["cubecl_wgpu_lavapipe"];
+    if !w.is_null() {
+        s.push_str(&format!(
+            "\nCubeCL kernels through cubecl-wgpu {} on lavapipe, each window's placed \
+             start and end against lavapipe's exact clock, µs (one run of {} windows; \
+             `ci/cubecl/wgpu-check`). Published, a window's position has no anchor: the \
+             figure is how far its start lies outside the host interval that holds the truth, \
+             a lower bound on its error.\n\n\
+             | cubecl-wgpu | median | p99 | worst | ends outside their bound |\n\
+             | --- | --- | --- | --- | --- |\n",
+            crate::cubecl::VERSION,
+            num(&w["patched"]["windows"], 0)
+        ));
+        for (key, name) in [
+            ("unpatched", "published"),
+            ("patched", "placed by device-events"),
+        ] {
+            let f = &w[key];
+            let outside = if f["outside_bound"].is_null() {
+                "—".to_owned()
+            } else {
+                num(&f["outside_bound"], 0)
+            };
+            s.push_str(&format!(
+                "| {name} | {} | {} | {} | {outside} |\n",
+                num(&f["median_us"], 2),
+                num(&f["p99_us"], 2),
+                num(&f["worst_us"], 2)
+            ));
+        }
+    }
     s
 }
 

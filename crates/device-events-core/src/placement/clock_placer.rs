@@ -75,6 +75,16 @@ pub struct ClockPlacer<C: StampClock> {
     refused_pairings: u64,
 }
 
+impl<C: StampClock> std::fmt::Debug for ClockPlacer<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClockPlacer")
+            .field("period_ns", &self.clock.period_ns())
+            .field("anchor_uncertainty", &self.anchor_uncertainty())
+            .field("refused_pairings", &self.refused_pairings)
+            .finish_non_exhaustive()
+    }
+}
+
 #[derive(Clone, Copy)]
 struct ClockAnchor {
     ticks: u64,
