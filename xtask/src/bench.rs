@@ -473,24 +473,30 @@ pub(crate) fn bench() -> Result<()> {
                      calibrators: the simulated backend has no threads), as a share of one core; \
                      devices_2: two simulated devices, a stream and a profiler each, so two \
                      calibrator threads; library_cpu_share: the library's threads alone, from \
-                     the scheduler's statistics",
+                     the scheduler's statistics; library_wakeups_per_window and \
+                     reader_wakeups_per_window: the context switches per window of the \
+                     library's threads and of the reading thread, voluntary (a sleep or a \
+                     blocked wait that ended: a wake-up) and involuntary, from /proc",
         },
         "against_cubecl_server": {
             "submit": {
                 "fence": {
                     "driver_calls": json!({ "ours": c("cubecl-ours-fence-submit"), "cubecl_server": c("cubecl-server-fence-submit") }),
                     "instructions": json!({ "ours": i("cubecl-ours-fence-submit"), "cubecl_server": i("cubecl-server-fence-submit"), "ratio": ratio(i("cubecl-ours-fence-submit"), i("cubecl-server-fence-submit")) }),
+                    "instructions_outside_the_driver": json!({ "ours": o("cubecl-ours-fence-submit"), "cubecl_server": o("cubecl-server-fence-submit"), "ratio": ratio(o("cubecl-ours-fence-submit"), o("cubecl-server-fence-submit")) }),
                 },
                 "window": {
                     "driver_calls": json!({ "ours": c("cubecl-ours-window-submit"), "cubecl_server": c("cubecl-server-window-submit") }),
                     "instructions": json!({ "ours": i("cubecl-ours-window-submit"), "cubecl_server": i("cubecl-server-window-submit"), "ratio": ratio(i("cubecl-ours-window-submit"), i("cubecl-server-window-submit")) }),
+                    "instructions_outside_the_driver": json!({ "ours": o("cubecl-ours-window-submit"), "cubecl_server": o("cubecl-server-window-submit"), "ratio": ratio(o("cubecl-ours-window-submit"), o("cubecl-server-window-submit")) }),
                 },
             },
             "runs": cubecl_side,
             "note": "cubecl-server 0.12.0-pre.1's EventProfiler and EventFence over an EventApi of \
                      the software driver's CUDA ABI (the bench's, as cubecl-cuda writes its own), \
                      beside device-events-cubecl's CubeProfiler and CubeFence: the submitting \
-                     thread's driver calls and instructions; the first poll of a window with 20 ms \
+                     thread's driver calls and instructions, in all and outside the driver (the \
+                     library's own and the harness's); the first poll of a window with 20 ms \
                      of work left (a blocking read takes that long); placement error of both \
                      ends of 200 windows each against the driver's truth, clock offset and \
                      drifting 100 ppm",
@@ -799,6 +805,28 @@ fn print_table(r: &Value) {
                 "<= 0.05",
                 cpu_high <= 0.05,
             );
+            // Context switches per window, the worst of the runs: the
+            // library's threads' (the resolver's sleeps, the calibrators'),
+            // and the reading thread's (a blocked read woken).
+            let switches = |who: &str| {
+                runs.iter()
+                    .map(|run| {
+                        let w = &run[streams][who];
+                        f(&w["voluntary"]) + f(&w["involuntary"])
+                    })
+                    .fold(f64::NAN, f64::max)
+            };
+            println!(
+                "{:<54} {:>14} {:>12} {:>10}",
+                format!("every kernel, {streams}: wake-ups per window, lib / reader"),
+                format!(
+                    "{:.2} / {:.2}",
+                    switches("library_wakeups_per_window"),
+                    switches("reader_wakeups_per_window")
+                ),
+                "",
+                ""
+            );
             let late_high = worst("late_p99_us");
             row(
                 &format!("every kernel, {streams}: p99 late, µs, worst"),
@@ -865,6 +893,22 @@ fn print_table(r: &Value) {
             ratio,
             "<= 1.00",
             ratio <= 1.0,
+        );
+        let beyond = &figures["instructions_outside_the_driver"];
+        println!(
+            "{:<54} {:>14} {:>12} {:>10}",
+            format!("vs cubecl-server: {what} submit, instr outside the driver"),
+            format!(
+                "{:.0} / {:.0}",
+                f(&beyond["ours"]),
+                f(&beyond["cubecl_server"])
+            ),
+            "<= cubecl's",
+            if f(&beyond["ours"]) <= f(&beyond["cubecl_server"]) {
+                "yes"
+            } else {
+                "NO"
+            }
         );
     }
     if let Some(runs) = cs["runs"].as_array() {

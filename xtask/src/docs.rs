@@ -375,6 +375,13 @@ fn beside_cubecl(r: &Value) -> String {
             num(&f["instructions"]["ours"], 0),
             num(&f["instructions"]["ratio"], 2)
         ));
+        let beyond = &f["instructions_outside_the_driver"];
+        s.push_str(&format!(
+            "| of them outside the driver | {} | {} ({} of CubeCL's) |\n",
+            num(&beyond["cubecl_server"], 0),
+            num(&beyond["ours"], 0),
+            num(&beyond["ratio"], 2)
+        ));
     }
     let runs = &cs["runs"];
     for (key, name, digits) in [
@@ -550,8 +557,8 @@ fn answering(r: &Value) -> String {
          | CPU with a thousand windows pending on one stream, share of a core | {} |\n\n\
          A server timing every kernel: 10 000 chained windows of 50 µs, each read 32 behind \
          (simulated backend). {}Goals: CPU ≤ {} of a core, p99 late ≤ {} µs.\n\n\
-         | streams | CPU, share of a core (each run) | median late, µs (each run) | p99 late, µs (each run) |\n\
-         | --- | --- | --- | --- |\n",
+         | streams | CPU, share of a core (each run) | wake-ups per window, library's threads / reader (each run) | median late, µs (each run) | p99 late, µs (each run) |\n\
+         | --- | --- | --- | --- | --- |\n",
         num(&a["right_after_stop"]["late_median_us"], 1),
         num(&a["head_of_line"]["late_median_us"], 1),
         num(&a["head_of_line"]["late_p99_us"], 1),
@@ -575,8 +582,29 @@ fn answering(r: &Value) -> String {
                 .join(", "),
             _ => "—".to_owned(),
         };
+        let wakeups = match runs.as_array() {
+            Some(list) if !list.is_empty() => list
+                .iter()
+                .map(|run| {
+                    let of = |who: &str| {
+                        let w = &run[key][who];
+                        match (w["voluntary"].as_f64(), w["involuntary"].as_f64()) {
+                            (Some(v), Some(i)) => format!("{:.2}", v + i),
+                            _ => "—".to_owned(),
+                        }
+                    };
+                    format!(
+                        "{} / {}",
+                        of("library_wakeups_per_window"),
+                        of("reader_wakeups_per_window")
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
+            _ => "—".to_owned(),
+        };
         s.push_str(&format!(
-            "| {streams} | {cpu} | {} | {} |\n",
+            "| {streams} | {cpu} | {wakeups} | {} | {} |\n",
             each_run(runs, |run| &run[key]["late_median_us"], 1),
             each_run(runs, |run| &run[key]["late_p99_us"], 1),
         ));
@@ -886,14 +914,16 @@ mod tests {
                              "ratio_runs": [0.6, 0.61, 0.62] },
             } } },
             "against_cubecl_server": {
-                "submit": { "fence": { "driver_calls": { "ours": 1.0, "cubecl_server": 103.0 } } },
+                "submit": { "fence": { "driver_calls": { "ours": 1.0, "cubecl_server": 103.0 } },
+                            "window": { "instructions_outside_the_driver": { "ours": 115.0 } } },
                 "runs": [{ "device_events_cubecl": { "first_poll_of_a_20ms_window_us": 104.0 } }],
             },
             "scale": { "sizes": { "1000000": { "ns_per_window": 105.0 } } },
             "placement": { "pocl": { "blocking": { "driver_clock": { "fit_on": {
                 "median_us": { "median": 106.0, "spread": 0.5 } } } } } },
             "answering": { "head_of_line": { "late_p99_us": 107.0 } },
-            "every_kernel": { "runs": [{ "streams_8": { "late_p99_us": 108.0 } }] },
+            "every_kernel": { "runs": [{ "streams_8": { "late_p99_us": 108.0,
+                "library_wakeups_per_window": { "voluntary": 114.0, "involuntary": 0.0 } } }] },
             "server_way": { "start_behind_a_1s_kernel": { "p99_9_us": 109.0 },
                             "global_captures": { "hip": { "captures_ended": 110.0 } } },
             "beside_a_hung_device": { "runs": [{ "read_p99_us": 111.0 }] },
@@ -901,7 +931,7 @@ mod tests {
             "wait_cost": { "pocl": { "late_us": 113.0 } },
         });
         let page = measurements(&report);
-        for figure in 101..=113 {
+        for figure in 101..=115 {
             assert!(
                 page.contains(&figure.to_string()),
                 "{figure} not shown:\n{page}"

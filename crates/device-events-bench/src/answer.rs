@@ -220,6 +220,12 @@ pub struct EveryKernel {
     /// The library's threads that were running at the start and had left
     /// by the end: their time is missing from `library_cpu_share`.
     pub library_threads_left: usize,
+    /// The library's threads' context switches per window, voluntary (a
+    /// sleep or a blocked wait ended: a wake-up) and involuntary: what a
+    /// window costs the OS beside the instructions.
+    pub library_wakeups_per_window: Switches,
+    /// The reading thread's, likewise: a blocked read woken per window.
+    pub reader_wakeups_per_window: Switches,
     /// How long after each window's end (as placed) its read returned,
     /// sorted.
     pub late: Vec<Duration>,
@@ -286,6 +292,60 @@ fn library_threads_cpu() -> HashMap<u64, u64> {
     threads
 }
 
+/// Context switches per window, as `/proc` counts them.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Switches {
+    /// The thread gave the CPU up (slept, blocked) and was woken again.
+    pub voluntary: f64,
+    /// The scheduler took the CPU away.
+    pub involuntary: f64,
+}
+
+/// A thread's context switches so far, voluntary and involuntary, from
+/// its `status` file under `/proc`.
+fn switches(task: &std::path::Path) -> Option<(u64, u64)> {
+    let status = std::fs::read_to_string(task.join("status")).ok()?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(name))
+            .and_then(|v| v.trim().parse().ok())
+    };
+    Some((
+        field("voluntary_ctxt_switches:")?,
+        field("nonvoluntary_ctxt_switches:")?,
+    ))
+}
+
+/// Context switches of each of the library's threads now, by thread id.
+fn library_threads_switches() -> HashMap<u64, (u64, u64)> {
+    let mut threads = HashMap::new();
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return threads;
+    };
+    for task in tasks.flatten() {
+        let path = task.path();
+        let name = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
+        if !name.starts_with("device-events") {
+            continue;
+        }
+        let tid = task.file_name().to_string_lossy().parse().ok();
+        if let (Some(tid), Some(counts)) = (tid, switches(&path)) {
+            threads.insert(tid, counts);
+        }
+    }
+    threads
+}
+
+/// The switches from `before` to `after`, per one of `windows` windows.
+fn per_window(before: (u64, u64), after: (u64, u64), windows: usize) -> Switches {
+    let n = windows.max(1) as f64;
+    Switches {
+        voluntary: after.0.saturating_sub(before.0) as f64 / n,
+        involuntary: after.1.saturating_sub(before.1) as f64 / n,
+    }
+}
+
 /// [`every_kernel`] on `streams` of any backend, `kernel(i, stream)`
 /// queuing the `i`th kernel; `streams[j]` is profiled by the `j % devices`th
 /// of `devices` profilers, one per device.
@@ -328,6 +388,9 @@ pub fn every_kernel_on<A: device_events_core::Backend>(
         }
     };
     let library = library_threads_cpu();
+    let library_switches = library_threads_switches();
+    let reader = std::path::Path::new("/proc/thread-self");
+    let reader_switches = switches(reader).unwrap_or_default();
     let (cpu, mine, wall) = (process_cpu(), thread_cpu(), Instant::now());
     for i in 0..n {
         let at = i % streams.len();
@@ -346,7 +409,22 @@ pub fn every_kernel_on<A: device_events_core::Backend>(
         read(window, &mut late);
     }
     let others = (process_cpu() - cpu).saturating_sub(thread_cpu() - mine);
+    let reader_switches = per_window(reader_switches, switches(reader).unwrap_or_default(), n);
     let library_after = library_threads_cpu();
+    let sum = |counts: &HashMap<u64, (u64, u64)>, of: &HashMap<u64, (u64, u64)>| {
+        counts
+            .iter()
+            .filter(|(tid, _)| of.contains_key(tid))
+            .fold((0, 0), |(v, i), (_, (dv, di))| (v + dv, i + di))
+    };
+    let switches_after = library_threads_switches();
+    // The threads there throughout: one that started meanwhile counts
+    // from zero, one that left is missing, as for the CPU.
+    let library_switches = per_window(
+        sum(&library_switches, &switches_after),
+        sum(&switches_after, &switches_after),
+        n,
+    );
     let elapsed = wall.elapsed().as_secs_f64();
     let cpu_share = others.as_secs_f64() / elapsed;
     let library_ns: u64 = library_after
@@ -366,6 +444,8 @@ pub fn every_kernel_on<A: device_events_core::Backend>(
         cpu_share,
         library_cpu_share: library_ns as f64 / 1e9 / elapsed,
         library_threads_left,
+        library_wakeups_per_window: library_switches,
+        reader_wakeups_per_window: reader_switches,
         late,
         unread,
     }

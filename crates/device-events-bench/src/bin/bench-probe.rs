@@ -400,6 +400,14 @@ fn every_kernel() -> serde_json::Value {
                 "cpu_share": run.cpu_share,
                 "library_cpu_share": run.library_cpu_share,
                 "library_threads_left": run.library_threads_left,
+                "library_wakeups_per_window": {
+                    "voluntary": run.library_wakeups_per_window.voluntary,
+                    "involuntary": run.library_wakeups_per_window.involuntary,
+                },
+                "reader_wakeups_per_window": {
+                    "voluntary": run.reader_wakeups_per_window.voluntary,
+                    "involuntary": run.reader_wakeups_per_window.involuntary,
+                },
                 "late_median_us": at(0.5),
                 "late_p99_us": at(0.99),
                 "windows_read": run.late.len(),

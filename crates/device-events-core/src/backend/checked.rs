@@ -460,6 +460,21 @@ impl<R: RawApi> FenceApi for R {
         idle::fence_event(stream)
     }
 
+    fn fence_recorded(
+        stream: CheckedStream<R>,
+    ) -> Result<(CheckedEvent<R>, Result<(), DriverError>), DriverError> {
+        let call = R::CALLS.record_event;
+        // One lookup for the event's context and the record: the stream
+        // is held live, its context bound, throughout.
+        stream.on_live(call, |live| {
+            let event = idle::fence_event_of(live)?;
+            let recorded = event
+                .live(call)
+                .and_then(|raw| record(&event, raw, stream, live));
+            Ok((event, recorded))
+        })
+    }
+
     fn keep_event(event: CheckedEvent<R>) -> Option<CheckedEvent<R>> {
         idle::keep_event(event)
     }

@@ -65,7 +65,13 @@ impl<A: FenceApi> EventFence<A> {
     /// number per backend; see
     /// [`release_idle_events`](crate::process::release_idle_events)), else a new one.
     pub fn new(stream: A::Stream) -> Self {
-        Self::record(KeptEvent::for_stream(stream).map(FenceEvent::Owned), stream)
+        // The event kept whatever the record's outcome: dropped with the
+        // fence, it goes back to the backend's idle events, as before.
+        let point = match KeptEvent::recorded(stream) {
+            Ok((event, Ok(()))) => Ok(FenceEvent::Owned(event)),
+            Ok((_, Err(err))) | Err(err) => Err(err),
+        };
+        Self { point }
     }
 }
 

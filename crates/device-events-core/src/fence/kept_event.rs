@@ -16,13 +16,21 @@ pub(crate) struct KeptEvent<A: EventApi> {
 }
 
 impl<A: EventApi> KeptEvent<A> {
-    pub(crate) fn for_stream(stream: A::Stream) -> Result<Self, DriverError>
+    /// A fence's event recorded on `stream`, with the record's outcome.
+    pub(crate) fn recorded(
+        stream: A::Stream,
+    ) -> Result<(Self, Result<(), DriverError>), DriverError>
     where
         A: FenceApi,
     {
-        A::fence_event(stream).map(|raw| Self {
-            raw: Some(raw),
-            keep: A::keep_event,
+        A::fence_recorded(stream).map(|(raw, recorded)| {
+            (
+                Self {
+                    raw: Some(raw),
+                    keep: A::keep_event,
+                },
+                recorded,
+            )
         })
     }
 

@@ -21,6 +21,9 @@ use crate::driver::DriverError;
 /// // The simulated backend keeps none: the event comes back, to destroy.
 /// let mut event = Sim::keep_event(event).expect("not kept");
 /// Sim::event_destroy(&mut event)?;
+/// let (mut event, recorded) = Sim::fence_recorded(stream)?;
+/// recorded?;
+/// Sim::event_destroy(&mut event)?;
 /// EventFence::<Sim>::new(stream).wait_sync()?;
 /// # Sim::stream_destroy(stream)?;
 /// # Ok::<(), device_events_core::DriverError>(())
@@ -36,6 +39,23 @@ pub trait FenceApi: EventApi {
     fn fence_event(stream: Self::Stream) -> Result<Self::Event, DriverError> {
         let _ = stream;
         Self::event_create()
+    }
+
+    /// An event for a fence on `stream`, as [`fence_event`](Self::fence_event),
+    /// recorded there, with the record's outcome: the fence keeps the
+    /// event either way, and gives it back when dropped. A checked backend
+    /// looks the stream up once for both. `Err` when there is no event.
+    ///
+    /// # Errors
+    ///
+    /// As [`fence_event`](Self::fence_event); the record's error is the
+    /// inner one.
+    fn fence_recorded(
+        stream: Self::Stream,
+    ) -> Result<(Self::Event, Result<(), DriverError>), DriverError> {
+        let event = Self::fence_event(stream)?;
+        let recorded = Self::event_record(&event, stream);
+        Ok((event, recorded))
     }
 
     /// Keep a dropped fence's event for [`fence_event`](Self::fence_event);

@@ -20,7 +20,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use super::binding::{bound, dead, releasing};
 use super::event::CheckedEvent;
-use super::stream::CheckedStream;
+use super::stream::{CheckedStream, Live};
 use crate::backend::capture;
 use crate::backend::raw::{HostWord, Permit, RawApi};
 use crate::driver::DriverError;
@@ -150,6 +150,20 @@ pub(super) fn fence_event<R: RawApi>(
     let held = stream.held(R::CALLS.record_event)?;
     // Without timing: a fence's event is only recorded, asked and waited on.
     bound::<R, _>(&held.clone(), || CheckedEvent::create(held, false))
+}
+
+/// An idle event of `live`'s context, else a new one made in it; the
+/// caller has that context bound.
+pub(super) fn fence_event_of<R: RawApi>(live: &Live<R>) -> Result<CheckedEvent<R>, DriverError> {
+    let context = R::context_of(&live.held);
+    {
+        let mut idle = R::state().idle.events();
+        if let Some(at) = idle.iter().rposition(|e| e.context() == context) {
+            return Ok(idle.swap_remove(at));
+        }
+    }
+    // Without timing: a fence's event is only recorded, asked and waited on.
+    CheckedEvent::create(live.held.clone(), false)
 }
 
 /// Keep `event` while there is room; else give it back.
