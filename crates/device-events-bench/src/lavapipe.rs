@@ -272,26 +272,45 @@ pub fn placement(
     while Instant::now() < end {
         for turn in 0..placers.len() {
             let which = (turn + round) % placers.len();
-            let placer = &mut placers[which];
-            if placer.due() {
-                placer.calibrate().unwrap();
-            }
-            let (start, stop) = stamps.window();
-            let clock = placer.clock();
-            let window = placer
-                .place_window(clock.skew(start), clock.skew(stop))
-                .expect("a window near its anchor is placed");
+            let (ends, bound) = place_one(&mut placers[which], &stamps);
             errors[which].windows += 1;
-            for (placed, ticks) in [(window.start, start), (window.end, stop)] {
-                let error = error(placed, truth(ticks)).as_nanos() as u64;
+            for error in ends {
                 // The truth is exact: no slack for its pairing.
-                errors[which].add(error, window.uncertainty, 0);
+                errors[which].add(error.as_nanos() as u64, bound, 0);
             }
             std::thread::sleep(Duration::from_micros(1_000 / placers.len() as u64));
         }
         round += 1;
     }
     errors.into_iter().map(Errors::finish).collect()
+}
+
+/// One window of the runtime's own stamps placed through `placer`,
+/// anchored first when due: how far each end lies from its truth, and the
+/// bound the window states.
+///
+/// # Panics
+///
+/// When the anchor or the placement fails.
+pub fn place_one<C: StampClock>(
+    placer: &mut ClockPlacer<Skewed<C>>,
+    stamps: &Stamps,
+) -> ([Duration; 2], Duration) {
+    if placer.due() {
+        placer.calibrate().unwrap();
+    }
+    let (start, end) = stamps.window();
+    let clock = placer.clock();
+    let window = placer
+        .place_window(clock.skew(start), clock.skew(end))
+        .expect("a window near its anchor is placed");
+    (
+        [
+            error(window.start, truth(start)),
+            error(window.end, truth(end)),
+        ],
+        window.uncertainty,
+    )
 }
 
 /// The sessions lavapipe is measured with, by key: a bracket, a bracket

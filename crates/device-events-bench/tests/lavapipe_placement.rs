@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use device_events_bench::lavapipe::{Skewed, Stamps, device, error, truth};
+use device_events_bench::lavapipe::{Skewed, Stamps, device, place_one};
 use device_events_core::{ClockPlacer, ProfilerConfig};
 use device_events_vulkan::VulkanClock;
 
@@ -43,20 +43,8 @@ fn placed_errors<C: device_events_core::StampClock>(
 ) -> Vec<(u128, u128)> {
     let mut out = Vec::new();
     for _ in 0..count {
-        if placer.due() {
-            placer.calibrate().unwrap();
-        }
-        let (start, end) = stamps.window();
-        let clock = placer.clock();
-        let window = placer
-            .place_window(clock.skew(start), clock.skew(end))
-            .expect("a window near its anchor is placed");
-        for (placed, ticks) in [(window.start, start), (window.end, end)] {
-            out.push((
-                error(placed, truth(ticks)).as_nanos(),
-                window.uncertainty.as_nanos(),
-            ));
-        }
+        let (ends, bound) = place_one(placer, stamps);
+        out.extend(ends.map(|end| (end.as_nanos(), bound.as_nanos())));
         std::thread::sleep(gap);
     }
     out
