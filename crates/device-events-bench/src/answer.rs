@@ -270,6 +270,16 @@ pub fn every_kernel_on_two_devices(streams: usize, kernel: Duration, n: usize) -
 /// from `/proc/self/task/*/schedstat` (nanosecond resolution, where
 /// `getrusage` of another thread is not to be had).
 fn library_threads_cpu() -> HashMap<u64, u64> {
+    library_threads(|path| {
+        std::fs::read_to_string(path.join("schedstat"))
+            .ok()
+            .and_then(|stat| stat.split_whitespace().next()?.parse().ok())
+    })
+}
+
+/// `read` of each of the library's threads, by thread id: those whose
+/// name starts with `device-events` (the kernel keeps 15 bytes of it).
+fn library_threads<T>(read: impl Fn(&std::path::Path) -> Option<T>) -> HashMap<u64, T> {
     let mut threads = HashMap::new();
     let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
         return threads;
@@ -277,16 +287,12 @@ fn library_threads_cpu() -> HashMap<u64, u64> {
     for task in tasks.flatten() {
         let path = task.path();
         let name = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
-        // The kernel keeps 15 bytes of a thread's name.
         if !name.starts_with("device-events") {
             continue;
         }
-        let on_cpu = std::fs::read_to_string(path.join("schedstat"))
-            .ok()
-            .and_then(|stat| stat.split_whitespace().next()?.parse().ok());
         let tid = task.file_name().to_string_lossy().parse().ok();
-        if let (Some(tid), Some(on_cpu)) = (tid, on_cpu) {
-            threads.insert(tid, on_cpu);
+        if let (Some(tid), Some(value)) = (tid, read(&path)) {
+            threads.insert(tid, value);
         }
     }
     threads
@@ -319,22 +325,7 @@ fn switches(task: &std::path::Path) -> Option<(u64, u64)> {
 
 /// Context switches of each of the library's threads now, by thread id.
 fn library_threads_switches() -> HashMap<u64, (u64, u64)> {
-    let mut threads = HashMap::new();
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return threads;
-    };
-    for task in tasks.flatten() {
-        let path = task.path();
-        let name = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
-        if !name.starts_with("device-events") {
-            continue;
-        }
-        let tid = task.file_name().to_string_lossy().parse().ok();
-        if let (Some(tid), Some(counts)) = (tid, switches(&path)) {
-            threads.insert(tid, counts);
-        }
-    }
-    threads
+    library_threads(switches)
 }
 
 /// The switches from `before` to `after`, per one of `windows` windows.

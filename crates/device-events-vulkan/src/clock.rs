@@ -21,6 +21,7 @@ use device_events_core::backend::HostStamp;
 use device_events_core::{DriverError, ErrorKind, StampClock};
 
 use crate::VulkanDevice;
+use crate::objects::Objects;
 use crate::status::{check, error};
 
 /// How long a dropped clock waits for its last anchor submission before it
@@ -596,34 +597,5 @@ impl Drop for VulkanClock {
         // SAFETY: nothing of the clock's is in use; each handle is the
         // clock's, destroyed once here.
         unsafe { objects.destroy(&self.device) };
-    }
-}
-
-/// The objects a clock makes, destroyed together.
-pub(crate) struct Objects {
-    pool: vk::CommandPool,
-    queries: vk::QueryPool,
-    events: [vk::Event; 2],
-    gate: vk::Semaphore,
-    fence: vk::Fence,
-}
-
-impl Objects {
-    /// # Safety
-    ///
-    /// `device` made them, and none is in use: no submission that names
-    /// them is pending.
-    pub(crate) unsafe fn destroy(self, device: &ash::Device) {
-        // SAFETY: the caller's contract; null handles (a clock whose making
-        // failed half-way) are ignored by Vulkan.
-        unsafe {
-            device.destroy_fence(self.fence, None);
-            device.destroy_semaphore(self.gate, None);
-            for event in self.events {
-                device.destroy_event(event, None);
-            }
-            device.destroy_query_pool(self.queries, None);
-            device.destroy_command_pool(self.pool, None);
-        }
     }
 }

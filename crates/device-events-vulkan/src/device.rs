@@ -40,7 +40,7 @@ pub struct VulkanDevice {
     pub(crate) features: crate::VulkanFeatures,
     /// Objects of clocks dropped while the device still used them:
     /// destroyed once it is idle, before it is.
-    leftovers: Mutex<Vec<crate::clock::Objects>>,
+    leftovers: Mutex<Vec<crate::objects::Objects>>,
     name: String,
     pub(crate) entry: ash::Entry,
 }
@@ -120,7 +120,7 @@ impl VulkanDevice {
     }
 
     /// Keep a dropped clock's `objects` until the device is idle.
-    pub(crate) fn leave(&self, objects: crate::clock::Objects) {
+    pub(crate) fn leave(&self, objects: crate::objects::Objects) {
         self.leftovers.lock().push(objects);
     }
 

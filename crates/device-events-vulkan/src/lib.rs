@@ -20,6 +20,7 @@
 mod clock;
 mod device;
 mod monotonic;
+mod objects;
 mod status;
 
 pub use clock::VulkanClock;
