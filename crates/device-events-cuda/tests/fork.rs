@@ -10,7 +10,9 @@ mod support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use device_events_conformance::fork::status_of;
 
 use device_events_conformance::Workload as _;
 use device_events_conformance::soft::SoftDriver;
@@ -35,30 +37,6 @@ fn child_reads_a_window() -> ! {
     let read = answer.recv_timeout(Duration::from_secs(2)).unwrap_or(false);
     // SAFETY: leaves the child at once, with the outcome as its status.
     unsafe { libc::_exit(i32::from(!read)) }
-}
-
-/// The child's exit status, or `None` when it had not exited after 10 s
-/// (killed then).
-fn status_of(child: libc::pid_t) -> Option<i32> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut status = 0;
-    loop {
-        // SAFETY: `child` is this process's child; `status` is writable.
-        let reaped = unsafe { libc::waitpid(child, &raw mut status, libc::WNOHANG) };
-        if reaped == child {
-            return Some(status);
-        }
-        assert_eq!(reaped, 0, "waitpid failed");
-        if Instant::now() > deadline {
-            // SAFETY: `child` is this process's unreaped child.
-            unsafe {
-                libc::kill(child, libc::SIGKILL);
-                libc::waitpid(child, &raw mut status, 0);
-            }
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
 }
 
 /// Device 1's first calibration, held in flight behind a 2 s kernel on the
@@ -118,7 +96,7 @@ fn a_child_forked_while_the_librarys_threads_work_reads_its_windows() {
         if child == 0 {
             child_reads_a_window();
         }
-        match status_of(child) {
+        match status_of(child, Duration::from_secs(10)) {
             Some(0) => {}
             status => unread.push((fork, status)),
         }

@@ -12,6 +12,8 @@ device_events_conformance::tests_need_an_installed_runtime!(
 
 use std::time::{Duration, Instant};
 
+use device_events_conformance::fork::status_of;
+
 use device_events_core::process::{stop_driver_calls, wait_for_calibrations};
 use device_events_core::{EventProfiler, OwnedStream, ProfilerConfig};
 use device_events_opencl::OpenCl;
@@ -90,30 +92,6 @@ fn exiting_with_a_calibration_in_flight_leaves_the_runtime_before_its_teardown()
     );
 }
 
-/// The exit status of `child`, or `None` when it had not exited normally
-/// within 10 s (killed then).
-fn status_of(child: libc::pid_t) -> Option<i32> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut status = 0;
-    loop {
-        // SAFETY: `child` is this process's child; `status` is writable.
-        let reaped = unsafe { libc::waitpid(child, &raw mut status, libc::WNOHANG) };
-        if reaped == child {
-            return libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
-        }
-        assert_eq!(reaped, 0, "waitpid failed");
-        if Instant::now() > deadline {
-            // SAFETY: `child` is this process's unreaped child.
-            unsafe {
-                libc::kill(child, libc::SIGKILL);
-                libc::waitpid(child, &raw mut status, 0);
-            }
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
 /// A child made by `fork` during a calibration has none of the parent's
 /// threads: the fork handlers leave it no library call in flight, so its
 /// own exit handler does not wait for the parent's calibration to leave
@@ -131,7 +109,7 @@ fn a_child_forked_during_a_calibration_has_no_library_call_in_flight() {
         // SAFETY: leaves the child at once, with the finding as its status.
         unsafe { libc::_exit(i32::from(!none)) };
     }
-    let status = status_of(child);
+    let status = status_of(child, Duration::from_secs(10));
     drop(profiler);
     assert!(
         wait_for_calibrations(Duration::from_secs(120)),
