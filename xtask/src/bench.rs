@@ -127,11 +127,7 @@ fn probe(args: &[&str], soft: &Path) -> Result<Value> {
     let exe = root().join("target/release/bench-probe");
     let mut command = Command::new(&exe);
     if args.first() == Some(&"placement-vulkan") {
-        // Its truth is lavapipe's clock: the loader sees lavapipe alone.
-        let manifest = crate::lavapipe_manifest()?;
-        command
-            .env("VK_DRIVER_FILES", &manifest)
-            .env("VK_ICD_FILENAMES", &manifest);
+        crate::on_lavapipe(&mut command)?;
     }
     let output = soft_env(&mut command, soft)
         .args(args)

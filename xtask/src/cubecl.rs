@@ -50,7 +50,7 @@ pub(crate) fn cubecl() -> Result<()> {
     check("cubecl-hip", None)?;
     check("cubecl-wgpu", None)?;
     eprintln!("xtask: CubeCL {VERSION}'s CUDA, HIP and wgpu backends build on device-events");
-    let compared = wgpu_comparison()?;
+    let compared = wgpu_comparison_in(&dir, &target)?;
     eprintln!("xtask: cubecl-wgpu on lavapipe, placement against the exact clock: {compared}");
     Ok(())
 }
@@ -58,9 +58,13 @@ pub(crate) fn cubecl() -> Result<()> {
 /// CubeCL kernels through cubecl-wgpu on lavapipe, unpatched and patched:
 /// what `ci/cubecl/wgpu-check` measured of each (its last line, JSON).
 pub(crate) fn wgpu_comparison() -> Result<Value> {
+    let (dir, target) = patched()?;
+    wgpu_comparison_in(&dir, &target)
+}
+
+/// [`wgpu_comparison`], the patched crates already in `patched_dir`.
+fn wgpu_comparison_in(patched_dir: &Path, target: &Path) -> Result<Value> {
     crate::ensure_lavapipe()?;
-    let manifest = crate::lavapipe_manifest()?;
-    let (patched_dir, target) = patched()?;
     let unpatched_dir = std::env::temp_dir().join("device-events-cubecl-unpatched");
     let _ = std::fs::remove_dir_all(&unpatched_dir);
     std::fs::create_dir_all(&unpatched_dir)?;
@@ -75,20 +79,23 @@ pub(crate) fn wgpu_comparison() -> Result<Value> {
         ),
     )?;
     let mut out = serde_json::Map::new();
-    for (key, dir) in [("unpatched", &unpatched_dir), ("patched", &patched_dir)] {
+    for (key, dir) in [
+        ("unpatched", unpatched_dir.as_path()),
+        ("patched", patched_dir),
+    ] {
         eprintln!(
             "xtask: CubeCL kernels through cubecl-wgpu ({key}) on lavapipe: building and running {WGPU_CHECK}"
         );
-        let output = cargo()
-            .current_dir(dir)
-            .args(["run", "--quiet", "--package", WGPU_CHECK, "--", "300"])
-            .env("DOCS_RS", "1")
-            .env("CARGO_TARGET_DIR", &target)
-            .env("VK_DRIVER_FILES", &manifest)
-            .env("VK_ICD_FILENAMES", &manifest)
-            .stderr(std::process::Stdio::inherit())
-            .output()
-            .with_context(|| format!("running {WGPU_CHECK} ({key})"))?;
+        let output = crate::on_lavapipe(
+            cargo()
+                .current_dir(dir)
+                .args(["run", "--quiet", "--package", WGPU_CHECK, "--", "300"])
+                .env("DOCS_RS", "1")
+                .env("CARGO_TARGET_DIR", target),
+        )?
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .with_context(|| format!("running {WGPU_CHECK} ({key})"))?;
         let stdout = String::from_utf8_lossy(&output.stdout);
         for line in stdout.lines().filter(|l| l.starts_with("wgpu-check:")) {
             eprintln!("xtask: {line}");

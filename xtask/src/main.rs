@@ -203,15 +203,14 @@ fn test() -> Result<()> {
     )?;
     // Its placement tests print what they measured (the fit against no
     // fit, every setting's error): shown, as CI's record of them.
-    let manifest = lavapipe_manifest()?;
     run(
         "placement truth on PoCL and lavapipe",
         soft_env(
-            cargo()
-                .args(["test", "--package", BENCH_PACKAGE, "--", "--show-output"])
-                .env(INSTALLED_VAR, "1")
-                .env("VK_DRIVER_FILES", &manifest)
-                .env("VK_ICD_FILENAMES", &manifest),
+            on_lavapipe(
+                cargo()
+                    .args(["test", "--package", BENCH_PACKAGE, "--", "--show-output"])
+                    .env(INSTALLED_VAR, "1"),
+            )?,
             &soft,
         ),
     )?;
@@ -286,38 +285,40 @@ pub(crate) fn ensure_lavapipe() -> Result<()> {
     )
 }
 
-/// lavapipe's driver manifest, which the Vulkan backend's checks are
-/// pointed at: their truth is its clock.
-pub(crate) fn lavapipe_manifest() -> Result<std::path::PathBuf> {
+/// Point `command`'s Vulkan loader at lavapipe alone, by its driver
+/// manifest: the Vulkan checks' truth is its clock.
+pub(crate) fn on_lavapipe(command: &mut Command) -> Result<&mut Command> {
     let dir = Path::new("/usr/share/vulkan/icd.d");
-    std::fs::read_dir(dir)
+    let manifest = std::fs::read_dir(dir)
         .with_context(|| format!("reading {}", dir.display()))?
         .filter_map(|entry| entry.ok().map(|e| e.path()))
         .find(|path| {
             path.file_name()
                 .is_some_and(|name| name.to_string_lossy().starts_with("lvp_icd"))
         })
-        .with_context(|| format!("no lavapipe manifest (lvp_icd*.json) in {}", dir.display()))
+        .with_context(|| format!("no lavapipe manifest (lvp_icd*.json) in {}", dir.display()))?;
+    Ok(command
+        .env("VK_DRIVER_FILES", &manifest)
+        .env("VK_ICD_FILENAMES", &manifest))
 }
 
 /// The Vulkan backend's checks on lavapipe alone, one at a time (its
 /// device is the CPU they would otherwise share); a missing driver fails.
 fn vulkan_tests() -> Result<()> {
-    let manifest = lavapipe_manifest()?;
     run(
         "vulkan tests on lavapipe",
-        cargo()
-            .args([
-                "test",
-                "--package",
-                VULKAN_PACKAGE,
-                "--",
-                "--test-threads=1",
-                "--show-output",
-            ])
-            .env(INSTALLED_VAR, "1")
-            .env("VK_DRIVER_FILES", &manifest)
-            .env("VK_ICD_FILENAMES", &manifest),
+        on_lavapipe(
+            cargo()
+                .args([
+                    "test",
+                    "--package",
+                    VULKAN_PACKAGE,
+                    "--",
+                    "--test-threads=1",
+                    "--show-output",
+                ])
+                .env(INSTALLED_VAR, "1"),
+        )?,
     )
 }
 
