@@ -7,7 +7,7 @@ use cl3::types::cl_event;
 use device_events_core::DriverError;
 use device_events_core::backend::RawApi;
 use device_events_core::backend::{Gate, HostStamp};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::context::Context;
 use crate::status::{check, error};
@@ -98,27 +98,6 @@ fn clock_ns(clock: libc::clockid_t) -> i128 {
     i128::from(t.tv_sec) * 1_000_000_000 + i128::from(t.tv_nsec)
 }
 
-/// `CLOCK_MONOTONIC_RAW` now, as an [`Instant`]: the tightest of three raw
-/// reads between two `Instant` reads, and half that pair's width.
-fn raw_now() -> (i128, Instant, Duration) {
-    (0..3)
-        .map(|_| {
-            let before = Instant::now();
-            let raw = clock_ns(libc::CLOCK_MONOTONIC_RAW);
-            let width = before.elapsed();
-            (width, raw, before + width / 2)
-        })
-        .min_by_key(|(width, _, _)| *width)
-        .map(|(width, raw, at)| (raw, at, width / 2))
-        .unwrap_or_else(|| {
-            (
-                clock_ns(libc::CLOCK_MONOTONIC_RAW),
-                Instant::now(),
-                Duration::ZERO,
-            )
-        })
-}
-
 /// A gate on `queue`: user events the queue waits behind.
 pub(crate) fn gate(queue: OpenClStream) -> Result<Option<Box<dyn Gate>>, DriverError> {
     let context = queue.with_live("clCreateUserEvent", |_, held| Arc::clone(held))?;
@@ -142,13 +121,8 @@ pub(crate) fn host_stamp(
     else {
         return Ok(None);
     };
-    let stamp = i128::from(stamp?);
-    let (raw, now, uncertainty) = raw_now();
-    let ago = Duration::from_nanos(u64::try_from((raw - stamp).abs()).unwrap_or(u64::MAX));
-    Ok(Some(HostStamp {
-        at: if raw >= stamp { now - ago } else { now + ago },
-        // The pairing's half-width, and the 1 ns of the stamp itself.
-        uncertainty: uncertainty + Duration::from_nanos(1),
+    Ok(HostStamp::on_clock(i128::from(stamp?), || {
+        clock_ns(libc::CLOCK_MONOTONIC_RAW)
     }))
 }
 

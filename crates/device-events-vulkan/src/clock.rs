@@ -533,14 +533,17 @@ impl StampClock for VulkanClock {
         let (Some(&device), Some(&host)) = (stamps.first(), stamps.get(1)) else {
             return Ok(None);
         };
-        let (at, pairing) = crate::monotonic::instant_of(host);
-        Ok(Some((
-            device & self.mask(),
-            HostStamp {
-                at,
-                uncertainty: Duration::from_nanos(deviation) + pairing,
-            },
-        )))
+        // The pairing of CLOCK_MONOTONIC with `Instant`, widened by the
+        // driver's own deviation between its two clocks.
+        Ok(crate::monotonic::instant_of(host).map(|paired| {
+            (
+                device & self.mask(),
+                HostStamp {
+                    at: paired.at,
+                    uncertainty: paired.uncertainty + Duration::from_nanos(deviation),
+                },
+            )
+        }))
     }
 }
 

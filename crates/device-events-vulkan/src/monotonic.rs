@@ -1,7 +1,7 @@
 //! The host's `CLOCK_MONOTONIC`, which a driver's calibrated timestamps
-//! name, as an [`Instant`].
+//! name, as an [`Instant`](std::time::Instant).
 
-use std::time::{Duration, Instant};
+use device_events_core::backend::HostStamp;
 
 fn monotonic_ns() -> i128 {
     let mut t = libc::timespec {
@@ -14,28 +14,7 @@ fn monotonic_ns() -> i128 {
 }
 
 /// Where `CLOCK_MONOTONIC`'s `ns` lies as an [`Instant`], and how far off
-/// that can be: paired through the tightest of three clock reads between
-/// two `Instant` reads.
-pub(crate) fn instant_of(ns: u64) -> (Instant, Duration) {
-    let (now_ns, now, half_width) = (0..3)
-        .map(|_| {
-            let before = Instant::now();
-            let ns = monotonic_ns();
-            let width = before.elapsed();
-            (width, ns, before + width / 2)
-        })
-        .min_by_key(|(width, _, _)| *width)
-        .map_or_else(
-            || (monotonic_ns(), Instant::now(), Duration::ZERO),
-            |(width, ns, at)| (ns, at, width / 2),
-        );
-    let ago = now_ns - i128::from(ns);
-    let by = Duration::from_nanos(u64::try_from(ago.unsigned_abs()).unwrap_or(u64::MAX));
-    let at = if ago >= 0 {
-        now.checked_sub(by)
-    } else {
-        now.checked_add(by)
-    };
-    // The pairing's half-width, and 1 ns for the rounding of its middle.
-    (at.unwrap_or(now), half_width + Duration::from_nanos(1))
+/// that can be; `None` outside `Instant`'s range.
+pub(crate) fn instant_of(ns: u64) -> Option<HostStamp> {
+    HostStamp::on_clock(i128::from(ns), monotonic_ns)
 }

@@ -129,6 +129,54 @@ pub struct HostStamp {
     pub uncertainty: Duration,
 }
 
+impl HostStamp {
+    /// Where a stamp `stamp_ns` of a host clock a driver names
+    /// (`CLOCK_MONOTONIC_RAW`, `CLOCK_MONOTONIC`) lies as an [`Instant`]:
+    /// `now_ns` reads that clock, and is paired with [`Instant`] by the
+    /// tightest of three reads between two `Instant` reads. Its bound is
+    /// half that pair's width, and 1 ns for the stamp's own rounding.
+    /// `None` for a stamp outside `Instant`'s range.
+    ///
+    /// ```
+    /// use device_events_core::backend::HostStamp;
+    /// use std::time::{Duration, Instant};
+    ///
+    /// // A clock counting nanoseconds from `origin`.
+    /// let origin = Instant::now();
+    /// let now_ns = || origin.elapsed().as_nanos() as i128;
+    /// let stamp = HostStamp::on_clock(5_000, now_ns).expect("in range");
+    /// let off = stamp.at.duration_since(origin).as_nanos().abs_diff(5_000);
+    /// assert!(off <= stamp.uncertainty.as_nanos());
+    /// ```
+    pub fn on_clock(stamp_ns: i128, now_ns: impl Fn() -> i128) -> Option<Self> {
+        let sample = || {
+            let before = Instant::now();
+            let ns = now_ns();
+            let width = before.elapsed();
+            (width, ns, before + width / 2)
+        };
+        let mut best = sample();
+        for _ in 0..2 {
+            let next = sample();
+            if next.0 < best.0 {
+                best = next;
+            }
+        }
+        let (width, now, at_now) = best;
+        let ago = now - stamp_ns;
+        let by = Duration::from_nanos(u64::try_from(ago.unsigned_abs()).unwrap_or(u64::MAX));
+        let at = if ago >= 0 {
+            at_now.checked_sub(by)
+        } else {
+            at_now.checked_add(by)
+        }?;
+        Some(Self {
+            at,
+            uncertainty: width / 2 + Duration::from_nanos(1),
+        })
+    }
+}
+
 /// A host-written value one stream waits on, made by [`AnchorApi::gate`].
 ///
 /// Each [`close`](Self::close) queues a wait on the stream that the next
