@@ -21,11 +21,11 @@ use std::time::{Duration, Instant};
 use crate::EventApi;
 use crate::anchoring::drift::AnchorPlacement;
 use crate::anchoring::line::HostLine;
+use crate::anchoring::polling::{self, Polled};
 use crate::anchoring::{AnchorApi, Closed, Gate};
 use crate::driver::DriverError;
 use crate::events::pool::{EventPool, PooledEvent};
 use crate::fork_gate::outside_library_work;
-use crate::tunables::calibrator::{ARRIVE_SLEEP, POLL_FOR, REACH_FIRST_SLEEP, REACH_SLEEP_UP_TO};
 
 /// A device event together with where it sits on the host clock.
 pub(crate) struct Anchor<A: EventApi> {
@@ -212,68 +212,33 @@ impl<A: AnchorApi> Bracket<A> {
     }
 }
 
-/// Return once the device has reached `mark`, or `bound` has passed:
-/// polling where the backend can ask, yielding for [`POLL_FOR`] and then
-/// from sleeps of [`ARRIVE_SLEEP`] (a stream that far behind other work
-/// holds nobody at its gate yet); else after `bound`.
+/// Return once the device has reached `mark`, or `bound` has passed
+/// ([`polling::arrive`]).
 fn arrive<A: AnchorApi>(mark: &PooledEvent<A>, bound: Duration) -> Result<(), DriverError> {
-    let started = std::time::Instant::now();
-    while started.elapsed() < bound {
-        if crate::threads::stopping() {
-            return Err(exiting::<A>());
-        }
-        match A::poll(mark.raw()) {
-            Some(reached) => {
-                if reached? {
-                    return Ok(());
-                }
-                if started.elapsed() < POLL_FOR {
-                    std::thread::yield_now();
-                } else {
-                    let sleep = ARRIVE_SLEEP.min(bound.saturating_sub(started.elapsed()));
-                    outside_library_work(|| std::thread::sleep(sleep));
-                }
-            }
-            None => {
-                let sleep = bound.saturating_sub(started.elapsed());
-                outside_library_work(|| std::thread::sleep(sleep));
-            }
-        }
+    match polling::arrive(|| A::poll(mark.raw()), bound)? {
+        Polled::Stopping => Err(exiting::<A>()),
+        Polled::Reached | Polled::GaveUp | Polled::CannotAsk => Ok(()),
     }
-    Ok(())
 }
 
 /// Return once the device has reached `event`: polling where the backend
-/// can, tightly for [`POLL_FOR`] and then from a sleep, else waiting. Left
-/// with an error between asks once the process began exiting
+/// can ([`polling::reach`]), else waiting. Left with an error between asks
+/// once the process began exiting
 /// ([`stop_driver_calls`](crate::process::stop_driver_calls)): an anchor stream
 /// behind a long kernel must not keep this thread in the driver through
 /// the driver's own exit handlers.
 fn reach<A: AnchorApi>(event: &PooledEvent<A>) -> Result<(), DriverError> {
-    let started = std::time::Instant::now();
-    let mut interval = REACH_FIRST_SLEEP;
-    while let Some(reached) = A::poll(event.raw()) {
-        if crate::threads::stopping() {
-            return Err(exiting::<A>());
-        }
-        if reached? {
-            return Ok(());
-        }
-        if started.elapsed() < POLL_FOR {
-            // Leaves the core to a thread that shares it, the driver's own
-            // among them on a small machine.
-            std::thread::yield_now();
-        } else {
-            outside_library_work(|| std::thread::sleep(interval));
-            interval = (interval * 2).min(REACH_SLEEP_UP_TO);
-        }
+    match polling::reach(|| A::poll(event.raw()), Duration::MAX)? {
+        Polled::Reached => Ok(()),
+        // No give-up was asked for: only an exit ends the asking early.
+        Polled::Stopping | Polled::GaveUp => Err(exiting::<A>()),
+        // A wait in the driver, for a backend that cannot ask: outside the
+        // calibrator's piece of work, so that a fork does not wait for the
+        // device. The core holds no lock of its here; the checked layer
+        // holds a stream's entry across a wait only where asking reads the
+        // event's stream (HIP), and HIP polls.
+        Polled::CannotAsk => outside_library_work(|| A::event_wait(event.raw())),
     }
-    // A wait in the driver, for a backend that cannot ask: outside the
-    // calibrator's piece of work, so that a fork does not wait for the
-    // device. The core holds no lock of its here; the checked layer holds
-    // a stream's entry across a wait only where asking reads the event's
-    // stream (HIP), and HIP polls.
-    outside_library_work(|| A::event_wait(event.raw()))
 }
 
 /// A calibration left because the process is exiting.

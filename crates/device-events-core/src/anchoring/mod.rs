@@ -6,6 +6,7 @@ pub(crate) mod anchor;
 pub(crate) mod calibrator;
 pub(crate) mod drift;
 pub(crate) mod line;
+pub(crate) mod polling;
 pub(crate) mod refresh;
 
 use std::time::{Duration, Instant};

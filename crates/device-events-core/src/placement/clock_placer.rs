@@ -15,11 +15,10 @@ use std::time::{Duration, Instant};
 use crate::anchoring::HostStamp;
 use crate::anchoring::drift::{AnchorPlacement, DriftFit};
 use crate::anchoring::line::{HostLine, nanos, reading_error};
+use crate::anchoring::polling::{self, Polled};
 use crate::placement::stamp_clock::StampClock;
 use crate::placement::{Limits, Placement, place_window};
-use crate::tunables::calibrator::{
-    ARRIVE_SLEEP, POLL_FOR, REACH_FIRST_SLEEP, REACH_SLEEP_UP_TO, STAMP_GIVE_UP,
-};
+use crate::tunables::calibrator::STAMP_GIVE_UP;
 use crate::tunables::drift::PRIOR;
 use crate::{DriverError, ErrorKind, ProfilerConfig};
 
@@ -309,51 +308,25 @@ impl<C: StampClock> ClockPlacer<C> {
     /// Wait, polling, until the device reaches the gate, for at most the
     /// clock's settle time: a queue that far behind holds nobody there.
     fn arrive(&mut self) -> Result<(), DriverError> {
-        let started = Instant::now();
         let settle = self
             .config
             .gate_settle
             .unwrap_or_else(|| self.clock.settle());
-        while !self.clock.at_gate()? {
-            let waited = started.elapsed();
-            if waited >= settle {
-                break;
-            }
-            if waited < POLL_FOR {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(ARRIVE_SLEEP.min(settle - waited));
-            }
+        match polling::arrive(|| Some(self.clock.at_gate()), settle)? {
+            Polled::Stopping => Err(exiting()),
+            Polled::Reached | Polled::GaveUp | Polled::CannotAsk => Ok(()),
         }
-        Ok(())
     }
 
-    /// Wait, polling, for the stamp: tightly for [`POLL_FOR`], then from
-    /// sleeps, giving up after [`STAMP_GIVE_UP`].
+    /// Wait, polling, for the stamp, giving up after [`STAMP_GIVE_UP`].
     fn reach(&mut self) -> Result<(), DriverError> {
-        let started = Instant::now();
-        let mut interval = REACH_FIRST_SLEEP;
-        loop {
-            if self.clock.stamp_written()? {
-                return Ok(());
-            }
-            if crate::threads::stopping() {
-                return Err(refused(
-                    "the process is exiting (stop_driver_calls): the calibration was left",
-                ));
-            }
-            let waited = started.elapsed();
-            if waited >= STAMP_GIVE_UP {
-                return Err(refused(
-                    "the device did not write the anchor's stamp within 10 s",
-                ));
-            }
-            if waited < POLL_FOR {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(interval);
-                interval = (interval * 2).min(REACH_SLEEP_UP_TO);
-            }
+        match polling::reach(|| Some(self.clock.stamp_written()), STAMP_GIVE_UP)? {
+            Polled::Reached => Ok(()),
+            Polled::Stopping => Err(exiting()),
+            // `ask` always asks: only the time allowed is left.
+            Polled::GaveUp | Polled::CannotAsk => Err(refused(
+                "the device did not write the anchor's stamp within 10 s",
+            )),
         }
     }
 
@@ -431,6 +404,11 @@ impl<C: StampClock> ClockPlacer<C> {
     fn tick(&self) -> Duration {
         Duration::from_nanos(self.clock.period_ns().ceil().max(1.0) as u64)
     }
+}
+
+/// A calibration left because the process is exiting.
+fn exiting() -> DriverError {
+    refused("the process is exiting (stop_driver_calls): the calibration was left")
 }
 
 fn refused(what: &'static str) -> DriverError {
