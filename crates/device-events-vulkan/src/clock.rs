@@ -367,9 +367,11 @@ impl VulkanClock {
         Ok(())
     }
 
-    fn event_set(&self, call: &'static str, event: vk::Event) -> Result<bool, DriverError> {
+    fn event_set(&self, event: vk::Event) -> Result<bool, DriverError> {
         // SAFETY: the event is the clock's, live.
-        check(call, unsafe { self.device.get_event_status(event) })
+        check("vkGetEventStatus", unsafe {
+            self.device.get_event_status(event)
+        })
     }
 
     fn mask(&self) -> u64 {
@@ -478,7 +480,7 @@ impl StampClock for VulkanClock {
     }
 
     fn at_gate(&mut self) -> Result<bool, DriverError> {
-        self.event_set("vkGetEventStatus", self.mark)
+        self.event_set(self.mark)
     }
 
     fn open_gate(&mut self) -> Result<(), DriverError> {
@@ -487,7 +489,7 @@ impl StampClock for VulkanClock {
 
     fn stamp_written(&mut self) -> Result<bool, DriverError> {
         if self.in_flight && !self.written {
-            self.written = self.event_set("vkGetEventStatus", self.done)?;
+            self.written = self.event_set(self.done)?;
         }
         Ok(self.written)
     }

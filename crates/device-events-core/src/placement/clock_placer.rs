@@ -101,7 +101,7 @@ struct Bracket {
 impl<C: StampClock> ClockPlacer<C> {
     /// A placer of `clock`'s stamps, with no anchor yet.
     pub fn new(clock: C, config: ProfilerConfig) -> Self {
-        let tick = Duration::from_nanos(clock.period_ns().ceil().max(1.0) as u64);
+        let tick = tick_of(&clock);
         Self {
             clock,
             config,
@@ -402,8 +402,13 @@ impl<C: StampClock> ClockPlacer<C> {
 
     /// One tick, rounded up to the nanosecond: each stamp's resolution.
     fn tick(&self) -> Duration {
-        Duration::from_nanos(self.clock.period_ns().ceil().max(1.0) as u64)
+        tick_of(&self.clock)
     }
+}
+
+/// One tick of `clock`, rounded up to the nanosecond.
+fn tick_of<C: StampClock>(clock: &C) -> Duration {
+    Duration::from_nanos(clock.period_ns().ceil().max(1.0) as u64)
 }
 
 /// A calibration left because the process is exiting.
