@@ -874,6 +874,40 @@ pub fn windows_resolve_on_other_threads<A: Backend>(h: &Harness<A>) {
     );
 }
 
+/// A window read by `try_resolve` is spent: awaited afterwards it is ready
+/// with `None` at once, whether it was read in place or handed to the
+/// resolver thread first (a future that waited would hang its task).
+pub fn a_window_read_by_try_resolve_is_then_ready_with_none<A: Backend>(h: &Harness<A>) {
+    let streams = Streams::<A>::new(1);
+    let s = streams.get(0);
+    let mut profiler = EventProfiler::<A>::new();
+    // The first window also waits for the anchor: handed over.
+    for work in [Duration::from_millis(30), Duration::ZERO] {
+        let token = profiler.start(s);
+        if !work.is_zero() {
+            h.enqueue(s, work);
+        }
+        let mut window = profiler.stop(s, token).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let read = loop {
+            if let Some(read) = window.try_resolve() {
+                break read;
+            }
+            assert!(Instant::now() < deadline, "not read in 10 s");
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        assert!(read.is_some(), "read after {work:?} of work");
+        let again = within(Duration::from_secs(5), move || {
+            pollster::block_on(window.resolve())
+        });
+        assert_eq!(
+            again,
+            Some(None),
+            "awaited once spent, after {work:?} of work"
+        );
+    }
+}
+
 /// On the software driver: a fence, pooled fences, a profiler with a window
 /// abandoned and one read leave no event or stream behind and release
 /// nothing twice.
@@ -1108,6 +1142,7 @@ macro_rules! conformance_suite {
             elapsed_on_an_unrecorded_event_is_refused,
             elapsed_on_an_unreached_event_is_not_ready,
             windows_resolve_on_other_threads,
+            a_window_read_by_try_resolve_is_then_ready_with_none,
             a_chain_of_windows_adds_up_to_its_span,
             a_failed_boundary_fails_only_the_windows_it_bounds
         );

@@ -228,6 +228,10 @@ impl<A: AnchorApi> Future for Resolving<A> {
         match this {
             Self::Pending(Handed(pending)) => {
                 if let Some(placed) = pending.answer.take_or_wait(cx.waker()) {
+                    // Spent: a later poll is ready with `None` at once,
+                    // where the taken answer would leave it waiting for a
+                    // wake that never comes.
+                    *this = Self::Done;
                     return Poll::Ready(placed);
                 }
                 if !pending.inherited() {
