@@ -2,6 +2,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::sync::{Arc, Mutex};
 
 use std::time::Duration;
 
@@ -104,11 +105,13 @@ impl ErrorKind {
 /// );
 /// ```
 ///
-/// One pointer wide (the details are boxed, made only on the error path):
-/// every driver call returns a `Result` of it, and a wide error would be
-/// copied through each layer of every successful call too.
+/// One pointer wide (the details are behind it, made only on the error
+/// path): every driver call returns a `Result` of it, and a wide error would
+/// be copied through each layer of every successful call too. A not-ready
+/// status, which a window's reading meets at every ask while the device
+/// works, is made once per call and shared: asking allocates nothing.
 #[derive(Clone, PartialEq, Eq)]
-pub struct DriverError(Box<Details>);
+pub struct DriverError(Arc<Details>);
 
 #[derive(Clone, PartialEq, Eq)]
 struct Details {
@@ -130,14 +133,38 @@ impl DriverError {
         name: Option<impl Into<Cow<'static, str>>>,
         kind: ErrorKind,
     ) -> Self {
-        Self(Box::new(Details {
+        let details = Details {
             backend,
             call,
             status: Some(status),
             name: name.map(Into::into),
             kind,
             detail: None,
-        }))
+        };
+        if kind == ErrorKind::NotReady && !matches!(details.name, Some(Cow::Owned(_))) {
+            return Self::shared(details);
+        }
+        Self(Arc::new(details))
+    }
+
+    /// `details`, made once and shared by every error like it. Never
+    /// waits: with the table busy (or left locked by a thread of the
+    /// parent of a process made by `fork`), or full, it is made anew.
+    fn shared(details: Details) -> Self {
+        /// More than the not-ready statuses of every call of every backend.
+        const MOST: usize = 64;
+        static MADE: Mutex<Vec<Arc<Details>>> = Mutex::new(Vec::new());
+        let Ok(mut made) = MADE.try_lock() else {
+            return Self(Arc::new(details));
+        };
+        if let Some(same) = made.iter().find(|made| ***made == details) {
+            return Self(Arc::clone(same));
+        }
+        let details = Arc::new(details);
+        if made.len() < MOST {
+            made.push(Arc::clone(&details));
+        }
+        Self(details)
     }
 
     /// An error the driver returned, classified by [`ErrorKind::of_status`].
@@ -158,7 +185,7 @@ impl DriverError {
         kind: ErrorKind,
         detail: impl Into<Cow<'static, str>>,
     ) -> Self {
-        Self(Box::new(Details {
+        Self(Arc::new(Details {
             backend,
             call,
             status: None,
@@ -171,7 +198,7 @@ impl DriverError {
     /// Add a sentence of context to the error.
     #[must_use]
     pub fn with_detail(mut self, detail: impl Into<Cow<'static, str>>) -> Self {
-        self.0.detail = Some(detail.into());
+        Arc::make_mut(&mut self.0).detail = Some(detail.into());
         self
     }
 

@@ -6,7 +6,7 @@
 //! takes it there. A window started while there is no anchor yet holds the
 //! one being taken, and its reading waits for it on the resolver thread.
 
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 
 use std::time::{Duration, Instant};
 
@@ -79,6 +79,9 @@ struct Latest<A: AnchorApi> {
     /// After a failed calibration: when to try again, the delay that led
     /// there (doubling), and the failure.
     retry: Option<(Instant, Duration, DriverError)>,
+    /// The next calibration, made ahead on the calibrator thread: the
+    /// `start` that hands it over allocates nothing.
+    prepared: Option<(Arc<Next<A>>, calibrator::DeviceTask)>,
 }
 
 struct Work {
@@ -111,6 +114,7 @@ impl<A: AnchorApi> Anchoring<A> {
                     in_flight: None,
                     in_flight_in: 0,
                     retry: None,
+                    prepared: None,
                 }),
                 work: Mutex::new(Some(Work::new(&config))),
             }),
@@ -233,23 +237,20 @@ impl<A: AnchorApi> Anchoring<A> {
             // Only this thread sets it: `start()` takes `&mut self`.
             let _ = self.shared.stream.set(stream);
         }
-        let next = Arc::new(Next::<A>::new());
-        let task = PendingCalibration {
-            shared: Arc::clone(&self.shared),
-            next: Arc::clone(&next),
-        };
+        let (next, task) = latest
+            .prepared
+            .take()
+            .unwrap_or_else(|| PendingCalibration::prepared(&self.shared));
         let device = self.stream().and_then(A::context_key);
-        calibrator::run_for_device(device, Box::new(move || task.run())).map_err(
-            |(err, tasks)| {
-                *unrun = Some(tasks);
-                DriverError::refused(
-                    A::BACKEND,
-                    "anchor calibration",
-                    ErrorKind::Other,
-                    format!("no calibrator thread could be started: {err}"),
-                )
-            },
-        )?;
+        calibrator::run_for_device(device, task).map_err(|(err, tasks)| {
+            *unrun = Some(tasks);
+            DriverError::refused(
+                A::BACKEND,
+                "anchor calibration",
+                ErrorKind::Other,
+                format!("no calibrator thread could be started: {err}"),
+            )
+        })?;
         latest.in_flight = Some(next);
         latest.in_flight_in = std::process::id();
         Ok(())
@@ -458,22 +459,40 @@ fn chain_position<A: AnchorApi>(
 
 /// One calibration, as handed to the calibrator thread. Its `Next` is
 /// filled on every path: dropped unrun (no thread) or unwinding, with a
-/// failure.
+/// failure. It holds its profiler's anchoring weakly: made ahead, it is
+/// kept there, and a calibration of a profiler gone meanwhile is not run.
 struct PendingCalibration<A: AnchorApi> {
-    shared: Arc<Shared<A>>,
+    shared: Weak<Shared<A>>,
     next: Arc<Next<A>>,
 }
 
 impl<A: AnchorApi> PendingCalibration<A> {
+    /// A calibration for `shared`, boxed for the calibrator thread, and
+    /// where it leaves its anchor.
+    fn prepared(shared: &Arc<Shared<A>>) -> (Arc<Next<A>>, calibrator::DeviceTask) {
+        let next = Arc::new(Next::<A>::new());
+        let task = Self {
+            shared: Arc::downgrade(shared),
+            next: Arc::clone(&next),
+        };
+        (next, Box::new(move || task.run()))
+    }
+
     fn run(self) {
         A::own_thread();
-        let Some(stream) = self.shared.stream.get().map(OwnedStream::get) else {
+        let Some(shared) = self.shared.upgrade() else {
             return;
         };
-        let taken = A::in_context_of(stream, || self.shared.calibrate(stream)).and_then(|t| t);
-        let now = (self.shared.config.host_clock)();
-        let mut latest = self.shared.latest();
+        let Some(stream) = shared.stream.get().map(OwnedStream::get) else {
+            return;
+        };
+        let taken = A::in_context_of(stream, || shared.calibrate(stream)).and_then(|t| t);
+        let now = (shared.config.host_clock)();
+        let mut latest = shared.latest();
         latest.in_flight = None;
+        if latest.prepared.is_none() {
+            latest.prepared = Some(Self::prepared(&shared));
+        }
         let outcome = match taken {
             Ok(anchor) => {
                 let anchor = Arc::new(anchor);
@@ -482,7 +501,7 @@ impl<A: AnchorApi> PendingCalibration<A> {
                 Ok(anchor)
             }
             Err(err) => {
-                let delay = Shared::back_off(&mut latest, now, &self.shared.config, err.clone());
+                let delay = Shared::back_off(&mut latest, now, &shared.config, err.clone());
                 match &latest.anchor {
                     Some(old) if !err.is_device_poisoned() => {
                         log::warn!(
@@ -514,8 +533,10 @@ impl<A: AnchorApi> PendingCalibration<A> {
 
 impl<A: AnchorApi> Drop for PendingCalibration<A> {
     fn drop(&mut self) {
-        if self.next.get().is_none() {
-            let mut latest = self.shared.latest();
+        if self.next.get().is_none()
+            && let Some(shared) = self.shared.upgrade()
+        {
+            let mut latest = shared.latest();
             if latest
                 .in_flight
                 .as_ref()
@@ -524,6 +545,8 @@ impl<A: AnchorApi> Drop for PendingCalibration<A> {
                 latest.in_flight = None;
             }
             drop(latest);
+        }
+        if self.next.get().is_none() {
             let _ = self.next.set(Err(DriverError::refused(
                 A::BACKEND,
                 "anchor calibration",

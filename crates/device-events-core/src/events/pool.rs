@@ -4,6 +4,7 @@
 //! two events and an anchor one more, so they are kept and reused rather than
 //! made per window.
 
+use std::any::Any;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -24,6 +25,10 @@ pub(crate) struct EventPool<A: EventApi> {
     /// [`take_from`](Self::take_from)), counted against `max_idle`.
     aside: AtomicUsize,
     max_idle: usize,
+    /// Spent shared states of windows handed to the resolver thread, kept
+    /// for the next such window: once warm, handing one over allocates
+    /// nothing. Of the waiting layer's type, named here by [`Any`].
+    spares: Mutex<Vec<Arc<dyn Any + Send + Sync>>>,
 }
 
 impl<A: EventApi> EventPool<A> {
@@ -36,7 +41,31 @@ impl<A: EventApi> EventPool<A> {
             }),
             aside: AtomicUsize::new(0),
             max_idle,
+            spares: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Keep `spare` for [`spare`](Self::spare), up to `max_idle` of them.
+    pub(crate) fn keep_spare(&self, spare: Arc<dyn Any + Send + Sync>) {
+        let mut spares = self.spares.lock();
+        if spares.len() < self.max_idle {
+            spares.push(spare);
+        }
+    }
+
+    /// A kept spare of type `T` that nobody else holds any more, to be
+    /// written over; one still held elsewhere is let go.
+    pub(crate) fn spare<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
+        let mut spares = self.spares.lock();
+        while let Some(spare) = spares.pop() {
+            if let Ok(spare) = spare.downcast::<T>()
+                && Arc::strong_count(&spare) == 1
+                && Arc::weak_count(&spare) == 0
+            {
+                return Some(spare);
+            }
+        }
+        None
     }
 
     /// An idle event, or a new one, in the current context, when none is

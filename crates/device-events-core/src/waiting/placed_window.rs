@@ -1,12 +1,14 @@
 //! A closed window's future: read at once when the device is past its
 //! end, else handed to the resolver thread, which asks without waiting.
 
+use std::any::Any;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::task::{Context, Poll};
 
 use crate::anchoring::AnchorApi;
+use crate::events::pool::EventPool;
 use crate::placement::Placement;
 use crate::waiting::reading::{Inputs, Unread, end_reached, placement_or_none, read_window};
 use crate::waiting::resolver::{self, Answer, Attempt, Job, Lane};
@@ -100,6 +102,35 @@ pub(crate) enum Resolving<A: AnchorApi> {
 /// The future's hold on a window handed to the resolver thread.
 pub(crate) struct Handed<A: AnchorApi>(Arc<Pending<A>>);
 
+impl<A: AnchorApi> Handed<A> {
+    /// Hand `inputs` over in a spare of the profiler's, or in a new one.
+    fn over(inputs: Inputs<A>) -> Self {
+        let pool = Arc::downgrade(&inputs.pool);
+        let made = Pending {
+            lane: inputs.lane,
+            inputs: Mutex::new(Some(inputs)),
+            answer: Answer::new(),
+            process: std::process::id(),
+            pool,
+        };
+        let spare = made
+            .pool
+            .upgrade()
+            .and_then(|pool| pool.spare::<Pending<A>>());
+        Self(match spare {
+            Some(mut spare) => {
+                if let Some(reused) = Arc::get_mut(&mut spare) {
+                    *reused = made;
+                    spare
+                } else {
+                    Arc::new(made)
+                }
+            }
+            None => Arc::new(made),
+        })
+    }
+}
+
 /// A window the resolver waits for.
 pub(crate) struct Pending<A: AnchorApi> {
     /// Taken by the resolver when it starts, or by the future dropped
@@ -110,6 +141,9 @@ pub(crate) struct Pending<A: AnchorApi> {
     /// The process that handed it over: in a child made by `fork`, no
     /// resolver answers it, and its events are the parent's.
     process: u32,
+    /// Where it goes once spent, for the next window handed over; not held
+    /// alive by it, as the pool keeps it.
+    pool: Weak<EventPool<A>>,
 }
 
 impl<A: AnchorApi> Pending<A> {
@@ -212,16 +246,11 @@ impl<A: AnchorApi> Future for Resolving<A> {
                 A::BACKEND
             );
             if let Self::Unread(inputs) = std::mem::replace(this, Self::Done) {
-                let pending = Arc::new(Pending {
-                    lane: inputs.lane,
-                    inputs: Mutex::new(Some(inputs)),
-                    answer: Answer::new(),
-                    process: std::process::id(),
-                });
+                let handed = Handed::over(inputs);
                 // The waker first: the resolver may answer at once.
-                let _ = pending.answer.take_or_wait(cx.waker());
-                resolver::watch(Arc::clone(&pending) as Arc<dyn Job>);
-                *this = Self::Pending(Handed(pending));
+                let _ = handed.0.answer.take_or_wait(cx.waker());
+                resolver::watch(Arc::clone(&handed.0) as Arc<dyn Job>);
+                *this = Self::Pending(handed);
             }
             return Poll::Pending;
         }
@@ -268,5 +297,9 @@ impl<A: AnchorApi> Drop for Handed<A> {
             .unwrap_or_else(PoisonError::into_inner)
             .take();
         drop(inputs);
+        // Reused once the resolver lets go of it too.
+        if let Some(pool) = self.0.pool.upgrade() {
+            pool.keep_spare(Arc::clone(&self.0) as Arc<dyn Any + Send + Sync>);
+        }
     }
 }
