@@ -107,3 +107,28 @@ pub fn ahead_of_the_device(mut asked_ahead: impl FnMut(Duration) -> bool) {
     }
     panic!("never asked ahead of the device, with up to {work:?} of work queued");
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn work_doubles_until_the_host_asks_ahead_of_it() {
+        let mut tried = Vec::new();
+        ahead_of_the_device(|work| {
+            tried.push(work);
+            tried.len() == 3
+        });
+        assert_eq!(
+            tried,
+            [30, 60, 120].map(Duration::from_millis),
+            "each try doubles the work"
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "never asked ahead of the device")]
+    fn a_check_never_ahead_of_the_device_fails() {
+        ahead_of_the_device(|_| false);
+    }
+}
