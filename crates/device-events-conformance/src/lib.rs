@@ -21,7 +21,10 @@
 //! inside it (its duration is at least the work's own, less the driver's
 //! resolution), and lies inside the host time around it. Nothing is
 //! compared with a tolerance on a calibrated speed, so a device of any
-//! speed, on a machine under any load, passes.
+//! speed, on a machine under any load, passes. A check that must ask
+//! before the device passes a point holds the stream behind its anchor
+//! gate ([`hold::Hold`]) while the host stalls on purpose, rather than race
+//! a duration of work.
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod anchoring;
