@@ -93,7 +93,15 @@ pub trait EventApi: Send + Sync + 'static {
     /// event has not been reached yet.
     fn event_elapsed(start: &Self::Event, end: &Self::Event) -> Result<Duration, DriverError>;
 
-    /// Make `stream` wait on the device for `event`; the host does not block.
+    /// Make `stream` wait on the device for `event`; the host does not block
+    /// for the device's work. One exception, on HIP: while another thread
+    /// destroys the stream `event` was last recorded on, the call waits on
+    /// the host for that destroy to return (which waits for that stream's
+    /// work), and then adds no device wait, the work being done. ROCm's
+    /// runtime would silently drop a wait on an event of a stream it is
+    /// destroying; a short host wait that a race brings is kept rather
+    /// than a dependency lost, or an error every caller would have to
+    /// retry. From inside `with_raw` that wait is refused instead.
     ///
     /// # Errors
     ///

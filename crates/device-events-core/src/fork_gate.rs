@@ -11,7 +11,15 @@
 //! none is inside one. Their pieces make no driver call that waits on the
 //! device: between asks they sleep outside the gate
 //! ([`outside_library_work`]), holding no lock, so a fork waits at most
-//! for one round of asks, however long the device's work.
+//! for one round of asks, however long the device's work. Nor does a
+//! piece destroy a stream whose work may be unfinished (a stream's
+//! destroy waits for its last command on HIP): an anchor stream the driver
+//! would not let drain is left to the process. What a piece still makes
+//! is enqueues (a record, a gate's wait on the anchor's own stream): a
+//! driver holds one only while the hardware queue is full, which the
+//! anchor's few commands do not fill, but a hung device's work sharing
+//! that queue can; such an enqueue holds its stream's table entry across
+//! the call, which a fork must not copy held.
 //!
 //! The order, written down: this gate first, then the calibrator's queue,
 //! then the resolver's. A library thread enters the gate holding no queue

@@ -163,3 +163,43 @@ fn a_pooled_fence_keeps_its_refused_record_for_the_wait() {
     assert_eq!(err.call(), "simEventRecord");
     assert_eq!(pool.idle(), 1, "the event went back to the pool");
 }
+
+/// The rustdoc of the item `item` declares in `source`: its `///` lines,
+/// attributes between them and it skipped.
+fn doc_of(source: &str, item: &str) -> String {
+    let lines: Vec<&str> = source.lines().collect();
+    let at = lines
+        .iter()
+        .position(|line| line.trim_start().starts_with(item))
+        .unwrap_or_else(|| panic!("no `{item}`"));
+    let mut doc: Vec<&str> = lines[..at]
+        .iter()
+        .rev()
+        .map(|line| line.trim_start())
+        .skip_while(|line| line.starts_with("#["))
+        .take_while(|line| line.starts_with("///"))
+        .map(|line| line.trim_start_matches("///").trim())
+        .collect();
+    doc.reverse();
+    doc.join(" ")
+}
+
+/// A wait added on the device holds the host in one case, and both places
+/// a caller reads about it say which: on HIP, while another thread destroys
+/// the fenced stream, the wait is for that destroy to return.
+#[test]
+fn the_device_waits_say_when_they_hold_the_host() {
+    for (source, item) in [
+        (include_str!("../src/api.rs"), "fn stream_wait_event"),
+        (
+            include_str!("../src/fence/event_fence.rs"),
+            "pub fn wait_async",
+        ),
+    ] {
+        let doc = doc_of(source, item);
+        assert!(
+            doc.contains("HIP") && doc.contains("destroy") && doc.contains("waits on the host"),
+            "`{item}` does not say when it holds the host: {doc}"
+        );
+    }
+}

@@ -645,6 +645,61 @@ fn set_up_that_fails_half_way_releases_its_stream() {
     );
 }
 
+/// A dropped profiler's anchor stream is released on a library thread,
+/// inside a round of work a `fork` waits for: one it could not drain is
+/// left to the process rather than destroyed, since its destroy would
+/// wait for the stream's work on the device (`hipStreamDestroy` does).
+#[test]
+fn an_anchor_stream_that_cannot_be_drained_is_left_to_the_process() {
+    let _sim = setup();
+    let s = stream();
+    let mut profiler = on_sim_clock();
+    let token = profiler.start(s);
+    let window = profiler.stop(s, token).unwrap();
+    assert!(resolve(window).is_some());
+    // The release's drain records behind the stream's work: refused.
+    Sim::fail_every("simEventRecord", ErrorKind::DevicePoisoned);
+    let destroyed = Sim::calls_of("simStreamDestroy");
+    drop(profiler);
+    settle();
+    assert_eq!(
+        Sim::calls_of("simStreamDestroy"),
+        destroyed,
+        "the undrained anchor stream was destroyed"
+    );
+    assert_eq!(
+        Sim::counts().live_streams,
+        2,
+        "the caller's stream, and the anchor stream left to the process"
+    );
+    assert!(logged(&["left to the process"]), "not said");
+}
+
+/// A drain that fails once (an error the driver recovers from) is tried
+/// again, and the stream drained then is destroyed as usual.
+#[test]
+fn an_anchor_stream_whose_drain_fails_once_is_drained_again_and_destroyed() {
+    let _sim = setup();
+    let s = stream();
+    let mut profiler = on_sim_clock();
+    let token = profiler.start(s);
+    let window = profiler.stop(s, token).unwrap();
+    assert!(resolve(window).is_some());
+    settle();
+    // The next record is the release's drain.
+    Sim::fail_next("simEventRecord", ErrorKind::OutOfResources);
+    drop(profiler);
+    settle();
+    let refused = Sim::injected().expect("the drain was refused");
+    assert_eq!(refused.call(), "simEventRecord");
+    let counts = Sim::counts();
+    assert_eq!(
+        (counts.live_streams, counts.live_events, counts.bad_releases),
+        (1, 0, 0),
+        "only the caller's stream is left"
+    );
+}
+
 #[test]
 fn profiler_is_send_and_its_futures_send_and_static() {
     fn assert_send<T: Send>() {}

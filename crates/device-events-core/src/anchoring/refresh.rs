@@ -378,8 +378,14 @@ impl<A: AnchorApi> Drop for Shared<A> {
 /// released: the gate before the stream that waits on it, dropped open;
 /// the stream drained first by polling (an event of `pool`), so that its
 /// destroy does not wait for its work in the driver (`hipStreamDestroy`
-/// does). Once the process is exiting ([`stop_driver_calls`](crate::process::stop_driver_calls))
-/// the stream is left to the process's end, not destroyed.
+/// does). Released on a calibrator thread, inside a round of its work,
+/// which a `fork` waits for: a stream the driver would not let drain (the
+/// drain's record or its ask failed, twice) is left to the process's end,
+/// not destroyed, as it is once the process is exiting
+/// ([`stop_driver_calls`](crate::process::stop_driver_calls)): its destroy
+/// could wait for the device, a hung one's for good. A stream no event
+/// could be made for (nor its context bound) is destroyed: nothing was
+/// asked of it, and no calibration could record on it either.
 struct Release<A: AnchorApi> {
     pool: Arc<EventPool<A>>,
     gate: Option<Box<dyn Gate>>,
@@ -393,17 +399,39 @@ impl<A: AnchorApi> Drop for Release<A> {
             return;
         };
         let raw = stream.get();
-        let drained = A::in_context_of(raw, || {
-            let event = self.pool.take()?;
-            crate::anchoring::drained::<A>(event.raw(), raw)
-        })
-        .and_then(|drained| drained);
+        // The outer error: no event to drain with; the inner one, the
+        // drain's own, on the stream.
+        let drain = || {
+            A::in_context_of(raw, || {
+                let event = self.pool.take()?;
+                Ok(crate::anchoring::drained::<A>(event.raw(), raw))
+            })
+            .and_then(|taken| taken)
+        };
+        let drained = match drain() {
+            Ok(Err(err)) if !crate::threads::stopping() => {
+                log::warn!(
+                    "{}: an anchor stream's drain failed, trying once more: {err}",
+                    A::BACKEND
+                );
+                drain()
+            }
+            first => first,
+        };
         match drained {
             // The process is exiting: the destroy could wait in the driver.
-            Ok(Some(false)) => std::mem::forget(stream),
-            Ok(_) => drop(stream),
-            // The process is exiting: an undrained stream's destroy could
-            // wait in the driver (`hipStreamDestroy` waits for its work).
+            Ok(Ok(Some(false))) => std::mem::forget(stream),
+            Ok(Ok(_)) => drop(stream),
+            // An undrained stream's destroy could wait for its work in the
+            // driver (`hipStreamDestroy` does), inside this round of work,
+            // or past the process's exit.
+            Ok(Err(err)) => {
+                log::warn!(
+                    "{}: an undrained anchor stream is left to the process's end: {err}",
+                    A::BACKEND
+                );
+                std::mem::forget(stream);
+            }
             Err(err) if crate::threads::stopping() => {
                 log::warn!(
                     "{}: an undrained anchor stream is left to the process's end: {err}",
@@ -413,7 +441,8 @@ impl<A: AnchorApi> Drop for Release<A> {
             }
             Err(err) => {
                 log::warn!(
-                    "{}: an anchor stream is destroyed undrained: {err}",
+                    "{}: an anchor stream is destroyed undrained, no event could be made to \
+                     drain it: {err}",
                     A::BACKEND
                 );
                 drop(stream);

@@ -82,7 +82,10 @@ impl<A: EventApi> EventFence<A> {
     }
 
     /// Make `stream` wait on the device until the point is reached; the host
-    /// does not block.
+    /// does not block for the device's work, except on HIP while another
+    /// thread destroys the fenced stream: then this waits on the host for
+    /// that destroy to return, as
+    /// [`EventApi::stream_wait_event`] says.
     ///
     /// # Errors
     ///

@@ -56,6 +56,8 @@ struct State {
     fail_at: Option<(u64, ErrorKind)>,
     /// A function that fails at every call, until reset.
     failing: Option<(&'static str, ErrorKind)>,
+    /// A function whose next call fails.
+    failing_once: Option<(&'static str, ErrorKind)>,
     /// Calls per function.
     calls_of: HashMap<&'static str, u64>,
     injected: Option<DriverError>,
@@ -64,7 +66,15 @@ struct State {
     last_record: HashMap<std::thread::ThreadId, u64>,
     /// The device of each stream made on one other than the default.
     devices: HashMap<u64, u64>,
+    /// While a [`SimHold`] holds: the device time its held work begins at,
+    /// the latest end of the queues it holds.
+    held_from: Option<u64>,
 }
+
+/// Where the stamps of work queued behind a [`SimHold`] begin: past every
+/// device time a run reaches (146 years), so none is reached until the
+/// hold is released and they are moved to the release's time.
+const HELD: u64 = 1 << 62;
 
 static STATE: LazyLock<Mutex<State>> = LazyLock::new(|| Mutex::new(State::default()));
 static EXCLUSIVE: Mutex<()> = Mutex::new(());
@@ -119,6 +129,18 @@ fn host_at(device_ns: u64) -> u64 {
     (device_ns as f64 / (1.0 + drift())).round() as u64
 }
 
+/// Sleep until the device clock reaches the stamp `read` finds, read again
+/// while it lies behind a hold; at once when `read` finds none.
+fn wait_for(read: impl Fn(&State) -> Option<u64>) {
+    loop {
+        match read(&state()) {
+            Some(target) if target >= HELD => std::thread::sleep(Duration::from_millis(1)),
+            Some(target) => return wait_until(target),
+            None => return,
+        }
+    }
+}
+
 /// Sleep until the device clock reaches `target`.
 fn wait_until(target: u64) {
     loop {
@@ -152,6 +174,47 @@ fn error(call: &'static str, kind: ErrorKind) -> DriverError {
 #[derive(Debug)]
 pub struct SimGuard {
     _lock: MutexGuard<'static, ()>,
+}
+
+/// Device work held until this is released or dropped; see [`Sim::hold`].
+#[derive(Debug)]
+pub struct SimHold {
+    released: bool,
+}
+
+impl SimHold {
+    /// Let the held work run, from now on.
+    pub fn release(mut self) {
+        self.let_go();
+    }
+
+    /// Move every stamp behind the hold to the release's time; nothing
+    /// once the device was reset meanwhile.
+    fn let_go(&mut self) {
+        if std::mem::replace(&mut self.released, true) {
+            return;
+        }
+        let now = device_now();
+        let mut state = state();
+        let Some(from) = state.held_from.take() else {
+            return;
+        };
+        let base = from.max(now);
+        let moved = |stamp: &mut u64| {
+            if *stamp >= HELD {
+                *stamp = base + (*stamp - HELD);
+            }
+        };
+        state.streams.values_mut().for_each(moved);
+        state.events.values_mut().flatten().for_each(moved);
+        state.last_record.values_mut().for_each(moved);
+    }
+}
+
+impl Drop for SimHold {
+    fn drop(&mut self) {
+        self.let_go();
+    }
 }
 
 impl Sim {
@@ -218,6 +281,42 @@ impl Sim {
         }
     }
 
+    /// Hold `stream` where its queue now ends: the work, records and waits
+    /// queued on it from now on (and on streams made to wait on them) run
+    /// only once the returned hold is released or dropped, however long
+    /// that takes, and then as they would have from that moment. For a test
+    /// whose device work must outlast whatever the host does meanwhile.
+    /// One hold at a time: a second, taken while one holds, joins it, and
+    /// releasing either releases both.
+    ///
+    /// ```
+    /// use device_events_core::{EventApi, EventFence, sim::Sim};
+    ///
+    /// let _sim = Sim::exclusive();
+    /// let s = Sim::stream_create_non_blocking()?;
+    /// let hold = Sim::hold(s);
+    /// let fence = EventFence::<Sim>::new(s);
+    /// std::thread::sleep(std::time::Duration::from_millis(10));
+    /// assert!(!fence.is_complete()?);
+    /// hold.release();
+    /// fence.wait_sync()?;
+    /// # drop(fence);
+    /// # Sim::stream_destroy(s)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn hold(stream: SimStream) -> SimHold {
+        let now = device_now();
+        let mut state = state();
+        if let Some(cursor) = state.streams.get_mut(&stream.0)
+            && *cursor < HELD
+        {
+            let from = (*cursor).max(now);
+            *cursor = HELD;
+            state.held_from = Some(state.held_from.map_or(from, |held| held.max(from)));
+        }
+        SimHold { released: false }
+    }
+
     /// Make the `n`-th call from now (1 for the next) of any [`EventApi`]
     /// function fail with an error of `kind`.
     pub fn fail_call(n: u64, kind: ErrorKind) {
@@ -232,6 +331,14 @@ impl Sim {
     /// [`exclusive`](Self::exclusive).
     pub fn fail_every(call: &'static str, kind: ErrorKind) {
         state().failing = Some((call, kind));
+    }
+
+    /// Make the next call of the function named `call` (as in its errors)
+    /// fail with an error of `kind`, whichever thread makes it.
+    pub fn fail_next(call: &'static str, kind: ErrorKind) {
+        let mut state = state();
+        state.failing_once = Some((call, kind));
+        state.injected = None;
     }
 
     /// Calls of the function named `call` since the last reset.
@@ -273,6 +380,14 @@ impl Sim {
             && name == call
         {
             return Err(error(call, kind));
+        }
+        if let Some((name, kind)) = state.failing_once
+            && name == call
+        {
+            state.failing_once = None;
+            let err = error(call, kind);
+            state.injected = Some(err.clone());
+            return Err(err);
         }
         if let Some((at, kind)) = state.fail_at
             && at == state.counts.calls
@@ -364,8 +479,9 @@ impl EventApi for Sim {
             .get(&event.0)
             .ok_or_else(|| error("simEventSynchronize", ErrorKind::InvalidHandle))?;
         drop(state);
-        if let Some(stamp) = stamp {
-            wait_until(stamp);
+        if stamp.is_some() {
+            // Read again while held: a release moves the stamp.
+            wait_for(|state| state.events.get(&event.0).copied().flatten());
         }
         Ok(())
     }
@@ -408,12 +524,11 @@ impl EventApi for Sim {
     fn stream_synchronize(stream: SimStream) -> Result<(), DriverError> {
         const CALL: &str = "simStreamSynchronize";
         let state = Self::enter(CALL)?;
-        let cursor = *state
-            .streams
-            .get(&stream.0)
-            .ok_or_else(|| error(CALL, ErrorKind::InvalidHandle))?;
+        if !state.streams.contains_key(&stream.0) {
+            return Err(error(CALL, ErrorKind::InvalidHandle));
+        }
         drop(state);
-        wait_until(cursor);
+        wait_for(|state| state.streams.get(&stream.0).copied());
         Ok(())
     }
 
