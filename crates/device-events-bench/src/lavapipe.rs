@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use ash::vk;
 use device_events_core::backend::HostStamp;
-use device_events_core::{ClockPlacer, DriverError, ProfilerConfig, StampClock};
+use device_events_core::backend::{Gate, StampClock};
+use device_events_core::{ClockPlacer, DriverError, DriverPairing, ProfilerConfig};
 use device_events_vulkan::{VulkanClock, VulkanDevice};
 
 use crate::placement::Errors;
@@ -210,14 +211,11 @@ impl<C: StampClock> StampClock for Skewed<C> {
     fn period_ns(&self) -> f64 {
         self.inner.period_ns()
     }
-    fn queue_stamp(&mut self, gated: bool) -> Result<bool, DriverError> {
-        self.inner.queue_stamp(gated)
+    fn gate(&mut self) -> Option<&mut (dyn Gate + 'static)> {
+        self.inner.gate()
     }
-    fn at_gate(&mut self) -> Result<bool, DriverError> {
-        self.inner.at_gate()
-    }
-    fn open_gate(&mut self) -> Result<(), DriverError> {
-        self.inner.open_gate()
+    fn queue_stamp(&mut self) -> Result<(), DriverError> {
+        self.inner.queue_stamp()
     }
     fn stamp_written(&mut self) -> Result<bool, DriverError> {
         self.inner.stamp_written()
@@ -226,8 +224,8 @@ impl<C: StampClock> StampClock for Skewed<C> {
         let ticks = self.inner.stamp()?;
         Ok(self.skew(ticks))
     }
-    fn paired(&mut self) -> Result<Option<(u64, HostStamp)>, DriverError> {
-        let paired = self.inner.paired()?;
+    fn pairing(&mut self) -> Result<Option<(u64, HostStamp)>, DriverError> {
+        let paired = self.inner.pairing()?;
         Ok(paired.map(|(ticks, stamp)| {
             (
                 self.skew(ticks),
@@ -237,9 +235,6 @@ impl<C: StampClock> StampClock for Skewed<C> {
                 },
             )
         }))
-    }
-    fn settle(&self) -> Duration {
-        self.inner.settle()
     }
 }
 
@@ -317,14 +312,17 @@ pub fn place_one<C: StampClock>(
 /// gated behind a timeline semaphore, and the driver's calibrated
 /// timestamps checked against a bracket; the fit on.
 pub fn sessions() -> Vec<(&'static str, ProfilerConfig)> {
-    let config = |gated_anchor, driver_clock| ProfilerConfig {
+    let config = |gated_anchor, driver_pairing| ProfilerConfig {
         gated_anchor,
-        driver_clock,
+        driver_pairing,
         ..ProfilerConfig::default()
     };
     vec![
-        ("ungated_fit_on", config(false, false)),
-        ("gated_fit_on", config(true, false)),
-        ("driver_clock_fit_on", config(false, true)),
+        ("ungated_fit_on", config(false, DriverPairing::Off)),
+        ("gated_fit_on", config(true, DriverPairing::Off)),
+        (
+            "driver_clock_fit_on",
+            config(false, DriverPairing::Bracketed),
+        ),
     ]
 }

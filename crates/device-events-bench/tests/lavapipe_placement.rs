@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use device_events_bench::lavapipe::{Skewed, Stamps, device, place_one};
-use device_events_core::{ClockPlacer, ProfilerConfig};
+use device_events_core::{ClockPlacer, DriverPairing, ProfilerConfig};
 use device_events_vulkan::VulkanClock;
 
 device_events_conformance::tests_need_an_installed_runtime!(
@@ -27,7 +27,11 @@ const MODES: [(&str, bool, bool); 3] = [
 fn config(gated: bool, paired: bool) -> ProfilerConfig {
     ProfilerConfig {
         gated_anchor: gated,
-        driver_clock: paired,
+        driver_pairing: if paired {
+            DriverPairing::Bracketed
+        } else {
+            DriverPairing::Off
+        },
         ..ProfilerConfig::default()
     }
 }
@@ -35,7 +39,7 @@ fn config(gated: bool, paired: bool) -> ProfilerConfig {
 /// Place `count` windows of a runtime's own stamps, `gap` apart, through
 /// `placer`, re-anchoring when due; each ends' error against the truth,
 /// and the bound stated for it, in ns.
-fn placed_errors<C: device_events_core::StampClock>(
+fn placed_errors<C: device_events_core::backend::StampClock>(
     placer: &mut ClockPlacer<Skewed<C>>,
     stamps: &Stamps,
     count: usize,
@@ -110,4 +114,17 @@ fn a_pairing_seconds_off_is_refused_and_the_bracket_kept() {
     assert_eq!(placer.refused_pairings(), 1);
     let errors = placed_errors(&mut placer, &stamps, 10, Duration::from_millis(1));
     assert_within("refused pairing", &errors);
+}
+
+#[test]
+fn a_pairing_moved_late_inside_its_bracket_is_placed_within_its_bound() {
+    let device = device();
+    let stamps = Stamps::new(&device);
+    let mut clock = Skewed::new(VulkanClock::new(&device).unwrap());
+    // Later than the deviation the driver states, earlier than the
+    // bracket's edge: nothing the bracket alone can tell.
+    clock.pairing_off = Duration::from_micros(8);
+    let mut placer = ClockPlacer::new(clock, config(false, true));
+    let errors = placed_errors(&mut placer, &stamps, 20, Duration::from_millis(1));
+    assert_within("pairing 8 µs late", &errors);
 }

@@ -30,7 +30,7 @@ fn config(drift_correction: bool, gated_anchor: bool) -> ProfilerConfig {
         anchor_max_age: std::time::Duration::from_millis(5),
         // The bracket path, which every driver has: PoCL's own clock would
         // make the anchor exact and leave nothing to compare.
-        driver_clock: false,
+        driver_pairing: device_events_core::DriverPairing::Off,
         ..ProfilerConfig::default()
     }
 }

@@ -57,8 +57,8 @@ impl<A: AnchorApi, N: Note<A>> AnchorApi for Noting<A, N> {
     fn gate(stream: A::Stream) -> Result<Option<Box<dyn Gate>>, DriverError> {
         A::gate(stream)
     }
-    fn host_stamp(event: &A::Event) -> Result<Option<HostStamp>, DriverError> {
-        A::host_stamp(event)
+    fn pairing(event: &A::Event) -> Result<Option<HostStamp>, DriverError> {
+        A::pairing(event)
     }
     fn poll(event: &A::Event) -> Option<Result<bool, DriverError>> {
         A::poll(event)

@@ -52,10 +52,11 @@ pub struct ProfilerConfig {
     /// machine, the scheduler's latency), and at most `settle` plus that
     /// latency.
     pub gate_settle: Option<Duration>,
-    /// Take the anchor's time from the driver's own host-clock stamp where
-    /// it has one ([`AnchorApi::host_stamp`](crate::backend::AnchorApi::host_stamp)), instead of a bracket.
-    /// Default: on.
-    pub driver_clock: bool,
+    /// What an anchor makes of the driver's own pairing of its clock with
+    /// the host's, where it has one ([`AnchorApi::pairing`](crate::backend::AnchorApi::pairing):
+    /// PoCL's stamps on `CLOCK_MONOTONIC_RAW`; [`StampClock::pairing`](crate::backend::StampClock::pairing):
+    /// Vulkan's calibrated timestamps). Default: [`DriverPairing::Bracketed`].
+    pub driver_pairing: DriverPairing,
     /// The caller opens and closes windows (`start`, `stop`, `split`) only
     /// with the stream's context current on its thread, as a CubeCL server
     /// does (each of its commands makes its context current first): each
@@ -79,8 +80,42 @@ impl Default for ProfilerConfig {
             drift_correction: true,
             gated_anchor: true,
             gate_settle: None,
-            driver_clock: true,
+            driver_pairing: DriverPairing::Bracketed,
             context_current: false,
         }
     }
+}
+
+/// What an anchor makes of a driver's own pairing of its clock with the
+/// host's ([`ProfilerConfig::driver_pairing`]). A bracket is taken beside
+/// it in every mode, and a pairing outside that bracket is refused: such
+/// pairings have been seen seconds off.
+///
+/// ```
+/// use device_events_core::{DriverPairing, ProfilerConfig};
+///
+/// // The stated bound rests on the driver's word: unchecked.
+/// let trusting = ProfilerConfig {
+///     driver_pairing: DriverPairing::Unchecked,
+///     ..ProfilerConfig::default()
+/// };
+/// assert_ne!(trusting.driver_pairing, ProfilerConfig::default().driver_pairing);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DriverPairing {
+    /// Not asked: the anchor sits at its bracket's midpoint.
+    Off,
+    /// The pairing chooses the point inside the bracket, and the bound is
+    /// the distance from it to the bracket's farther edge (narrowed only
+    /// by what the drift fit's other anchors verify): never smaller than
+    /// what the library checked, whatever the driver claims. The point is
+    /// usually nearer the truth than the midpoint; its bound is wider.
+    Bracketed,
+    /// The pairing's own stated deviation is the anchor's bound, where the
+    /// interval it states lies inside the bracket and is the narrower.
+    /// Unchecked: a pairing late by less than the bracket's width but by
+    /// more than it claims places every window that far off, outside its
+    /// stated bound (the Vulkan specification leaves it to the application
+    /// to judge the deviation returned).
+    Unchecked,
 }

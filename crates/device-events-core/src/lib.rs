@@ -76,14 +76,13 @@ mod tunables;
 mod waiting;
 
 pub use api::EventApi;
-pub use config::ProfilerConfig;
+pub use config::{DriverPairing, ProfilerConfig};
 pub use driver::{CaptureStatus, DriverError, ErrorKind};
 pub use errors::ProfileError;
 pub use fence::event_fence::{EventFence, FencePool};
 pub use owned_stream::OwnedStream;
 pub use placement::Placement;
 pub use placement::clock_placer::ClockPlacer;
-pub use placement::stamp_clock::StampClock;
 pub use profiler::EventProfiler;
 #[cfg(feature = "sim")]
 pub use testing::{sim, tally};

@@ -362,7 +362,7 @@ impl RawApi for OpenCl {
         anchor::gate(stream)
     }
 
-    fn stamp_on_host(
+    fn pairing(
         _: Permit<Self>,
         event: &RawEvent,
         held: &Arc<Context>,

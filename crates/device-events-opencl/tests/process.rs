@@ -26,8 +26,8 @@ fn calibrating(samples: usize) -> (OwnedStream<OpenCl>, EventProfiler<OpenCl>) {
     let stream = OwnedStream::<OpenCl>::new().unwrap();
     let mut profiler = EventProfiler::<OpenCl>::with_config(ProfilerConfig {
         calibration_samples: samples,
-        // Every sample taken: a stamp on the host clock would end it at one.
-        driver_clock: false,
+        // The brackets alone: the driver's stamps are not asked for.
+        driver_pairing: device_events_core::DriverPairing::Off,
         ..ProfilerConfig::default()
     });
     let token = profiler.start(stream.get());

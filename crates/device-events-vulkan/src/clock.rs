@@ -17,8 +17,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ash::vk;
-use device_events_core::backend::HostStamp;
-use device_events_core::{DriverError, ErrorKind, StampClock};
+use device_events_core::backend::{Gate, HostStamp, StampClock};
+use device_events_core::{DriverError, ErrorKind};
 
 use crate::VulkanDevice;
 use crate::objects::Objects;
@@ -65,6 +65,8 @@ pub struct VulkanClock {
     gate: vk::Semaphore,
     gate_value: u64,
     gate_shut: bool,
+    /// The gate was closed: the next stamp waits behind it.
+    gate_closed: bool,
     /// A submission not yet seen complete: its objects are in use.
     in_flight: bool,
     /// The device wrote the last stamp (`done` was seen set).
@@ -226,6 +228,7 @@ impl VulkanClock {
             gate: vk::Semaphore::null(),
             gate_value: 0,
             gate_shut: false,
+            gate_closed: false,
             in_flight: false,
             written: false,
             period_ns: f64::from(period),
@@ -411,9 +414,41 @@ fn pairing(
     both.then(|| ash::ext::calibrated_timestamps::Device::new(instance, device))
 }
 
-impl StampClock for VulkanClock {
+impl Gate for VulkanClock {
+    fn close(&mut self) -> Result<(), DriverError> {
+        if self.gate == vk::Semaphore::null() {
+            return Err(DriverError::refused(
+                crate::BACKEND,
+                "vkQueueSubmit",
+                ErrorKind::Other,
+                "the device has no timeline semaphores",
+            ));
+        }
+        self.gate_closed = true;
+        Ok(())
+    }
+
+    fn open(&mut self) -> Result<(), DriverError> {
+        self.gate_closed = false;
+        self.open()
+    }
+
     fn settle(&self) -> Duration {
         Duration::from_millis(1)
+    }
+
+    fn reached(&mut self) -> Option<Result<bool, DriverError>> {
+        Some(self.event_set(self.mark))
+    }
+}
+
+impl StampClock for VulkanClock {
+    fn gate(&mut self) -> Option<&mut (dyn Gate + 'static)> {
+        if self.gate == vk::Semaphore::null() {
+            None
+        } else {
+            Some(self)
+        }
     }
 
     fn period_ns(&self) -> f64 {
@@ -424,7 +459,8 @@ impl StampClock for VulkanClock {
         self.valid_bits
     }
 
-    fn queue_stamp(&mut self, gated: bool) -> Result<bool, DriverError> {
+    fn queue_stamp(&mut self) -> Result<(), DriverError> {
+        let gated = std::mem::take(&mut self.gate_closed);
         if !self.settled()? {
             return Err(DriverError::refused(
                 crate::BACKEND,
@@ -433,7 +469,6 @@ impl StampClock for VulkanClock {
                 "the previous anchor stamp is still queued",
             ));
         }
-        let gated = gated && self.gate != vk::Semaphore::null();
         let value = self.gate_value + 1;
         let mark = [self.mark_buffer];
         let stamp = [self.buffer];
@@ -476,15 +511,7 @@ impl StampClock for VulkanClock {
             self.gate_value = value;
             self.gate_shut = true;
         }
-        Ok(gated)
-    }
-
-    fn at_gate(&mut self) -> Result<bool, DriverError> {
-        self.event_set(self.mark)
-    }
-
-    fn open_gate(&mut self) -> Result<(), DriverError> {
-        self.open()
+        Ok(())
     }
 
     fn stamp_written(&mut self) -> Result<bool, DriverError> {
@@ -517,7 +544,7 @@ impl StampClock for VulkanClock {
         Ok(ticks[0] & self.mask())
     }
 
-    fn paired(&mut self) -> Result<Option<(u64, HostStamp)>, DriverError> {
+    fn pairing(&mut self) -> Result<Option<(u64, HostStamp)>, DriverError> {
         let Some(calibrated) = &self.calibrated else {
             return Ok(None);
         };

@@ -6,7 +6,8 @@
 
 use std::sync::Arc;
 
-use device_events_core::{ClockPlacer, ProfilerConfig, StampClock};
+use device_events_core::backend::StampClock;
+use device_events_core::{ClockPlacer, DriverPairing, ProfilerConfig};
 use device_events_vulkan::{VulkanClock, VulkanDevice};
 
 device_events_conformance::tests_need_an_installed_runtime!(
@@ -23,10 +24,10 @@ fn lavapipe() -> Arc<VulkanDevice> {
     }
 }
 
-fn config(gated_anchor: bool, driver_clock: bool) -> ProfilerConfig {
+fn config(gated_anchor: bool, driver_pairing: DriverPairing) -> ProfilerConfig {
     ProfilerConfig {
         gated_anchor,
-        driver_clock,
+        driver_pairing,
         ..ProfilerConfig::default()
     }
 }
@@ -43,12 +44,11 @@ fn lavapipes_clock_counts_nanoseconds_on_64_bits() {
 fn a_gated_stamp_waits_for_the_host_to_open_its_gate() {
     let device = lavapipe();
     let mut clock = VulkanClock::new(&device).unwrap();
-    assert!(
-        clock.queue_stamp(true).unwrap(),
-        "lavapipe has timeline semaphores"
-    );
+    let gate = clock.gate().expect("lavapipe has timeline semaphores");
+    gate.close().unwrap();
+    clock.queue_stamp().unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while !clock.at_gate().unwrap() {
+    while !clock.gate().unwrap().reached().unwrap().unwrap() {
         assert!(
             std::time::Instant::now() < deadline,
             "the gate's mark never set"
@@ -60,7 +60,7 @@ fn a_gated_stamp_waits_for_the_host_to_open_its_gate() {
         !clock.stamp_written().unwrap(),
         "stamped through a shut gate"
     );
-    clock.open_gate().unwrap();
+    clock.gate().unwrap().open().unwrap();
     while !clock.stamp_written().unwrap() {
         assert!(
             std::time::Instant::now() < deadline,
@@ -75,10 +75,14 @@ fn a_gated_stamp_waits_for_the_host_to_open_its_gate() {
 fn a_clock_dropped_with_its_gate_shut_opens_it_and_releases() {
     let device = lavapipe();
     let mut clock = VulkanClock::new(&device).unwrap();
-    assert!(clock.queue_stamp(true).unwrap());
+    clock.gate().unwrap().close().unwrap();
+    clock.queue_stamp().unwrap();
     drop(clock);
     // The queue is free again: another clock anchors behind it.
-    let mut placer = ClockPlacer::new(VulkanClock::new(&device).unwrap(), config(true, false));
+    let mut placer = ClockPlacer::new(
+        VulkanClock::new(&device).unwrap(),
+        config(true, DriverPairing::Off),
+    );
     placer.calibrate().unwrap();
 }
 
@@ -93,7 +97,10 @@ fn a_stamp_is_not_read_before_the_device_wrote_it() {
 #[test]
 fn anchor_after_anchor_reuses_the_clocks_objects() {
     let device = lavapipe();
-    let mut placer = ClockPlacer::new(VulkanClock::new(&device).unwrap(), config(false, false));
+    let mut placer = ClockPlacer::new(
+        VulkanClock::new(&device).unwrap(),
+        config(false, DriverPairing::Off),
+    );
     for _ in 0..50 {
         placer.calibrate().unwrap();
     }
@@ -103,18 +110,27 @@ fn anchor_after_anchor_reuses_the_clocks_objects() {
 fn a_clock_dropped_with_a_stamp_in_flight_waits_for_it_and_releases() {
     let device = lavapipe();
     let mut clock = VulkanClock::new(&device).unwrap();
-    clock.queue_stamp(false).unwrap();
+    clock.queue_stamp().unwrap();
     drop(clock);
     // The queue is free again: another clock anchors behind it.
-    let mut placer = ClockPlacer::new(VulkanClock::new(&device).unwrap(), config(false, false));
+    let mut placer = ClockPlacer::new(
+        VulkanClock::new(&device).unwrap(),
+        config(false, DriverPairing::Off),
+    );
     placer.calibrate().unwrap();
 }
 
 #[test]
-fn the_drivers_pairing_narrows_the_anchor_below_a_bracket() {
+fn the_drivers_pairing_trusted_by_name_narrows_the_anchor_below_a_bracket() {
     let device = lavapipe();
-    let mut bracket = ClockPlacer::new(VulkanClock::new(&device).unwrap(), config(false, false));
-    let mut paired = ClockPlacer::new(VulkanClock::new(&device).unwrap(), config(false, true));
+    let mut bracket = ClockPlacer::new(
+        VulkanClock::new(&device).unwrap(),
+        config(false, DriverPairing::Off),
+    );
+    let mut paired = ClockPlacer::new(
+        VulkanClock::new(&device).unwrap(),
+        config(false, DriverPairing::Unchecked),
+    );
     bracket.calibrate().unwrap();
     paired.calibrate().unwrap();
     let (bracket, paired) = (

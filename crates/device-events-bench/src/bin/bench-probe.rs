@@ -1153,10 +1153,14 @@ fn main() {
 /// own clock where it has one.
 fn placement_sessions() -> Vec<(&'static str, device_events_core::ProfilerConfig)> {
     let config =
-        |gated_anchor, drift_correction, driver_clock| device_events_core::ProfilerConfig {
+        |gated_anchor, drift_correction, paired: bool| device_events_core::ProfilerConfig {
             gated_anchor,
             drift_correction,
-            driver_clock,
+            driver_pairing: if paired {
+                device_events_core::DriverPairing::Bracketed
+            } else {
+                device_events_core::DriverPairing::Off
+            },
             ..device_events_core::ProfilerConfig::default()
         };
     vec![

@@ -3,15 +3,16 @@
 //! the host clock its device already stamps on.
 
 pub(crate) mod anchor;
+pub(crate) mod bracket;
 pub(crate) mod calibrator;
 pub(crate) mod drift;
 pub(crate) mod line;
 pub(crate) mod polling;
 pub(crate) mod refresh;
+pub(crate) mod stamp_clock;
 
 use std::time::{Duration, Instant};
 
-use crate::EventApi;
 use crate::driver::DriverError;
 use crate::threads::ThreadApi;
 use crate::tunables::calibrator::{DRAIN_FIRST_SLEEP, DRAIN_SLEEP_UP_TO};
@@ -67,15 +68,17 @@ pub trait AnchorApi: ThreadApi {
         None
     }
 
-    /// Where the device stamped `event` (reached), on the host's
-    /// [`Instant`] clock, when the driver stamps events on a host clock it
-    /// can name (PoCL: `CLOCK_MONOTONIC_RAW`); `Ok(None)` where it does not.
-    /// An anchor then needs no bracket.
+    /// The driver's own pairing of its clock with the host's: where it
+    /// stamped `event` (reached) on the host's [`Instant`] clock, when the
+    /// driver stamps events on a host clock it can name (PoCL:
+    /// `CLOCK_MONOTONIC_RAW`), with its stated deviation; `Ok(None)` where
+    /// it does not. The profiler holds it against a bracket taken beside it
+    /// ([`DriverPairing`](crate::DriverPairing)).
     ///
     /// # Errors
     ///
     /// [`DriverError`] when the stamp could not be read.
-    fn host_stamp(event: &Self::Event) -> Result<Option<HostStamp>, DriverError> {
+    fn pairing(event: &Self::Event) -> Result<Option<HostStamp>, DriverError> {
         let _ = event;
         Ok(None)
     }
@@ -205,41 +208,17 @@ pub trait Gate: Send {
     /// ahead of it), or after this. Zero opens it at once, for a runtime
     /// whose worker threads fall asleep during any host wait (PoCL).
     fn settle(&self) -> Duration;
-}
 
-/// A closed gate that opens when dropped, on every path: a wait the host
-/// never satisfies would hold the stream, and all work behind it, forever.
-pub(crate) struct Closed<'a, A: EventApi> {
-    gate: Option<&'a mut (dyn Gate + 'static)>,
-    _backend: std::marker::PhantomData<fn() -> A>,
-}
-
-impl<'a, A: EventApi> Closed<'a, A> {
-    pub(crate) fn close(gate: &'a mut (dyn Gate + 'static)) -> Result<Self, DriverError> {
-        gate.close()?;
-        Ok(Self {
-            gate: Some(gate),
-            _backend: std::marker::PhantomData,
-        })
-    }
-
-    pub(crate) fn open(mut self) -> Result<(), DriverError> {
-        match self.gate.take() {
-            Some(gate) => gate.open(),
-            None => Ok(()),
-        }
-    }
-}
-
-impl<A: EventApi> Drop for Closed<'_, A> {
-    fn drop(&mut self) {
-        if let Some(gate) = self.gate.take()
-            && let Err(err) = gate.open()
-        {
-            log::error!(
-                "{}: an anchor gate could not be opened; its stream may wait: {err}",
-                A::BACKEND
-            );
-        }
+    /// Whether the queue has reached the wait queued last, for a gate that
+    /// queues its own mark ahead of the wait (a stamp clock's, submitted
+    /// with its stamp); `None` (the default) where the gate cannot say, and
+    /// an event backend's anchor records a mark of its own ahead of it.
+    ///
+    /// # Errors
+    ///
+    /// [`DriverError`] when the driver could not say; the gate is opened
+    /// and the sample given up.
+    fn reached(&mut self) -> Option<Result<bool, DriverError>> {
+        None
     }
 }

@@ -10,14 +10,15 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 
 use std::time::{Duration, Instant};
 
-use crate::anchoring::anchor::{Anchor, Bracket, Calibration};
+use crate::anchoring::anchor::{Anchor, EventProbe};
+use crate::anchoring::bracket::{self, Bracket, Calibration, Point};
 use crate::anchoring::calibrator;
 use crate::anchoring::drift::{AnchorPlacement, DriftFit};
 use crate::anchoring::line::{nanos, reading_error};
 use crate::anchoring::{AnchorApi, Gate};
-use crate::config::ProfilerConfig;
+use crate::config::{DriverPairing, ProfilerConfig};
 use crate::driver::{DriverError, ErrorKind};
-use crate::events::pool::EventPool;
+use crate::events::pool::{EventPool, PooledEvent};
 use crate::owned_stream::OwnedStream;
 use crate::tunables::calibrator::{FIRST_RETRY, LAST_RETRY};
 use crate::tunables::drift::MAX_GAP;
@@ -304,35 +305,54 @@ impl<A: AnchorApi> Shared<A> {
                 None
             });
         }
-        let how = Calibration {
-            samples: self.config.calibration_samples,
-            clock: self.config.host_clock,
-            gate: work.gate.as_deref_mut(),
-            settle: self.config.gate_settle,
-            driver_clock: self.config.driver_clock,
+        let mut probe = EventProbe {
+            pool: &self.pool,
+            stream,
+            gate: &mut work.gate,
         };
-        let (bracket, gate_refused) = Bracket::take(&self.pool, stream, how)?;
-        if gate_refused {
-            work.gate = None;
-        }
+        let bracket = bracket::tightest(&mut probe, Calibration::of(&self.config))?;
+        let point = self.paired(&bracket);
         let previous = self.latest().anchor.clone();
         let chain = chain_position(&mut work.fit, previous.as_deref(), &bracket);
         let placement = if self.config.drift_correction {
             work.fit.add_anchor(
-                bracket.midpoint(),
-                bracket.width / 2,
+                point.at,
+                point.bound,
                 chain.0,
                 chain.1,
                 self.config.anchor_max_age,
             )
         } else {
-            AnchorPlacement::alone(
-                bracket.midpoint(),
-                bracket.width / 2,
-                self.config.anchor_max_age,
-            )
+            AnchorPlacement::alone(point.at, point.bound, self.config.anchor_max_age)
         };
-        Ok(Anchor::new(bracket, placement, chain))
+        Ok(Anchor::new(bracket.stamp, point.at, placement, chain))
+    }
+
+    /// Where the driver's own stamp of the anchor event puts it
+    /// ([`AnchorApi::pairing`]), under the configured policy; the
+    /// bracket's midpoint without one, or where it is refused.
+    fn paired(&self, bracket: &Bracket<PooledEvent<A>>) -> Point {
+        let policy = self.config.driver_pairing;
+        if policy == DriverPairing::Off {
+            return bracket.midpoint();
+        }
+        match A::pairing(bracket.stamp.raw()) {
+            Ok(Some(stamp)) => bracket
+                .paired(stamp.at, stamp.uncertainty, Duration::ZERO, policy)
+                .unwrap_or_else(|| {
+                    log::warn!(
+                        "{}: the driver's stamp of the anchor lies outside the bracket beside \
+                         it: anchoring by the bracket",
+                        A::BACKEND
+                    );
+                    bracket.midpoint()
+                }),
+            Ok(None) => bracket.midpoint(),
+            Err(err) => {
+                log::warn!("{}: the driver's stamp of the anchor: {err}", A::BACKEND);
+                bracket.midpoint()
+            }
+        }
     }
 }
 
@@ -457,7 +477,7 @@ impl<A: AnchorApi> Drop for Release<A> {
 fn chain_position<A: AnchorApi>(
     fit: &mut DriftFit,
     previous: Option<&Anchor<A>>,
-    bracket: &Bracket<A>,
+    bracket: &Bracket<PooledEvent<A>>,
 ) -> (f64, f64) {
     let Some(previous) = previous else {
         fit.restart();
@@ -465,13 +485,14 @@ fn chain_position<A: AnchorApi>(
     };
     if bracket
         .midpoint()
+        .at
         .saturating_duration_since(previous.measured())
         > MAX_GAP
     {
         fit.restart();
         return (0.0, 0.0);
     }
-    match A::event_elapsed(previous.event(), bracket.event.raw()) {
+    match A::event_elapsed(previous.event(), bracket.stamp.raw()) {
         Ok(step) => (
             previous.chain_ns() + step.as_nanos() as f64,
             // Stamps are quantised, so the resolution telescopes out of a

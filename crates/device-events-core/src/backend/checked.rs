@@ -395,11 +395,11 @@ impl<R: RawApi> AnchorApi for R {
         R::POLLS_ANCHORS.then(|| <R as EventQuery>::event_query(event))
     }
 
-    fn host_stamp(event: &CheckedEvent<R>) -> Result<Option<HostStamp>, DriverError> {
+    fn pairing(event: &CheckedEvent<R>) -> Result<Option<HostStamp>, DriverError> {
         let Some(raw) = event.raw() else {
             return Ok(None);
         };
-        R::stamp_on_host(Permit::new(), raw, &event.held)
+        <R as RawApi>::pairing(Permit::new(), raw, &event.held)
     }
 
     fn same_context(event: &CheckedEvent<R>, stream: CheckedStream<R>) -> Option<bool> {

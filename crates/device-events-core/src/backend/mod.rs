@@ -16,6 +16,7 @@ pub(crate) mod handle_table;
 pub(crate) mod raw;
 pub(crate) mod symbols;
 
+pub use crate::anchoring::stamp_clock::StampClock;
 pub use crate::anchoring::{AnchorApi, Gate, HostStamp};
 pub use crate::api::EventQuery;
 pub use crate::driver::elapsed_from_ms;

@@ -368,12 +368,12 @@ pub trait RawApi: Sized + Send + Sync + 'static {
     }
 
     /// Where the device stamped `event` on the host clock, if the driver
-    /// says (see [`AnchorApi::host_stamp`](crate::backend::AnchorApi::host_stamp)).
+    /// says (see [`AnchorApi::pairing`](crate::backend::AnchorApi::pairing)).
     ///
     /// # Errors
     ///
     /// The driver's.
-    fn stamp_on_host(
+    fn pairing(
         permit: Permit<Self>,
         event: &Self::Event,
         held: &Self::Held,

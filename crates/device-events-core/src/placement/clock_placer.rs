@@ -2,37 +2,39 @@
 //! drift fit and per-stamp bound of the event backends, for a device clock
 //! that gives ticks ([`StampClock`]) instead of events.
 //!
-//! An anchor is the tightest of several brackets around one stamp, each
-//! gated where the clock has a gate: the stamp waits behind it, and the
-//! host reads its clock just before opening it, so that the submission and
-//! the queue's latency fall before the bracket opens. Where the driver
-//! pairs its clock with the host's itself (calibrated timestamps), the
-//! pairing is used only once it agrees with the bracket taken beside it:
-//! such pairings have been seen seconds off.
+//! An anchor is taken by the event backends' bracket loop
+//! ([`crate::anchoring::bracket`]), through [`ClockProbe`], and the
+//! driver's own pairing (calibrated timestamps) is held against it by the
+//! same policy; this file places the clock's ticks, which wrap.
 
 use std::time::{Duration, Instant};
 
-use crate::anchoring::HostStamp;
+use crate::anchoring::bracket::{self, Bracket, Calibration, Point, Probe, exiting, refused};
 use crate::anchoring::drift::{AnchorPlacement, DriftFit};
 use crate::anchoring::line::{HostLine, nanos, reading_error};
 use crate::anchoring::polling::{self, Polled};
-use crate::placement::stamp_clock::StampClock;
+use crate::anchoring::stamp_clock::StampClock;
+use crate::anchoring::{Gate, HostStamp};
 use crate::placement::{Limits, Placement, place_window};
 use crate::tunables::calibrator::STAMP_GIVE_UP;
 use crate::tunables::drift::PRIOR;
-use crate::{DriverError, ErrorKind, ProfilerConfig};
+use crate::{DriverError, DriverPairing, ProfilerConfig};
+
+/// Who refuses, in a stamp clock's calibration errors.
+const CLOCK: &str = "device clock";
 
 /// Places one device's absolute stamps on the host clock, through anchors
 /// taken on the thread that calls [`calibrate`](Self::calibrate).
 ///
 /// Of [`ProfilerConfig`], it reads `anchor_max_age`, `calibration_samples`,
 /// `host_clock`, `max_anchor_distance` (within half the clock's span),
-/// `drift_correction`, `gated_anchor`, `gate_settle` and `driver_clock` (the
-/// driver's own pairing, checked); the resolution of every stamp is one
+/// `drift_correction`, `gated_anchor`, `gate_settle` and `driver_pairing`;
+/// the resolution of every stamp is one
 /// tick of the clock.
 ///
 /// ```
-/// use device_events_core::{ClockPlacer, DriverError, ProfilerConfig, StampClock};
+/// use device_events_core::backend::StampClock;
+/// use device_events_core::{ClockPlacer, DriverError, ProfilerConfig};
 /// use std::time::Instant;
 ///
 /// /// Device ticks that are host nanoseconds since `origin`.
@@ -41,9 +43,9 @@ use crate::{DriverError, ErrorKind, ProfilerConfig};
 ///     fn period_ns(&self) -> f64 {
 ///         1.0
 ///     }
-///     fn queue_stamp(&mut self, _gated: bool) -> Result<bool, DriverError> {
+///     fn queue_stamp(&mut self) -> Result<(), DriverError> {
 ///         self.1 = self.0.elapsed().as_nanos() as u64;
-///         Ok(false)
+///         Ok(())
 ///     }
 ///     fn stamp_written(&mut self) -> Result<bool, DriverError> {
 ///         Ok(true)
@@ -72,6 +74,8 @@ pub struct ClockPlacer<C: StampClock> {
     base_ticks: u64,
     base_measured: Option<Instant>,
     refused_pairings: u64,
+    /// The clock's gate refused to close once: anchoring goes on without.
+    gate_dropped: bool,
 }
 
 impl<C: StampClock> std::fmt::Debug for ClockPlacer<C> {
@@ -91,13 +95,6 @@ struct ClockAnchor {
     stale_after: Option<Instant>,
 }
 
-/// One sample: the stamp, and the host interval that holds it.
-struct Bracket {
-    ticks: u64,
-    before: Instant,
-    width: Duration,
-}
-
 impl<C: StampClock> ClockPlacer<C> {
     /// A placer of `clock`'s stamps, with no anchor yet.
     pub fn new(clock: C, config: ProfilerConfig) -> Self {
@@ -110,6 +107,7 @@ impl<C: StampClock> ClockPlacer<C> {
             base_ticks: 0,
             base_measured: None,
             refused_pairings: 0,
+            gate_dropped: false,
         }
     }
 
@@ -155,33 +153,15 @@ impl<C: StampClock> ClockPlacer<C> {
     /// [`DriverError`] when the clock's driver refused or the device did
     /// not write a stamp in time.
     pub fn calibrate(&mut self) -> Result<(), DriverError> {
-        let bracket = self.bracket()?;
-        let mut point = (
-            bracket.ticks,
-            bracket.before + bracket.width / 2,
-            bracket.width / 2,
-        );
-        if self.config.driver_clock {
-            match self.clock.paired() {
-                Ok(Some((ticks, stamp))) => {
-                    if self.agrees(ticks, stamp, &bracket) {
-                        // Only where it is the narrower of the two.
-                        if stamp.uncertainty < bracket.width / 2 {
-                            point = (ticks, stamp.at, stamp.uncertainty);
-                        }
-                    } else {
-                        self.refused_pairings += 1;
-                        log::warn!(
-                            "the driver's pairing of its clock with the host's disagrees with a \
-                             bracket beside it: anchoring by the bracket"
-                        );
-                    }
-                }
-                Ok(None) => {}
-                Err(err) => log::warn!("the driver's clock pairing failed: {err}"),
-            }
-        }
-        let (ticks, measured, half_width) = point;
+        let mut probe = ClockProbe {
+            clock: &mut self.clock,
+            gated: self.config.gated_anchor && !self.gate_dropped,
+        };
+        let bracket = bracket::tightest(&mut probe, Calibration::of(&self.config));
+        self.gate_dropped |= !probe.gated;
+        let bracket = bracket?;
+        let point = self.paired(&bracket);
+        let (ticks, measured, half_width) = (bracket.stamp, point.at, point.bound);
         // A clock that wraps is read unambiguously only within half its
         // span: the fit starts afresh before its base is that far.
         let half_span = self.half_span();
@@ -267,80 +247,29 @@ impl<C: StampClock> ClockPlacer<C> {
         .ok()
     }
 
-    /// The tightest of `calibration_samples` brackets.
-    fn bracket(&mut self) -> Result<Bracket, DriverError> {
-        let mut best: Option<Bracket> = None;
-        for _ in 0..self.config.calibration_samples.max(1) {
-            let sample = self.sample()?;
-            if best.as_ref().is_none_or(|best| sample.width < best.width) {
-                best = Some(sample);
+    /// Where the driver's pairing puts the bracket's stamp, carried to it
+    /// at the rate's bound (the fitted one, or a crystal's), under the
+    /// configured policy; the bracket's midpoint without one, or where it
+    /// is refused.
+    fn paired(&mut self, bracket: &Bracket<u64>) -> Point {
+        let policy = self.config.driver_pairing;
+        if policy == DriverPairing::Off {
+            return bracket.midpoint();
+        }
+        let (ticks, stamp) = match self.clock.pairing() {
+            Ok(Some(paired)) => paired,
+            Ok(None) => return bracket.midpoint(),
+            Err(err) => {
+                log::warn!("the driver's clock pairing failed: {err}");
+                return bracket.midpoint();
             }
-        }
-        best.ok_or_else(|| refused("no sample taken"))
-    }
-
-    /// One stamp, bracketed by host clock reads: from just before the
-    /// gate opens (or the stamp is queued, without one) to the host seeing
-    /// it written.
-    fn sample(&mut self) -> Result<Bracket, DriverError> {
-        let clock = self.config.host_clock;
-        let queued = clock();
-        let before = if self.clock.queue_stamp(self.config.gated_anchor)? {
-            let reached = self.arrive();
-            let before = clock();
-            // Opened on every path: a stamp held at a closed gate holds
-            // every command behind it.
-            self.clock.open_gate()?;
-            reached?;
-            before
-        } else {
-            queued
         };
-        self.reach()?;
-        let width = clock().saturating_duration_since(before);
-        Ok(Bracket {
-            ticks: self.clock.stamp()?,
-            before,
-            width,
-        })
-    }
-
-    /// Wait, polling, until the device reaches the gate, for at most the
-    /// clock's settle time: a queue that far behind holds nobody there.
-    fn arrive(&mut self) -> Result<(), DriverError> {
-        let settle = self
-            .config
-            .gate_settle
-            .unwrap_or_else(|| self.clock.settle());
-        match polling::arrive(|| Some(self.clock.at_gate()), settle)? {
-            Polled::Stopping => Err(exiting()),
-            Polled::Reached | Polled::GaveUp | Polled::CannotAsk => Ok(()),
-        }
-    }
-
-    /// Wait, polling, for the stamp, giving up after [`STAMP_GIVE_UP`].
-    fn reach(&mut self) -> Result<(), DriverError> {
-        match polling::reach(|| Some(self.clock.stamp_written()), STAMP_GIVE_UP)? {
-            Polled::Reached => Ok(()),
-            Polled::Stopping => Err(exiting()),
-            // `ask` always asks: only the time allowed is left.
-            Polled::GaveUp | Polled::CannotAsk => Err(refused(
-                "the device did not write the anchor's stamp within 10 s",
-            )),
-        }
-    }
-
-    /// Whether the driver's pairing, carried back to the bracket's stamp
-    /// at the rate's bound (the fitted one, or a crystal's), lies inside
-    /// the bracket, its own stated bound included: only then is that bound
-    /// checked by the bracket.
-    fn agrees(&self, ticks: u64, stamp: HostStamp, bracket: &Bracket) -> bool {
         let (scale, rate_error) = self.anchor.map_or((1.0, PRIOR), |anchor| {
             (anchor.line.scale, anchor.line.rate_uncertainty.max(0.0))
         });
-        let (after, before) = self.offset_ns(ticks, bracket.ticks);
+        let (after, before) = self.offset_ns(ticks, bracket.stamp);
         let step = after as f64 - before as f64;
-        let spread = Duration::from_nanos(
+        let carry = Duration::from_nanos(
             (step.abs() * rate_error + 2.0 * nanos(self.tick()) as f64).ceil() as u64,
         );
         let shift = step * scale;
@@ -349,13 +278,17 @@ impl<C: StampClock> ClockPlacer<C> {
         } else {
             stamp.at.checked_add(Duration::from_nanos((-shift) as u64))
         };
-        let low = bracket.before.checked_sub(spread);
-        let high = bracket.before + bracket.width + spread;
-        moved.zip(low).is_some_and(|(at, low)| {
-            at.checked_sub(stamp.uncertainty)
-                .is_some_and(|early| early >= low)
-                && at + stamp.uncertainty <= high
-        })
+        match moved.and_then(|at| bracket.paired(at, stamp.uncertainty, carry, policy)) {
+            Some(point) => point,
+            None => {
+                self.refused_pairings += 1;
+                log::warn!(
+                    "the driver's pairing of its clock with the host's disagrees with a \
+                     bracket beside it: anchoring by the bracket"
+                );
+                bracket.midpoint()
+            }
+        }
     }
 
     /// The device time from `from` to `ticks` in nanoseconds, as (after,
@@ -411,13 +344,64 @@ fn tick_of<C: StampClock>(clock: &C) -> Duration {
     Duration::from_nanos(clock.period_ns().ceil().max(1.0) as u64)
 }
 
-/// A calibration left because the process is exiting.
-fn exiting() -> DriverError {
-    refused("the process is exiting (stop_driver_calls): the calibration was left")
+/// A stamp clock's stamps for the bracket loop.
+struct ClockProbe<'a, C: StampClock> {
+    clock: &'a mut C,
+    /// Whether its gate is used; cleared when it refused to close.
+    gated: bool,
 }
 
-fn refused(what: &'static str) -> DriverError {
-    DriverError::refused("device clock", "anchor calibration", ErrorKind::Other, what)
+impl<C: StampClock> Probe for ClockProbe<'_, C> {
+    type Queued = ();
+    type Stamp = u64;
+    /// The clock's gate queues its own mark.
+    type Mark = ();
+
+    fn backend(&self) -> &'static str {
+        CLOCK
+    }
+
+    fn gate(&mut self) -> Option<&mut (dyn Gate + 'static)> {
+        if self.gated { self.clock.gate() } else { None }
+    }
+
+    fn drop_gate(&mut self) {
+        self.gated = false;
+    }
+
+    fn mark(&mut self) -> Result<(), DriverError> {
+        Ok(())
+    }
+
+    fn at_mark(&mut self, (): &()) -> Option<Result<bool, DriverError>> {
+        self.clock.gate().and_then(Gate::reached)
+    }
+
+    fn end_mark(&mut self, (): (), _served: bool) {}
+
+    fn queue(&mut self) -> Result<(), DriverError> {
+        self.clock.queue_stamp()
+    }
+
+    /// Polling, giving up after [`STAMP_GIVE_UP`].
+    fn reach(&mut self, (): &()) -> Result<(), DriverError> {
+        match polling::reach(|| Some(self.clock.stamp_written()), STAMP_GIVE_UP)? {
+            Polled::Reached => Ok(()),
+            Polled::Stopping => Err(exiting(CLOCK)),
+            // `ask` always asks: only the time allowed is left.
+            Polled::GaveUp | Polled::CannotAsk => Err(refused(
+                CLOCK,
+                "the device did not write the anchor's stamp within 10 s",
+            )),
+        }
+    }
+
+    fn read(&mut self, (): (), failed: bool) -> Result<u64, DriverError> {
+        if failed {
+            return Err(refused(CLOCK, "the anchor stamp failed"));
+        }
+        self.clock.stamp()
+    }
 }
 
 #[cfg(test)]
@@ -432,6 +416,7 @@ mod tests {
         offset: u64,
         bits: u32,
         stamp: u64,
+        stamped: Instant,
         pairing_off: Option<Duration>,
     }
 
@@ -442,6 +427,7 @@ mod tests {
                 offset,
                 bits,
                 stamp: 0,
+                stamped: Instant::now(),
                 pairing_off: None,
             }
         }
@@ -464,9 +450,10 @@ mod tests {
         fn valid_bits(&self) -> u32 {
             self.bits
         }
-        fn queue_stamp(&mut self, _gated: bool) -> Result<bool, DriverError> {
-            self.stamp = self.ticks_at(Instant::now());
-            Ok(false)
+        fn queue_stamp(&mut self) -> Result<(), DriverError> {
+            self.stamped = Instant::now();
+            self.stamp = self.ticks_at(self.stamped);
+            Ok(())
         }
         fn stamp_written(&mut self) -> Result<bool, DriverError> {
             Ok(true)
@@ -474,14 +461,16 @@ mod tests {
         fn stamp(&mut self) -> Result<u64, DriverError> {
             Ok(self.stamp)
         }
-        fn paired(&mut self) -> Result<Option<(u64, HostStamp)>, DriverError> {
+        fn pairing(&mut self) -> Result<Option<(u64, HostStamp)>, DriverError> {
+            // The last stamp, paired exactly (but for `pairing_off`):
+            // nothing to carry but its ticks' rounding.
             Ok(self.pairing_off.map(|off| {
-                let now = Instant::now();
+                let at = self.stamped + off;
                 let stamp = HostStamp {
-                    at: now + off,
+                    at,
                     uncertainty: Duration::from_nanos(1),
                 };
-                (self.ticks_at(now), stamp)
+                (self.stamp, stamp)
             }))
         }
     }
@@ -569,12 +558,30 @@ mod tests {
     }
 
     #[test]
-    fn a_pairing_that_agrees_with_the_bracket_sets_the_anchor() {
+    fn a_pairing_inside_the_bracket_is_bound_by_the_brackets_farther_edge() {
         let mut clock = HostTicks::new(0, 64);
         clock.pairing_off = Some(Duration::ZERO);
         let placer = calibrated(clock);
         assert_eq!(placer.refused_pairings(), 0);
-        // The pairing's 1 ns, and the fit's rounding up.
-        assert_eq!(placer.anchor_uncertainty(), Some(Duration::from_nanos(2)));
+        // Not the pairing's 1 ns: at least the bracket's half-width, two
+        // host clock reads and more apart.
+        assert!(placer.anchor_uncertainty() > Some(Duration::from_nanos(2)));
+    }
+
+    #[test]
+    fn a_pairing_trusted_by_name_is_bound_by_the_drivers_word() {
+        let mut clock = HostTicks::new(0, 64);
+        clock.pairing_off = Some(Duration::ZERO);
+        let mut placer = ClockPlacer::new(
+            clock,
+            ProfilerConfig {
+                driver_pairing: DriverPairing::Unchecked,
+                ..ProfilerConfig::default()
+            },
+        );
+        placer.calibrate().expect("calibrates");
+        // The pairing's 1 ns, two ticks of carrying it to the stamp, and
+        // the fit's rounding up.
+        assert_eq!(placer.anchor_uncertainty(), Some(Duration::from_nanos(5)));
     }
 }

@@ -7,7 +7,6 @@
 use std::time::{Duration, Instant};
 
 pub(crate) mod clock_placer;
-pub(crate) mod stamp_clock;
 
 use crate::anchoring::line::{HostLine, nanos, reading_error};
 

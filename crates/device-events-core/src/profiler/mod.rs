@@ -56,7 +56,7 @@ use crate::waiting::resolver::{Lane, LaneId};
 ///   briefly before it waits, so a blocking-sync wait's late wake-up does
 ///   not widen it.
 /// - Where the driver stamps on a host clock it can name
-///   ([`AnchorApi::host_stamp`]: PoCL's `CLOCK_MONOTONIC_RAW`), that stamp
+///   ([`AnchorApi::pairing`]: PoCL's `CLOCK_MONOTONIC_RAW`), that stamp
 ///   is the anchor, and no bracket is needed.
 ///
 /// Device and host clocks drift apart (crystals differ by up to ±100 ppm:

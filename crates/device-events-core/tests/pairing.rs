@@ -1,0 +1,166 @@
+//! A driver's own pairing of its clock with the host's, against the
+//! bracket the library takes beside it: the bound stated is never smaller
+//! than what the library checked, whatever the driver claims.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use device_events_core::backend::{HostStamp, StampClock};
+use device_events_core::sim::{Sim, SimStream};
+use device_events_core::{ClockPlacer, DriverError, EventApi, EventProfiler, ProfilerConfig};
+
+/// How late every pairing of the drivers below is, and what it claims.
+const LATE: Duration = Duration::from_micros(40);
+const CLAIMED: Duration = Duration::from_micros(1);
+
+fn off(a: Instant, b: Instant) -> Duration {
+    a.saturating_duration_since(b)
+        .max(b.saturating_duration_since(a))
+}
+
+/// Ticks that are host nanoseconds since `origin`. Each anchor stamp is
+/// written 100 µs after it is queued and seen 100 µs after that, so every
+/// bracket is at least 200 µs wide and holds the stamp; the driver's
+/// pairing is [`LATE`] and claims [`CLAIMED`].
+struct WideBrackets {
+    origin: Instant,
+    stamp_at: Instant,
+}
+
+impl WideBrackets {
+    fn ticks_at(&self, at: Instant) -> u64 {
+        u64::try_from(at.duration_since(self.origin).as_nanos()).unwrap()
+    }
+}
+
+impl StampClock for WideBrackets {
+    fn period_ns(&self) -> f64 {
+        1.0
+    }
+    fn queue_stamp(&mut self) -> Result<(), DriverError> {
+        self.stamp_at = Instant::now() + Duration::from_micros(100);
+        Ok(())
+    }
+    fn stamp_written(&mut self) -> Result<bool, DriverError> {
+        Ok(Instant::now() >= self.stamp_at + Duration::from_micros(100))
+    }
+    fn stamp(&mut self) -> Result<u64, DriverError> {
+        Ok(self.ticks_at(self.stamp_at))
+    }
+    fn pairing(&mut self) -> Result<Option<(u64, HostStamp)>, DriverError> {
+        let now = Instant::now();
+        let at = now + LATE;
+        Ok(Some((
+            self.ticks_at(now),
+            HostStamp {
+                at,
+                uncertainty: CLAIMED,
+            },
+        )))
+    }
+}
+
+#[test]
+fn a_stamp_clocks_pairing_late_inside_its_bracket_is_placed_within_the_bound_stated() {
+    let clock = WideBrackets {
+        origin: Instant::now() - Duration::from_secs(1),
+        stamp_at: Instant::now(),
+    };
+    let mut placer = ClockPlacer::new(clock, ProfilerConfig::default());
+    placer.calibrate().unwrap();
+    let truth = Instant::now();
+    let stamp = placer.place(placer.clock().ticks_at(truth)).unwrap();
+    println!(
+        "placed {:?} off, bound {:?}, refused pairings {}",
+        off(stamp.at, truth),
+        stamp.uncertainty,
+        placer.refused_pairings()
+    );
+    assert!(
+        off(stamp.at, truth) <= stamp.uncertainty,
+        "{:?} off, bound {:?}",
+        off(stamp.at, truth),
+        stamp.uncertainty
+    );
+}
+
+/// The simulated backend, whose driver stamps each event on the host clock
+/// as PoCL does, [`LATE`] late and claiming [`CLAIMED`].
+struct LatePairing;
+
+impl EventApi for LatePairing {
+    type Event = <Sim as EventApi>::Event;
+    type Stream = SimStream;
+    const BACKEND: &'static str = "sim";
+
+    fn event_create() -> Result<Self::Event, DriverError> {
+        Sim::event_create()
+    }
+    fn event_destroy(event: &mut Self::Event) -> Result<(), DriverError> {
+        Sim::event_destroy(event)
+    }
+    fn event_record(event: &Self::Event, stream: SimStream) -> Result<(), DriverError> {
+        Sim::event_record(event, stream)
+    }
+    fn event_wait(event: &Self::Event) -> Result<(), DriverError> {
+        Sim::event_wait(event)
+    }
+    fn event_elapsed(start: &Self::Event, end: &Self::Event) -> Result<Duration, DriverError> {
+        Sim::event_elapsed(start, end)
+    }
+    fn stream_wait_event(stream: SimStream, event: &Self::Event) -> Result<(), DriverError> {
+        Sim::stream_wait_event(stream, event)
+    }
+    fn stream_synchronize(stream: SimStream) -> Result<(), DriverError> {
+        Sim::stream_synchronize(stream)
+    }
+    fn stream_create_non_blocking() -> Result<SimStream, DriverError> {
+        Sim::stream_create_non_blocking()
+    }
+    fn stream_destroy(stream: SimStream) -> Result<(), DriverError> {
+        Sim::stream_destroy(stream)
+    }
+}
+
+impl device_events_core::backend::AnchorApi for LatePairing {
+    fn pairing(_event: &Self::Event) -> Result<Option<HostStamp>, DriverError> {
+        // The anchor was recorded last on this thread, the calibrator's.
+        Ok(Sim::last_record_instant().map(|truth| HostStamp {
+            at: truth + LATE,
+            uncertainty: CLAIMED,
+        }))
+    }
+}
+impl device_events_core::backend::ThreadApi for LatePairing {}
+impl device_events_core::backend::FenceApi for LatePairing {}
+
+#[test]
+fn an_event_drivers_host_stamp_late_by_more_than_it_claims_is_placed_within_the_bound_stated() {
+    let _sim = support::setup();
+    let stream = LatePairing::stream_create_non_blocking().unwrap();
+    let mut profiler = EventProfiler::<LatePairing>::with_config(ProfilerConfig {
+        host_clock: Sim::host_now,
+        ..ProfilerConfig::default()
+    });
+    let window = profiler.start(stream);
+    let truth = Sim::last_record_instant().unwrap();
+    Sim::enqueue_work(stream, Duration::from_micros(100));
+    let placed =
+        pollster::block_on(profiler.stop(stream, window).unwrap()).expect("the window was read");
+    println!(
+        "placed {:?} off, bound {:?}",
+        off(placed.start, truth),
+        placed.uncertainty
+    );
+    assert!(
+        off(placed.start, truth) <= placed.uncertainty,
+        "{:?} off, bound {:?}",
+        off(placed.start, truth),
+        placed.uncertainty
+    );
+    drop(profiler);
+    LatePairing::stream_destroy(stream).unwrap();
+}
