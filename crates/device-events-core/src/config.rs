@@ -88,34 +88,29 @@ impl Default for ProfilerConfig {
 
 /// What an anchor makes of a driver's own pairing of its clock with the
 /// host's ([`ProfilerConfig::driver_pairing`]). A bracket is taken beside
-/// it in every mode, and a pairing outside that bracket is refused: such
-/// pairings have been seen seconds off.
+/// it in every mode; a pairing outside it is refused (such pairings have
+/// been seen seconds off).
 ///
 /// ```
 /// use device_events_core::{DriverPairing, ProfilerConfig};
 ///
-/// // The stated bound rests on the driver's word: unchecked.
-/// let trusting = ProfilerConfig {
-///     driver_pairing: DriverPairing::Unchecked,
-///     ..ProfilerConfig::default()
-/// };
-/// assert_ne!(trusting.driver_pairing, ProfilerConfig::default().driver_pairing);
+/// let default = ProfilerConfig::default().driver_pairing;
+/// assert_eq!(default, DriverPairing::Bracketed);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DriverPairing {
     /// Not asked: the anchor sits at its bracket's midpoint.
     Off,
-    /// The pairing chooses the point inside the bracket, and the bound is
-    /// the distance from it to the bracket's farther edge (narrowed only
-    /// by what the drift fit's other anchors verify): never smaller than
-    /// what the library checked, whatever the driver claims. The point is
-    /// usually nearer the truth than the midpoint; its bound is wider.
+    /// The pairing chooses the point inside the bracket; the bound is its
+    /// distance to the bracket's farther edge (narrowed only by what the
+    /// drift fit's other anchors verify), never smaller than what the
+    /// library checked. Usually nearer the truth than the midpoint, with a
+    /// wider bound.
     Bracketed,
-    /// The pairing's own stated deviation is the anchor's bound, where the
-    /// interval it states lies inside the bracket and is the narrower.
-    /// Unchecked: a pairing late by less than the bracket's width but by
-    /// more than it claims places every window that far off, outside its
-    /// stated bound (the Vulkan specification leaves it to the application
-    /// to judge the deviation returned).
+    /// Unchecked: the driver's stated deviation is the bound, where the
+    /// interval it states lies inside the bracket and is the narrower. A
+    /// pairing late by more than it claims (less than the bracket's width)
+    /// then places every window outside its stated bound; the Vulkan
+    /// specification leaves judging the deviation to the application.
     Unchecked,
 }

@@ -28,14 +28,14 @@
 use std::cell::Cell;
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
-struct Gate {
+struct Entries {
     /// Library threads inside a piece of work.
     inside: usize,
     /// A fork is waiting for them to leave, or under way: none enters.
     forking: bool,
 }
 
-static GATE: Mutex<Gate> = Mutex::new(Gate {
+static GATE: Mutex<Entries> = Mutex::new(Entries {
     inside: 0,
     forking: false,
 });
@@ -46,7 +46,7 @@ thread_local! {
     static HELD: Cell<usize> = const { Cell::new(0) };
 }
 
-fn gate() -> MutexGuard<'static, Gate> {
+fn gate() -> MutexGuard<'static, Entries> {
     GATE.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -129,21 +129,21 @@ pub(crate) fn outside_library_work<T>(wait: impl FnOnce() -> T) -> T {
 /// The gate, closed: no library thread is inside a piece of work, and
 /// none enters until it is dropped (in the parent, or in the child, where
 /// none of the parent's threads is left).
-pub(crate) struct Closed(MutexGuard<'static, Gate>);
+pub(crate) struct HeldForFork(MutexGuard<'static, Entries>);
 
 /// Close the gate for a fork, once every library thread has left its piece
 /// of work (the calling thread's own, if it is inside one, excepted).
-pub(crate) fn close_for_fork() -> Closed {
+pub(crate) fn close_for_fork() -> HeldForFork {
     let mine = usize::from(held() > 0);
     let mut gate = gate();
     gate.forking = true;
     let gate = GATE_CHANGED
         .wait_while(gate, |gate| gate.inside > mine)
         .unwrap_or_else(PoisonError::into_inner);
-    Closed(gate)
+    HeldForFork(gate)
 }
 
-impl Drop for Closed {
+impl Drop for HeldForFork {
     fn drop(&mut self) {
         self.0.forking = false;
         GATE_CHANGED.notify_all();

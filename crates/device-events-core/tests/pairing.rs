@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use device_events_core::backend::{HostStamp, StampClock};
 use device_events_core::sim::{Sim, SimStream};
-use device_events_core::{ClockPlacer, DriverError, EventApi, EventProfiler, ProfilerConfig};
+use device_events_core::{
+    ClockPlacer, DriverError, DriverPairing, EventApi, EventProfiler, ProfilerConfig,
+};
 
 /// How late every pairing of the drivers below is, and what it claims.
 const LATE: Duration = Duration::from_micros(40);
@@ -23,14 +25,23 @@ fn off(a: Instant, b: Instant) -> Duration {
 
 /// Ticks that are host nanoseconds since `origin`. Each anchor stamp is
 /// written 100 µs after it is queued and seen 100 µs after that, so every
-/// bracket is at least 200 µs wide and holds the stamp; the driver's
-/// pairing is [`LATE`] and claims [`CLAIMED`].
+/// bracket is at least 200 µs wide and holds the stamp; the driver pairs
+/// the last stamp `late` late, claiming [`CLAIMED`].
 struct WideBrackets {
     origin: Instant,
     stamp_at: Instant,
+    late: Duration,
 }
 
 impl WideBrackets {
+    fn late(late: Duration) -> Self {
+        Self {
+            origin: Instant::now() - Duration::from_secs(1),
+            stamp_at: Instant::now(),
+            late,
+        }
+    }
+
     fn ticks_at(&self, at: Instant) -> u64 {
         u64::try_from(at.duration_since(self.origin).as_nanos()).unwrap()
     }
@@ -51,10 +62,10 @@ impl StampClock for WideBrackets {
         Ok(self.ticks_at(self.stamp_at))
     }
     fn pairing(&mut self) -> Result<Option<(u64, HostStamp)>, DriverError> {
-        let now = Instant::now();
-        let at = now + LATE;
+        let at = self.stamp_at + self.late;
+        let ticks = self.ticks_at(self.stamp_at);
         Ok(Some((
-            self.ticks_at(now),
+            ticks,
             HostStamp {
                 at,
                 uncertainty: CLAIMED,
@@ -63,14 +74,19 @@ impl StampClock for WideBrackets {
     }
 }
 
+fn calibrated(late: Duration, driver_pairing: DriverPairing) -> ClockPlacer<WideBrackets> {
+    let config = ProfilerConfig {
+        driver_pairing,
+        ..ProfilerConfig::default()
+    };
+    let mut placer = ClockPlacer::new(WideBrackets::late(late), config);
+    placer.calibrate().unwrap();
+    placer
+}
+
 #[test]
 fn a_stamp_clocks_pairing_late_inside_its_bracket_is_placed_within_the_bound_stated() {
-    let clock = WideBrackets {
-        origin: Instant::now() - Duration::from_secs(1),
-        stamp_at: Instant::now(),
-    };
-    let mut placer = ClockPlacer::new(clock, ProfilerConfig::default());
-    placer.calibrate().unwrap();
+    let placer = calibrated(LATE, DriverPairing::Bracketed);
     let truth = Instant::now();
     let stamp = placer.place(placer.clock().ticks_at(truth)).unwrap();
     println!(
@@ -84,6 +100,36 @@ fn a_stamp_clocks_pairing_late_inside_its_bracket_is_placed_within_the_bound_sta
         "{:?} off, bound {:?}",
         off(stamp.at, truth),
         stamp.uncertainty
+    );
+}
+
+#[test]
+fn a_pairing_outside_its_bracket_is_refused_and_the_bracket_kept() {
+    // As an AMD driver's calibrated timestamps were once off.
+    let placer = calibrated(Duration::from_millis(11_850), DriverPairing::Bracketed);
+    assert_eq!(placer.refused_pairings(), 1);
+    let truth = Instant::now();
+    let stamp = placer.place(placer.clock().ticks_at(truth)).unwrap();
+    assert!(off(stamp.at, truth) <= stamp.uncertainty);
+}
+
+#[test]
+fn an_exact_pairing_is_bound_by_its_brackets_half_width_at_least() {
+    let placer = calibrated(Duration::ZERO, DriverPairing::Bracketed);
+    assert_eq!(placer.refused_pairings(), 0);
+    // Not the driver's 1 µs: the bracket is 200 µs wide and more.
+    assert!(placer.anchor_uncertainty().unwrap() >= Duration::from_micros(100));
+}
+
+#[test]
+fn a_pairing_trusted_by_name_is_bound_by_the_drivers_word() {
+    let placer = calibrated(Duration::ZERO, DriverPairing::Unchecked);
+    // The driver's 1 µs, two ticks of carrying it to the stamp, and the
+    // fit's rounding up: not the bracket's 100 µs.
+    let bound = placer.anchor_uncertainty().unwrap();
+    assert!(
+        bound > CLAIMED && bound < Duration::from_micros(2),
+        "{bound:?}"
     );
 }
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::EventApi;
-use crate::anchoring::bracket::{Probe, exiting, refused};
+use crate::anchoring::bracket::{Probe, exiting};
 use crate::anchoring::drift::AnchorPlacement;
 use crate::anchoring::line::HostLine;
 use crate::anchoring::polling::{self, Polled};
@@ -47,13 +47,9 @@ pub(crate) struct EventProbe<'a, A: EventApi> {
 }
 
 impl<A: AnchorApi> Probe for EventProbe<'_, A> {
-    type Queued = PooledEvent<A>;
     type Stamp = PooledEvent<A>;
-    type Mark = PooledEvent<A>;
-
-    fn backend(&self) -> &'static str {
-        A::BACKEND
-    }
+    const BACKEND: &'static str = A::BACKEND;
+    const MARKS: bool = true;
 
     fn gate(&mut self) -> Option<&mut (dyn Gate + 'static)> {
         self.gate.as_deref_mut()
@@ -63,31 +59,19 @@ impl<A: AnchorApi> Probe for EventProbe<'_, A> {
         *self.gate = None;
     }
 
-    fn mark(&mut self) -> Result<PooledEvent<A>, DriverError> {
-        self.queue()
-    }
-
-    fn at_mark(&mut self, mark: &PooledEvent<A>) -> Option<Result<bool, DriverError>> {
-        A::poll(mark.raw())
-    }
-
-    fn end_mark(&mut self, mark: PooledEvent<A>, served: bool) {
-        if !served {
-            // Never pooled again: an event the driver failed on.
-            mark.discard();
-        }
-    }
-
     fn queue(&mut self) -> Result<PooledEvent<A>, DriverError> {
         let event = self.pool.take()?;
-        if let Err(err) = A::event_record(event.raw(), self.stream) {
-            // Released, never pooled: a record refused because the event
-            // is of another context would otherwise be handed to a window
-            // unchecked.
-            event.discard();
-            return Err(err);
+        match A::event_record(event.raw(), self.stream) {
+            Ok(()) => Ok(event),
+            Err(err) => {
+                self.discard(event);
+                Err(err)
+            }
         }
-        Ok(event)
+    }
+
+    fn written(&mut self, event: &PooledEvent<A>) -> Option<Result<bool, DriverError>> {
+        A::poll(event.raw())
     }
 
     /// Polling where the backend can ([`polling::reach`]), else waiting.
@@ -109,12 +93,14 @@ impl<A: AnchorApi> Probe for EventProbe<'_, A> {
         }
     }
 
-    fn read(&mut self, event: PooledEvent<A>, failed: bool) -> Result<PooledEvent<A>, DriverError> {
-        if failed {
-            event.discard();
-            return Err(refused(A::BACKEND, "the anchor event failed"));
-        }
-        Ok(event)
+    fn read(&mut self, _: &mut PooledEvent<A>) -> Result<(), DriverError> {
+        Ok(())
+    }
+
+    /// Released, never pooled: a record refused because the event is of
+    /// another context would otherwise be handed to a window unchecked.
+    fn discard(&mut self, event: PooledEvent<A>) {
+        event.discard();
     }
 }
 

@@ -1,6 +1,4 @@
-//! The one bracket loop, for event backends and stamp clocks alike: a
-//! stamp queued on the device, held behind the gate where there is one,
-//! and the host clock read around it, the tightest of several kept; and
+//! The one bracket loop, for event backends and stamp clocks alike, and
 //! the one policy for a driver's own pairing of its clock with the host's.
 //!
 //! # Why a calibrated bracket
@@ -19,71 +17,37 @@
 
 use std::time::{Duration, Instant};
 
-use crate::anchoring::Gate;
 use crate::anchoring::polling::{self, Polled};
-use crate::config::DriverPairing;
+use crate::anchoring::{Gate, HostStamp};
+use crate::config::{DriverPairing, ProfilerConfig};
 use crate::driver::DriverError;
 use crate::fork_gate::outside_library_work;
 
-/// A device's way of putting one stamp in its queue and seeing it written,
-/// which [`tightest`] drives: an event recorded on a stream, or a stamp
-/// clock's command buffer.
+/// A device's way of putting one stamp in its queue and seeing it
+/// written: an event recorded on a stream, or a stamp clock's.
 pub(crate) trait Probe {
-    /// A stamp queued, not yet seen written.
-    type Queued;
-    /// A stamp seen written, as the caller keeps it.
+    /// A stamp queued, and once read, written.
     type Stamp;
-    /// What the device queues ahead of the gate to say it got there.
-    type Mark;
-
     /// Who refuses, in errors.
-    fn backend(&self) -> &'static str;
+    const BACKEND: &'static str;
+    /// Whether a mark is queued ahead of the gate (its own stamp), rather
+    /// than the gate saying itself ([`Gate::reached`]).
+    const MARKS: bool;
 
-    /// The gate the stamps wait behind, if one is kept.
+    /// The gate the stamps wait behind, while one is kept.
     fn gate(&mut self) -> Option<&mut (dyn Gate + 'static)>;
-
     /// Go on without the gate: it would not close.
     fn drop_gate(&mut self);
-
-    /// Queue a mark ahead of the gate (`settle` is not zero).
-    fn mark(&mut self) -> Result<Self::Mark, DriverError>;
-
-    /// Whether the device has reached `mark`; `None`: cannot ask.
-    fn at_mark(&mut self, mark: &Self::Mark) -> Option<Result<bool, DriverError>>;
-
-    /// Let a mark go: `reached` says whether the driver served it.
-    fn end_mark(&mut self, mark: Self::Mark, served: bool);
-
-    /// Queue one stamp, behind the gate where it is closed.
-    fn queue(&mut self) -> Result<Self::Queued, DriverError>;
-
-    /// Return once the device has written `queued`.
-    fn reach(&mut self, queued: &Self::Queued) -> Result<(), DriverError>;
-
-    /// The stamp, read back once written; or, on `Err` from the steps
-    /// before, `queued` let go as one the driver failed on.
-    fn read(&mut self, queued: Self::Queued, failed: bool) -> Result<Self::Stamp, DriverError>;
-}
-
-/// How a calibration takes its brackets: of the user's settings, those the
-/// loop reads.
-#[derive(Clone, Copy)]
-pub(crate) struct Calibration {
-    pub(crate) samples: usize,
-    pub(crate) clock: fn() -> Instant,
-    /// The longest the host waits for the stream to reach the closed gate
-    /// before it opens it; `None`: as long as the gate says.
-    pub(crate) settle: Option<Duration>,
-}
-
-impl Calibration {
-    pub(crate) fn of(config: &crate::ProfilerConfig) -> Self {
-        Self {
-            samples: config.calibration_samples,
-            clock: config.host_clock,
-            settle: config.gate_settle,
-        }
-    }
+    /// Queue one stamp, behind the gate while it is closed.
+    fn queue(&mut self) -> Result<Self::Stamp, DriverError>;
+    /// Whether the device has written `stamp`; `None`: cannot ask.
+    fn written(&mut self, stamp: &Self::Stamp) -> Option<Result<bool, DriverError>>;
+    /// Return once the device has written `stamp`.
+    fn reach(&mut self, stamp: &Self::Stamp) -> Result<(), DriverError>;
+    /// Read `stamp` back, once written and the host clock read.
+    fn read(&mut self, stamp: &mut Self::Stamp) -> Result<(), DriverError>;
+    /// Let go of a stamp the driver failed on: never used again.
+    fn discard(&mut self, stamp: Self::Stamp);
 }
 
 /// One calibration: the stamp and the host-clock interval that holds the
@@ -96,7 +60,7 @@ pub(crate) struct Bracket<S> {
 
 /// Where an anchor is placed on the host clock, and how far the truth can
 /// be from it.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy)]
 pub(crate) struct Point {
     pub(crate) at: Instant,
     pub(crate) bound: Duration,
@@ -111,160 +75,170 @@ impl<S> Bracket<S> {
         }
     }
 
-    /// Where a driver's pairing puts the stamp: `at`, which carrying it to
-    /// this bracket's stamp may have moved by up to `carry`, with the
-    /// driver's stated deviation `stated`. `None` (refused) when it lies
-    /// outside the bracket by more than `carry`.
+    /// Where the anchor is placed: by the driver's pairing (where it puts
+    /// this bracket's stamp, with the driver's stated deviation, and how far
+    /// carrying it to the stamp may have moved it) where it lies inside the
+    /// bracket give or take that carry, else the midpoint; and whether a
+    /// pairing was refused.
     ///
-    /// Checked ([`DriverPairing::Bracketed`]): the point inside the
-    /// bracket nearest `at`, bound by its distance to the bracket's farther
-    /// edge, the most the bracket leaves the truth from it. Unchecked
-    /// ([`DriverPairing::Unchecked`]): `at` bound by the driver's word,
-    /// where its stated interval lies inside the bracket and is the
-    /// narrower; the midpoint otherwise.
-    pub(crate) fn paired(
+    /// [`DriverPairing::Bracketed`]: the point inside the bracket nearest
+    /// the pairing, bound by its distance to the bracket's farther edge,
+    /// the most the bracket leaves the truth from it.
+    /// [`DriverPairing::Unchecked`]: the pairing bound by the driver's
+    /// word (and its carry), where that interval lies inside the bracket
+    /// and is the narrower.
+    pub(crate) fn point(
         &self,
-        at: Instant,
-        stated: Duration,
-        carry: Duration,
         policy: DriverPairing,
-    ) -> Option<Point> {
-        let after = self.before + self.width;
-        let low = self.before.checked_sub(carry)?;
-        if at < low || at > after + carry {
-            return None;
-        }
-        if policy == DriverPairing::Unchecked {
-            let claim = stated + carry;
-            let inside = at.checked_sub(claim).is_some_and(|early| early >= low)
-                && at + claim <= after + carry;
-            if !inside {
-                return None;
+        pairing: Result<Option<(HostStamp, Duration)>, DriverError>,
+        backend: &str,
+    ) -> (Point, bool) {
+        let (paired, carry) = match pairing {
+            Ok(Some(paired)) => paired,
+            Ok(None) => return (self.midpoint(), false),
+            Err(err) => {
+                log::warn!("{backend}: the driver's clock pairing failed: {err}");
+                return (self.midpoint(), false);
             }
-            return Some(if claim < self.width / 2 {
-                Point { at, bound: claim }
-            } else {
-                self.midpoint()
-            });
+        };
+        let after = self.before + self.width;
+        let (low, high) = (self.before.checked_sub(carry), after + carry);
+        let claim = match policy {
+            DriverPairing::Unchecked => paired.uncertainty + carry,
+            _ => Duration::ZERO,
+        };
+        let early = paired.at.checked_sub(claim);
+        if low.zip(early).is_none_or(|(low, early)| early < low) || paired.at + claim > high {
+            log::warn!(
+                "{backend}: the driver's pairing of its clock with the host's lies outside \
+                 a bracket beside it: anchoring by the bracket"
+            );
+            return (self.midpoint(), true);
         }
-        let at = at.clamp(self.before, after);
-        Some(Point {
-            at,
-            bound: (at - self.before).max(after - at),
-        })
+        let point = match policy {
+            DriverPairing::Unchecked if claim < self.width / 2 => Point {
+                at: paired.at,
+                bound: claim,
+            },
+            DriverPairing::Unchecked | DriverPairing::Off => self.midpoint(),
+            DriverPairing::Bracketed => {
+                let at = paired.at.clamp(self.before, after);
+                Point {
+                    at,
+                    bound: (at - self.before).max(after - at),
+                }
+            }
+        };
+        (point, false)
     }
 }
 
-/// The tightest of `how.samples` brackets of `probe`'s stamps, each gated
-/// where the probe keeps a gate. A gate that refuses to close is dropped
-/// from the probe and the calibration goes on without it. Between samples
-/// the loop leaves any fork under way to go first, and stops with an
-/// error once the process is exiting.
+/// The tightest of `calibration_samples` brackets of `probe`'s stamps,
+/// each gated while the probe keeps a gate; one that refuses to close is
+/// dropped, and the calibration goes on without it. Between samples the
+/// loop lets a fork under way go first (no lock is held there), and stops
+/// with an error once the process is exiting.
 pub(crate) fn tightest<P: Probe>(
     probe: &mut P,
-    how: Calibration,
+    config: &ProfilerConfig,
 ) -> Result<Bracket<P::Stamp>, DriverError> {
     let mut best: Option<Bracket<P::Stamp>> = None;
-    for _ in 0..how.samples.max(1) {
+    for _ in 0..config.calibration_samples.max(1) {
         if crate::threads::stopping() {
-            return Err(exiting(probe.backend()));
+            return Err(exiting(P::BACKEND));
         }
-        // No lock is held between samples: a fork under way goes first,
-        // rather than wait for every sample of a long calibration.
         outside_library_work(|| ());
-        let sample = sample(probe, how)?;
+        let sample = sample(probe, config)?;
         if best.as_ref().is_none_or(|best| sample.width < best.width) {
-            // The previous best, if any, is let go here.
             best = Some(sample);
         }
     }
-    best.ok_or_else(|| refused(probe.backend(), "no sample taken"))
+    best.ok_or_else(|| refused(P::BACKEND, "no sample taken"))
 }
 
 /// One bracket: gated where the gate serves, else plain.
-fn sample<P: Probe>(probe: &mut P, how: Calibration) -> Result<Bracket<P::Stamp>, DriverError> {
-    if let Some(gate) = probe.gate() {
-        let settle = how.settle.unwrap_or_else(|| gate.settle());
-        if let Some(bracket) = gated(probe, how.clock, settle)? {
-            return Ok(bracket);
-        }
-        probe.drop_gate();
-    }
-    let before = (how.clock)();
-    let queued = probe.queue()?;
-    let reached = probe.reach(&queued);
-    let width = (how.clock)().saturating_duration_since(before);
-    let stamp = probe.read(queued, reached.is_err());
-    reached?;
-    Ok(Bracket {
-        stamp: stamp?,
-        before,
-        width,
-    })
-}
-
-/// The stamp queued behind the closed gate; once the queue has reached
-/// the gate, the host reads its clock, opens the gate and waits. The gate
-/// opens on every path, errors included. `None` when the gate refused to
-/// close: nothing was queued.
 ///
-/// A mark queued just ahead of the gate says when the queue reached it,
-/// so the gate is closed on the device only as long as the host takes to
-/// see the mark and open it: any work sharing the queue waits that long,
-/// not a fixed settle time. The host waits for the mark at most `settle`,
-/// after which the queue is behind other work, holds nobody, and the gate
-/// opens. The hold is a soft bound: it lasts until this thread, polling,
-/// is scheduled to see the mark and open the gate, so a loaded machine's
-/// scheduling latency adds to it.
-fn gated<P: Probe>(
+/// Gated, the stamp is queued behind the closed gate; once the queue has
+/// reached the gate (a mark ahead of it says so), the host reads its clock,
+/// opens the gate and waits: the queueing and the launch latency fall
+/// before the bracket opens. The gate holds the queue only until the host
+/// sees the mark, at most `settle` (a queue that far behind other work
+/// holds nobody at the gate), plus this thread's scheduling latency: a
+/// soft bound. It opens on every path, errors included.
+fn sample<P: Probe>(
     probe: &mut P,
-    clock: fn() -> Instant,
-    settle: Duration,
-) -> Result<Option<Bracket<P::Stamp>>, DriverError> {
-    let mark = if settle.is_zero() {
-        None
-    } else {
-        Some(probe.mark()?)
+    config: &ProfilerConfig,
+) -> Result<Bracket<P::Stamp>, DriverError> {
+    let clock = config.host_clock;
+    let Some(settle) = probe
+        .gate()
+        .map(|gate| config.gate_settle.unwrap_or_else(|| gate.settle()))
+    else {
+        let before = clock();
+        let stamp = probe.queue()?;
+        return finish(probe, stamp, before, clock);
     };
-    if let Some(gate) = probe.gate()
-        && let Err(err) = gate.close()
-    {
+    let mark = match P::MARKS && !settle.is_zero() {
+        true => Some(probe.queue()?),
+        false => None,
+    };
+    if let Some(Err(err)) = probe.gate().map(Gate::close) {
         log::warn!(
             "{}: the anchor's gate is refused, anchoring without: {err}",
-            probe.backend()
+            P::BACKEND
         );
-        if let Some(mark) = mark {
-            probe.end_mark(mark, true);
-        }
-        return Ok(None);
+        probe.drop_gate();
+        return sample(probe, config);
     }
-    // Closed: opened on every path from here.
-    let closed = Closed { probe, shut: true };
-    let queued = closed.probe.queue()?;
-    if let Some(mark) = mark {
-        let arrived = match polling::arrive(|| closed.probe.at_mark(&mark), settle) {
-            Ok(Polled::Stopping) => Err(exiting(closed.probe.backend())),
-            Ok(_) => Ok(()),
-            Err(err) => Err(err),
-        };
-        closed.probe.end_mark(mark, arrived.is_ok());
-        if let Err(err) = arrived {
-            drop(closed);
-            probe.read(queued, true).ok();
-            return Err(err);
-        }
+    let closed = Closed {
+        probe: &mut *probe,
+        shut: true,
+    };
+    let stamp = closed.probe.queue()?;
+    let arrived = polling::arrive(
+        || match &mark {
+            Some(mark) => closed.probe.written(mark),
+            None => closed.probe.gate().and_then(Gate::reached),
+        },
+        settle,
+    );
+    let arrived = match arrived {
+        Ok(Polled::Stopping) => Err(exiting(P::BACKEND)),
+        Ok(_) => Ok(()),
+        Err(err) => Err(err),
+    };
+    if let (Some(mark), Err(_)) = (mark, &arrived) {
+        closed.probe.discard(mark);
     }
     let before = clock();
-    let opened = closed.open();
-    let reached = opened.and_then(|()| probe.reach(&queued));
+    let opened = arrived.and_then(|()| closed.open());
+    if let Err(err) = opened {
+        probe.discard(stamp);
+        return Err(err);
+    }
+    finish(probe, stamp, before, clock)
+}
+
+/// Wait for `stamp`, close the bracket and read the stamp back.
+fn finish<P: Probe>(
+    probe: &mut P,
+    mut stamp: P::Stamp,
+    before: Instant,
+    clock: fn() -> Instant,
+) -> Result<Bracket<P::Stamp>, DriverError> {
+    let reached = probe.reach(&stamp);
     let width = clock().saturating_duration_since(before);
-    let stamp = probe.read(queued, reached.is_err());
-    reached?;
-    Ok(Some(Bracket {
-        stamp: stamp?,
-        before,
-        width,
-    }))
+    match reached.and_then(|()| probe.read(&mut stamp)) {
+        Ok(()) => Ok(Bracket {
+            stamp,
+            before,
+            width,
+        }),
+        Err(err) => {
+            probe.discard(stamp);
+            Err(err)
+        }
+    }
 }
 
 /// A probe whose gate is closed, and opens when dropped, on every path: a
@@ -284,12 +258,13 @@ impl<P: Probe> Closed<'_, P> {
 
 impl<P: Probe> Drop for Closed<'_, P> {
     fn drop(&mut self) {
-        let backend = self.probe.backend();
         if self.shut
-            && let Some(gate) = self.probe.gate()
-            && let Err(err) = gate.open()
+            && let Some(Err(err)) = self.probe.gate().map(Gate::open)
         {
-            log::error!("{backend}: an anchor gate could not be opened; its queue may wait: {err}");
+            log::error!(
+                "{}: an anchor gate could not be opened; its queue may wait: {err}",
+                P::BACKEND
+            );
         }
     }
 }

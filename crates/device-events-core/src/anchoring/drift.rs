@@ -31,6 +31,8 @@ use std::collections::VecDeque;
 
 use std::time::{Duration, Instant};
 
+use crate::anchoring::bracket::Point;
+use crate::config::ProfilerConfig;
 use crate::tunables::drift::{KEEP, MAX_AGE, MIN_AGE, PRIOR, TARGET, WEIGHT_FLOOR_NS};
 
 /// One anchor as a point of the line: host time against device time.
@@ -102,6 +104,23 @@ struct Rate {
 }
 
 impl DriftFit {
+    /// The anchor at `point`, `device` nanoseconds along the chain with
+    /// that reading's error: placed by the fit where the configuration
+    /// corrects drift, else standing alone.
+    pub(crate) fn place(
+        &mut self,
+        point: Point,
+        device: (f64, f64),
+        config: &ProfilerConfig,
+    ) -> AnchorPlacement {
+        let (at, bound, age) = (point.at, point.bound, config.anchor_max_age);
+        if config.drift_correction {
+            self.add_anchor(at, bound, device.0, device.1, age)
+        } else {
+            AnchorPlacement::alone(at, bound, age)
+        }
+    }
+
     pub(crate) fn new(resolution: Duration) -> Self {
         Self {
             ends_ns: 2.0 * resolution.as_nanos() as f64,

@@ -11,9 +11,9 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use crate::anchoring::anchor::{Anchor, EventProbe};
-use crate::anchoring::bracket::{self, Bracket, Calibration, Point};
+use crate::anchoring::bracket::{self, Bracket};
 use crate::anchoring::calibrator;
-use crate::anchoring::drift::{AnchorPlacement, DriftFit};
+use crate::anchoring::drift::DriftFit;
 use crate::anchoring::line::{nanos, reading_error};
 use crate::anchoring::{AnchorApi, Gate};
 use crate::config::{DriverPairing, ProfilerConfig};
@@ -310,49 +310,18 @@ impl<A: AnchorApi> Shared<A> {
             stream,
             gate: &mut work.gate,
         };
-        let bracket = bracket::tightest(&mut probe, Calibration::of(&self.config))?;
-        let point = self.paired(&bracket);
+        let bracket = bracket::tightest(&mut probe, &self.config)?;
+        let policy = self.config.driver_pairing;
+        let pairing = match policy {
+            DriverPairing::Off => Ok(None),
+            _ => A::pairing(bracket.stamp.raw()),
+        };
+        let paired = pairing.map(|stamp| stamp.map(|stamp| (stamp, Duration::ZERO)));
+        let (point, _) = bracket.point(policy, paired, A::BACKEND);
         let previous = self.latest().anchor.clone();
         let chain = chain_position(&mut work.fit, previous.as_deref(), &bracket);
-        let placement = if self.config.drift_correction {
-            work.fit.add_anchor(
-                point.at,
-                point.bound,
-                chain.0,
-                chain.1,
-                self.config.anchor_max_age,
-            )
-        } else {
-            AnchorPlacement::alone(point.at, point.bound, self.config.anchor_max_age)
-        };
+        let placement = work.fit.place(point, chain, &self.config);
         Ok(Anchor::new(bracket.stamp, point.at, placement, chain))
-    }
-
-    /// Where the driver's own stamp of the anchor event puts it
-    /// ([`AnchorApi::pairing`]), under the configured policy; the
-    /// bracket's midpoint without one, or where it is refused.
-    fn paired(&self, bracket: &Bracket<PooledEvent<A>>) -> Point {
-        let policy = self.config.driver_pairing;
-        if policy == DriverPairing::Off {
-            return bracket.midpoint();
-        }
-        match A::pairing(bracket.stamp.raw()) {
-            Ok(Some(stamp)) => bracket
-                .paired(stamp.at, stamp.uncertainty, Duration::ZERO, policy)
-                .unwrap_or_else(|| {
-                    log::warn!(
-                        "{}: the driver's stamp of the anchor lies outside the bracket beside \
-                         it: anchoring by the bracket",
-                        A::BACKEND
-                    );
-                    bracket.midpoint()
-                }),
-            Ok(None) => bracket.midpoint(),
-            Err(err) => {
-                log::warn!("{}: the driver's stamp of the anchor: {err}", A::BACKEND);
-                bracket.midpoint()
-            }
-        }
     }
 }
 

@@ -9,8 +9,8 @@
 
 use std::time::{Duration, Instant};
 
-use crate::anchoring::bracket::{self, Bracket, Calibration, Point, Probe, exiting, refused};
-use crate::anchoring::drift::{AnchorPlacement, DriftFit};
+use crate::anchoring::bracket::{self, Bracket, Probe, exiting, refused};
+use crate::anchoring::drift::DriftFit;
 use crate::anchoring::line::{HostLine, nanos, reading_error};
 use crate::anchoring::polling::{self, Polled};
 use crate::anchoring::stamp_clock::StampClock;
@@ -29,8 +29,7 @@ const CLOCK: &str = "device clock";
 /// Of [`ProfilerConfig`], it reads `anchor_max_age`, `calibration_samples`,
 /// `host_clock`, `max_anchor_distance` (within half the clock's span),
 /// `drift_correction`, `gated_anchor`, `gate_settle` and `driver_pairing`;
-/// the resolution of every stamp is one
-/// tick of the clock.
+/// the resolution of every stamp is one tick of the clock.
 ///
 /// ```
 /// use device_events_core::backend::StampClock;
@@ -116,11 +115,6 @@ impl<C: StampClock> ClockPlacer<C> {
         &self.clock
     }
 
-    /// The clock, for the backend's own calls.
-    pub fn clock_mut(&mut self) -> &mut C {
-        &mut self.clock
-    }
-
     /// Whether an anchor is due: none yet, or the last one older than its
     /// bound (`anchor_max_age`, shorter until the drift fit is trusted).
     pub fn due(&self) -> bool {
@@ -157,11 +151,18 @@ impl<C: StampClock> ClockPlacer<C> {
             clock: &mut self.clock,
             gated: self.config.gated_anchor && !self.gate_dropped,
         };
-        let bracket = bracket::tightest(&mut probe, Calibration::of(&self.config));
+        let bracket = bracket::tightest(&mut probe, &self.config);
         self.gate_dropped |= !probe.gated;
         let bracket = bracket?;
-        let point = self.paired(&bracket);
-        let (ticks, measured, half_width) = (bracket.stamp, point.at, point.bound);
+        let policy = self.config.driver_pairing;
+        let pairing = match policy {
+            DriverPairing::Off => Ok(None),
+            _ => self.clock.pairing(),
+        };
+        let paired = pairing.map(|paired| paired.and_then(|paired| self.carried(paired, &bracket)));
+        let (point, refused) = bracket.point(policy, paired, CLOCK);
+        self.refused_pairings += u64::from(refused);
+        let (ticks, measured) = (bracket.stamp, point.at);
         // A clock that wraps is read unambiguously only within half its
         // span: the fit starts afresh before its base is that far.
         let half_span = self.half_span();
@@ -177,17 +178,7 @@ impl<C: StampClock> ClockPlacer<C> {
         }
         let (after, before) = self.offset_ns(ticks, self.base_ticks);
         let device_ns = after as f64 - before as f64;
-        let placement = if self.config.drift_correction {
-            self.fit.add_anchor(
-                measured,
-                half_width,
-                device_ns,
-                0.0,
-                self.config.anchor_max_age,
-            )
-        } else {
-            AnchorPlacement::alone(measured, half_width, self.config.anchor_max_age)
-        };
+        let placement = self.fit.place(point, (device_ns, 0.0), &self.config);
         self.anchor = Some(ClockAnchor {
             ticks,
             line: HostLine::of(&placement),
@@ -247,48 +238,28 @@ impl<C: StampClock> ClockPlacer<C> {
         .ok()
     }
 
-    /// Where the driver's pairing puts the bracket's stamp, carried to it
-    /// at the rate's bound (the fitted one, or a crystal's), under the
-    /// configured policy; the bracket's midpoint without one, or where it
-    /// is refused.
-    fn paired(&mut self, bracket: &Bracket<u64>) -> Point {
-        let policy = self.config.driver_pairing;
-        if policy == DriverPairing::Off {
-            return bracket.midpoint();
-        }
-        let (ticks, stamp) = match self.clock.pairing() {
-            Ok(Some(paired)) => paired,
-            Ok(None) => return bracket.midpoint(),
-            Err(err) => {
-                log::warn!("the driver's clock pairing failed: {err}");
-                return bracket.midpoint();
-            }
-        };
+    /// The driver's pairing at `ticks`, carried to the bracket's stamp at
+    /// the fitted rate (or 1), and how far the rate's bound (the fit's, or
+    /// a crystal's) and the ticks' rounding may have moved it.
+    fn carried(
+        &self,
+        (ticks, stamp): (u64, HostStamp),
+        bracket: &Bracket<u64>,
+    ) -> Option<(HostStamp, Duration)> {
         let (scale, rate_error) = self.anchor.map_or((1.0, PRIOR), |anchor| {
             (anchor.line.scale, anchor.line.rate_uncertainty.max(0.0))
         });
         let (after, before) = self.offset_ns(ticks, bracket.stamp);
         let step = after as f64 - before as f64;
-        let carry = Duration::from_nanos(
-            (step.abs() * rate_error + 2.0 * nanos(self.tick()) as f64).ceil() as u64,
-        );
+        let carry = step.abs() * rate_error + 2.0 * nanos(self.tick()) as f64;
         let shift = step * scale;
-        let moved = if shift >= 0.0 {
+        let at = if shift >= 0.0 {
             stamp.at.checked_sub(Duration::from_nanos(shift as u64))
         } else {
             stamp.at.checked_add(Duration::from_nanos((-shift) as u64))
-        };
-        match moved.and_then(|at| bracket.paired(at, stamp.uncertainty, carry, policy)) {
-            Some(point) => point,
-            None => {
-                self.refused_pairings += 1;
-                log::warn!(
-                    "the driver's pairing of its clock with the host's disagrees with a \
-                     bracket beside it: anchoring by the bracket"
-                );
-                bracket.midpoint()
-            }
-        }
+        }?;
+        let carry = Duration::from_nanos(carry.ceil() as u64);
+        Some((HostStamp { at, ..stamp }, carry))
     }
 
     /// The device time from `from` to `ticks` in nanoseconds, as (after,
@@ -352,14 +323,11 @@ struct ClockProbe<'a, C: StampClock> {
 }
 
 impl<C: StampClock> Probe for ClockProbe<'_, C> {
-    type Queued = ();
+    /// Its ticks, once read.
     type Stamp = u64;
+    const BACKEND: &'static str = CLOCK;
     /// The clock's gate queues its own mark.
-    type Mark = ();
-
-    fn backend(&self) -> &'static str {
-        CLOCK
-    }
+    const MARKS: bool = false;
 
     fn gate(&mut self) -> Option<&mut (dyn Gate + 'static)> {
         if self.gated { self.clock.gate() } else { None }
@@ -369,26 +337,20 @@ impl<C: StampClock> Probe for ClockProbe<'_, C> {
         self.gated = false;
     }
 
-    fn mark(&mut self) -> Result<(), DriverError> {
-        Ok(())
+    fn queue(&mut self) -> Result<u64, DriverError> {
+        self.clock.queue_stamp().map(|()| 0)
     }
 
-    fn at_mark(&mut self, (): &()) -> Option<Result<bool, DriverError>> {
-        self.clock.gate().and_then(Gate::reached)
-    }
-
-    fn end_mark(&mut self, (): (), _served: bool) {}
-
-    fn queue(&mut self) -> Result<(), DriverError> {
-        self.clock.queue_stamp()
+    fn written(&mut self, _: &u64) -> Option<Result<bool, DriverError>> {
+        Some(self.clock.stamp_written())
     }
 
     /// Polling, giving up after [`STAMP_GIVE_UP`].
-    fn reach(&mut self, (): &()) -> Result<(), DriverError> {
-        match polling::reach(|| Some(self.clock.stamp_written()), STAMP_GIVE_UP)? {
+    fn reach(&mut self, stamp: &u64) -> Result<(), DriverError> {
+        match polling::reach(|| self.written(stamp), STAMP_GIVE_UP)? {
             Polled::Reached => Ok(()),
             Polled::Stopping => Err(exiting(CLOCK)),
-            // `ask` always asks: only the time allowed is left.
+            // `written` always asks: only the time allowed is left.
             Polled::GaveUp | Polled::CannotAsk => Err(refused(
                 CLOCK,
                 "the device did not write the anchor's stamp within 10 s",
@@ -396,12 +358,12 @@ impl<C: StampClock> Probe for ClockProbe<'_, C> {
         }
     }
 
-    fn read(&mut self, (): (), failed: bool) -> Result<u64, DriverError> {
-        if failed {
-            return Err(refused(CLOCK, "the anchor stamp failed"));
-        }
-        self.clock.stamp()
+    fn read(&mut self, stamp: &mut u64) -> Result<(), DriverError> {
+        *stamp = self.clock.stamp()?;
+        Ok(())
     }
+
+    fn discard(&mut self, _: u64) {}
 }
 
 #[cfg(test)]
@@ -409,15 +371,12 @@ mod tests {
     use super::*;
 
     /// Ticks that are host nanoseconds since `origin`, plus `offset`,
-    /// wrapping past `bits`; a pairing `pairing_off` late on the host
-    /// clock.
+    /// wrapping past `bits`.
     struct HostTicks {
         origin: Instant,
         offset: u64,
         bits: u32,
         stamp: u64,
-        stamped: Instant,
-        pairing_off: Option<Duration>,
     }
 
     impl HostTicks {
@@ -427,8 +386,6 @@ mod tests {
                 offset,
                 bits,
                 stamp: 0,
-                stamped: Instant::now(),
-                pairing_off: None,
             }
         }
 
@@ -451,8 +408,7 @@ mod tests {
             self.bits
         }
         fn queue_stamp(&mut self) -> Result<(), DriverError> {
-            self.stamped = Instant::now();
-            self.stamp = self.ticks_at(self.stamped);
+            self.stamp = self.ticks_at(Instant::now());
             Ok(())
         }
         fn stamp_written(&mut self) -> Result<bool, DriverError> {
@@ -460,18 +416,6 @@ mod tests {
         }
         fn stamp(&mut self) -> Result<u64, DriverError> {
             Ok(self.stamp)
-        }
-        fn pairing(&mut self) -> Result<Option<(u64, HostStamp)>, DriverError> {
-            // The last stamp, paired exactly (but for `pairing_off`):
-            // nothing to carry but its ticks' rounding.
-            Ok(self.pairing_off.map(|off| {
-                let at = self.stamped + off;
-                let stamp = HostStamp {
-                    at,
-                    uncertainty: Duration::from_nanos(1),
-                };
-                (self.stamp, stamp)
-            }))
         }
     }
 
@@ -544,44 +488,5 @@ mod tests {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-    }
-
-    #[test]
-    fn a_pairing_that_disagrees_with_the_bracket_is_refused() {
-        let mut clock = HostTicks::new(0, 64);
-        clock.pairing_off = Some(Duration::from_millis(11_850));
-        let placer = calibrated(clock);
-        assert_eq!(placer.refused_pairings(), 1);
-        let now = Instant::now();
-        let stamp = placer.place(placer.clock().ticks_at(now)).expect("placed");
-        assert!(off(stamp.at, now) <= stamp.uncertainty);
-    }
-
-    #[test]
-    fn a_pairing_inside_the_bracket_is_bound_by_the_brackets_farther_edge() {
-        let mut clock = HostTicks::new(0, 64);
-        clock.pairing_off = Some(Duration::ZERO);
-        let placer = calibrated(clock);
-        assert_eq!(placer.refused_pairings(), 0);
-        // Not the pairing's 1 ns: at least the bracket's half-width, two
-        // host clock reads and more apart.
-        assert!(placer.anchor_uncertainty() > Some(Duration::from_nanos(2)));
-    }
-
-    #[test]
-    fn a_pairing_trusted_by_name_is_bound_by_the_drivers_word() {
-        let mut clock = HostTicks::new(0, 64);
-        clock.pairing_off = Some(Duration::ZERO);
-        let mut placer = ClockPlacer::new(
-            clock,
-            ProfilerConfig {
-                driver_pairing: DriverPairing::Unchecked,
-                ..ProfilerConfig::default()
-            },
-        );
-        placer.calibrate().expect("calibrates");
-        // The pairing's 1 ns, two ticks of carrying it to the stamp, and
-        // the fit's rounding up.
-        assert_eq!(placer.anchor_uncertainty(), Some(Duration::from_nanos(5)));
     }
 }
