@@ -440,10 +440,11 @@ fn placement(r: &Value) -> String {
     let m = &r["method"];
     let mut s = format!(
         "Error of both ends of every window against the driver's own truth, µs: the median of \
-         {} runs of {} s sessions, their spread in brackets. Goals: median ≤ {}, p99 ≤ {}, \
-         worst ≤ {}.\n\n\
-         | driver, wait | anchor | fit | median | p99 | worst | goals |\n\
-         | --- | --- | --- | --- | --- | --- | --- |\n",
+         {} runs of {} s sessions, their spread in brackets; beside it, the median of the bound \
+         each window stated (how tight the promise is, not just how good the luck was; — for \
+         runs recorded before it was kept). Goals: median ≤ {}, p99 ≤ {}, worst ≤ {}.\n\n\
+         | driver, wait | anchor | fit | median | p99 | worst | bound median | goals |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- |\n",
         num(&m["placement_runs"], 0),
         num(&m["placement_seconds"], 0),
         num(&goals["median"], 1),
@@ -480,6 +481,9 @@ fn placement(r: &Value) -> String {
                     continue;
                 }
                 let cell = |figure: &str| {
+                    if f[figure].is_null() {
+                        return "—".to_owned();
+                    }
                     format!(
                         "{} ({})",
                         num(&f[figure]["median"], 2),
@@ -502,10 +506,11 @@ fn placement(r: &Value) -> String {
                     _ => "—",
                 };
                 s.push_str(&format!(
-                    "| {driver} | {name} | {fit_name} | {} | {} | {} | {goals_met} |\n",
+                    "| {driver} | {name} | {fit_name} | {} | {} | {} | {} | {goals_met} |\n",
                     cell("median_us"),
                     cell("p99_us"),
-                    cell("worst_us")
+                    cell("worst_us"),
+                    cell("bound_median_us")
                 ));
             }
         }

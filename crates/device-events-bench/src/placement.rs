@@ -18,6 +18,8 @@ pub struct Errors {
     pub ns: Vec<u64>,
     /// Ends further from the truth than the window's stated bound.
     pub outside_bound: usize,
+    /// The bound stated for each end, ns, sorted.
+    pub bounds_ns: Vec<u64>,
 }
 
 impl Errors {
@@ -27,14 +29,23 @@ impl Errors {
         self.ns.get(i).copied().unwrap_or(u64::MAX) as f64 / 1e3
     }
 
-    /// One line: windows, median, p99, worst, ends outside their bound.
+    /// The median bound stated, in µs: how tight the promise is.
+    pub fn bound_median_us(&self) -> f64 {
+        let i = self.bounds_ns.len().saturating_sub(1) / 2;
+        self.bounds_ns.get(i).copied().unwrap_or(u64::MAX) as f64 / 1e3
+    }
+
+    /// One line: windows, median, p99, worst, the bound's median, ends
+    /// outside their bound.
     pub fn summary(&self) -> String {
         format!(
-            "{} windows, median {:.2} µs, p99 {:.2} µs, worst {:.2} µs, {} ends outside their bound",
+            "{} windows, median {:.2} µs, p99 {:.2} µs, worst {:.2} µs, bound median {:.2} µs, \
+             {} ends outside their bound",
             self.windows,
             self.quantile_us(0.5),
             self.quantile_us(0.99),
             self.quantile_us(1.0),
+            self.bound_median_us(),
             self.outside_bound
         )
     }
@@ -46,11 +57,13 @@ impl Errors {
             self.outside_bound += 1;
         }
         self.ns.push(error_ns);
+        self.bounds_ns.push(bound.as_nanos() as u64);
     }
 
     /// Sort, once the session is over.
     pub fn finish(mut self) -> Self {
         self.ns.sort_unstable();
+        self.bounds_ns.sort_unstable();
         self
     }
 }

@@ -82,10 +82,10 @@ fn every_window_on_pocl_lies_inside_its_stated_bound_and_the_fit_never_hurts() {
 }
 
 /// PoCL stamps its markers on `CLOCK_MONOTONIC_RAW`: with the driver's
-/// clock on (the default), the anchor is that stamp moved to `Instant`'s
-/// clock by paired reads, with no bracket, gated or not; every end still
-/// lies inside its stated bound, now that of the pairing (well under a
-/// microsecond) plus the readings'.
+/// pairing held against a bracket (the default), the anchor is that stamp
+/// moved to `Instant`'s clock by paired reads, and its bound the distance
+/// to the farther edge of the bracket taken beside it; every end lies
+/// inside it.
 #[test]
 fn with_pocls_own_clock_every_window_lies_inside_its_stated_bound() {
     device_events_opencl::OpenCl::probe().expect("an OpenCL platform: PoCL");

@@ -1178,6 +1178,7 @@ fn errors_json(errors: &device_events_bench::placement::Errors) -> serde_json::V
         "median_us": errors.quantile_us(0.5),
         "p99_us": errors.quantile_us(0.99),
         "worst_us": errors.quantile_us(1.0),
+        "bound_median_us": errors.bound_median_us(),
         "outside_bound": errors.outside_bound,
     })
 }
