@@ -32,6 +32,15 @@
 
 mod svg;
 
+#[cfg(target_os = "linux")]
+mod host;
+#[cfg(target_os = "linux")]
+mod perfetto;
+#[cfg(target_os = "linux")]
+pub use host::HostClock;
+#[cfg(target_os = "linux")]
+pub use perfetto::{Perfetto, PerfettoWriter};
+
 use std::borrow::Cow;
 use std::io::Write;
 
