@@ -40,6 +40,10 @@ mod perfetto;
 pub use host::HostClock;
 #[cfg(target_os = "linux")]
 pub use perfetto::{Perfetto, PerfettoWriter};
+#[cfg(target_os = "linux")]
+mod tracing_layer;
+#[cfg(target_os = "linux")]
+pub use tracing_layer::PerfettoLayer;
 
 use std::borrow::Cow;
 use std::io::Write;

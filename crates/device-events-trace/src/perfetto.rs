@@ -5,9 +5,9 @@
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -160,8 +160,9 @@ impl Perfetto {
             tx,
             shared,
             pid,
-            thread: Some(thread),
+            thread: Mutex::new(Some(thread)),
             clock,
+            id: uuid_base,
         })
     }
 }
@@ -184,8 +185,9 @@ pub struct PerfettoWriter {
     tx: SyncSender<Record>,
     shared: Arc<Shared>,
     pid: i32,
-    thread: Option<JoinHandle<io::Result<()>>>,
+    thread: Mutex<Option<JoinHandle<io::Result<()>>>>,
     clock: Option<HostClock>,
+    id: u64,
 }
 
 #[derive(Debug)]
@@ -307,18 +309,21 @@ impl PerfettoWriter {
         self.pid
     }
 
-    /// Write what is queued, a last clock snapshot, and close the file.
-    /// Returns how many records were dropped rather than waited for.
+    /// Write what is queued, a last clock snapshot, and close the file:
+    /// what is handed over after is dropped. Returns how many records were
+    /// dropped rather than waited for. Takes `&self`, so that a trace
+    /// shared with a [`PerfettoLayer`](crate::PerfettoLayer) can be
+    /// finished; dropping the last handle finishes it too.
     ///
     /// # Errors
     ///
     /// The first write that failed.
-    pub fn finish(mut self) -> io::Result<u64> {
-        self.close()
-    }
-
-    fn close(&mut self) -> io::Result<u64> {
-        let Some(thread) = self.thread.take() else {
+    pub fn finish(&self) -> io::Result<u64> {
+        let thread = match self.thread.lock() {
+            Ok(mut guard) => guard.take(),
+            Err(poisoned) => poisoned.into_inner().take(),
+        };
+        let Some(thread) = thread else {
             return Ok(self.shared.dropped.load(Ordering::Relaxed));
         };
         let _ = self.tx.send(Record::Finish);
@@ -327,11 +332,16 @@ impl PerfettoWriter {
             .unwrap_or_else(|_| Err(io::Error::other("the Perfetto writer thread panicked")));
         outcome.map(|()| self.shared.dropped.load(Ordering::Relaxed))
     }
+
+    /// Which writer this is, for a thread's cached track.
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
 }
 
 impl Drop for PerfettoWriter {
     fn drop(&mut self) {
-        let _ = self.close();
+        let _ = self.finish();
     }
 }
 
