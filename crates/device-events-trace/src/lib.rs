@@ -39,7 +39,7 @@ mod perfetto;
 #[cfg(target_os = "linux")]
 pub use host::HostClock;
 #[cfg(target_os = "linux")]
-pub use perfetto::{Perfetto, PerfettoWriter};
+pub use perfetto::{ManifestFile, Perfetto, PerfettoWriter, perfetto_manifest};
 #[cfg(target_os = "linux")]
 mod tracing_layer;
 #[cfg(target_os = "linux")]

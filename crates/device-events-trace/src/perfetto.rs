@@ -91,10 +91,10 @@ impl Perfetto {
         self
     }
 
-    /// Play another machine, for checks of a cross-machine merge: REALTIME
-    /// is written `offset_ns` off this host's, its stated error against UTC
-    /// is `stated_error` more, and the machine and boot ids are this host's
-    /// marked as simulated.
+    /// Play another machine, for checks of a cross-machine merge: a
+    /// synchronised one whose REALTIME is written `offset_ns` off this
+    /// host's, stating `stated_error` against it, and whose machine and
+    /// boot ids are this host's marked as simulated.
     #[doc(hidden)]
     pub fn simulated_machine(mut self, offset_ns: i64, stated_error: Duration) -> Perfetto {
         self.simulated = Some((offset_ns, stated_error));
@@ -125,10 +125,13 @@ impl Perfetto {
         if let Some((_, error)) = self.simulated {
             identity.machine_id.push_str("-simulated");
             identity.boot_id.push_str("-simulated");
-            if let Some(clock) = clock.as_mut() {
-                clock.max_error += error;
-                clock.est_error += error;
-            }
+            // A synchronised machine whose REALTIME is off this host's by
+            // no more than it states: this host's REALTIME is its truth.
+            clock = Some(HostClock {
+                max_error: error,
+                est_error: error,
+                synchronised: true,
+            });
         }
         // Unique across the processes and boots of one merged timeline.
         let uuid_base = mix(u64::from(std::process::id())
@@ -631,4 +634,63 @@ fn hash(text: &str) -> u64 {
     text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     })
+}
+
+/// One file of a merge: its name in the archive, the machine it was
+/// written on, and its host clock as its writer stated it
+/// ([`PerfettoWriter::host_clock`]).
+pub type ManifestFile<'a> = (&'a str, &'a str, Option<HostClock>);
+
+/// A `perfetto_manifest` (Perfetto's JSON, version 1) merging `files` onto
+/// one timeline: each file attributed to its machine, the timeline
+/// BOOTTIME where every file is of one machine (the processes of one boot
+/// share its clocks: nothing is corrected), else REALTIME.
+///
+/// ```
+/// use device_events_trace::{HostClock, perfetto_manifest};
+/// use std::time::Duration;
+///
+/// let synced = Some(HostClock { max_error: Duration::from_millis(2), est_error: Duration::ZERO, synchronised: true });
+/// let manifest = perfetto_manifest(&[("a.pftrace", "node-1", synced), ("b.pftrace", "node-1", synced)])?;
+/// assert_eq!(manifest["perfetto_manifest"]["trace_time"]["clock"], "BOOTTIME");
+/// assert_eq!(manifest["perfetto_manifest"]["files"][1]["machine"]["name"], "node-1");
+/// # Ok::<(), std::io::Error>(())
+/// ```
+///
+/// # Errors
+///
+/// Across machines, a file whose host clock is unsynchronised or
+/// unknown: lined up on REALTIME it would be placed wrongly, so it is
+/// refused, named in the error.
+pub fn perfetto_manifest(files: &[ManifestFile<'_>]) -> io::Result<serde_json::Value> {
+    let machines: std::collections::BTreeSet<&str> = files.iter().map(|f| f.1).collect();
+    let across = machines.len() > 1;
+    if across {
+        let refused: Vec<&str> = files
+            .iter()
+            .filter(|f| !f.2.is_some_and(|clock| clock.synchronised))
+            .map(|f| f.0)
+            .collect();
+        if !refused.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "refused for a merge across machines: the host clock of {} is unsynchronised \
+                     or unknown, so REALTIME places it nowhere in particular",
+                    refused.join(", ")
+                ),
+            ));
+        }
+    }
+    let entries: Vec<serde_json::Value> = files
+        .iter()
+        .map(|(path, machine, _)| serde_json::json!({ "path": path, "machine": { "name": machine } }))
+        .collect();
+    Ok(serde_json::json!({
+        "perfetto_manifest": {
+            "version": 1,
+            "trace_time": { "clock": if across { "REALTIME" } else { "BOOTTIME" } },
+            "files": entries,
+        }
+    }))
 }

@@ -331,3 +331,118 @@ fn a_failing_writer_is_an_error_from_finish_not_a_panic() {
     trace.host_span(track, "s", now, now);
     assert!(trace.finish().is_err());
 }
+
+fn utc_interval(packet: &TracePacket) -> (i64, i64) {
+    let found = annotations(packet);
+    match (found.get("utc_earliest_ns"), found.get("utc_latest_ns")) {
+        (
+            Some(debug_annotation::Value::IntValue(earliest)),
+            Some(debug_annotation::Value::IntValue(latest)),
+        ) => (*earliest, *latest),
+        other => panic!("no UTC interval: {other:?}"),
+    }
+}
+
+fn realtime_ns() -> i64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid, writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+}
+
+#[test]
+fn a_window_on_utc_is_an_interval_adding_the_host_clocks_stated_error_or_is_flagged_unsynchronised()
+{
+    let out = Shared::default();
+    let trace = Perfetto::new("test").to_writer(out.clone()).unwrap();
+    let clock = trace.host_clock().unwrap();
+    let stream = trace.stream(trace.device("GPU"), "s");
+    let before = realtime_ns();
+    trace.window(stream, "w", &window(Instant::now(), 10));
+    let after = realtime_ns();
+    trace.finish().unwrap();
+    let packets = packets(&out);
+    let begin = named(&packets, "w")[0];
+    if clock.synchronised {
+        let (earliest, latest) = utc_interval(begin);
+        assert!((latest - earliest) / 2 >= 1500 + clock.max_error.as_nanos() as i64);
+        assert!(earliest <= after && before <= latest);
+    } else {
+        assert_eq!(
+            annotations(begin).get("host_clock_synchronised"),
+            Some(&debug_annotation::Value::BoolValue(false))
+        );
+    }
+}
+
+#[test]
+fn a_simulated_machine_off_by_its_stated_error_still_holds_the_true_time() {
+    let out = Shared::default();
+    // Its REALTIME 8 ms ahead, stating 10 ms more error: still true.
+    let trace = Perfetto::new("test")
+        .simulated_machine(8_000_000, Duration::from_millis(10))
+        .to_writer(out.clone())
+        .unwrap();
+    let stream = trace.stream(trace.device("GPU"), "s");
+    let before = realtime_ns();
+    trace.window(stream, "w", &window(Instant::now(), 10));
+    let after = realtime_ns();
+    trace.finish().unwrap();
+    let packets = packets(&out);
+    let (earliest, latest) = utc_interval(named(&packets, "w")[0]);
+    assert!(
+        earliest <= after && before <= latest,
+        "{earliest} {before} {after} {latest}"
+    );
+}
+
+#[test]
+fn a_manifest_of_one_machine_lines_files_up_on_boottime_without_correction() {
+    let clock = device_events_trace::HostClock {
+        max_error: Duration::from_millis(1),
+        est_error: Duration::ZERO,
+        synchronised: false,
+    };
+    let manifest =
+        device_events_trace::perfetto_manifest(&[("a", "m", Some(clock)), ("b", "m", None)])
+            .unwrap();
+    let manifest = &manifest["perfetto_manifest"];
+    assert_eq!(manifest["version"], 1);
+    assert_eq!(manifest["trace_time"]["clock"], "BOOTTIME");
+    assert!(manifest["files"][0].get("clocks").is_none());
+}
+
+#[test]
+fn a_manifest_across_machines_refuses_an_unsynchronised_clocks_file() {
+    let clock = |synchronised| {
+        Some(device_events_trace::HostClock {
+            max_error: Duration::from_millis(1),
+            est_error: Duration::ZERO,
+            synchronised,
+        })
+    };
+    let refused = device_events_trace::perfetto_manifest(&[
+        ("a.pftrace", "m1", clock(true)),
+        ("b.pftrace", "m2", clock(false)),
+    ])
+    .unwrap_err();
+    assert!(refused.to_string().contains("b.pftrace"), "{refused}");
+}
+
+#[test]
+fn a_manifest_across_synchronised_machines_lines_them_up_on_realtime() {
+    let clock = Some(device_events_trace::HostClock {
+        max_error: Duration::from_millis(1),
+        est_error: Duration::ZERO,
+        synchronised: true,
+    });
+    let manifest =
+        device_events_trace::perfetto_manifest(&[("a", "m1", clock), ("b", "m2", clock)]).unwrap();
+    assert_eq!(
+        manifest["perfetto_manifest"]["trace_time"]["clock"],
+        "REALTIME"
+    );
+}
