@@ -50,7 +50,12 @@ enum Task {
     /// Build the HIP suite into `target/bundle-hip`, likewise.
     BundleHip,
     /// The main job: a profiled two-stream pipeline on the best device found.
-    Demo,
+    Demo {
+        /// How many processes run it, each writing its Perfetto file,
+        /// merged by the `perfetto_manifest.json` written beside them.
+        #[arg(long, default_value_t = 1)]
+        processes: usize,
+    },
     /// Benchmarks: the core's own cost, the CUDA backend against cudarc's
     /// safe API on the software driver, scaling and placement; a table,
     /// `docs/bench.json`, and the docs' figures generated from it.
@@ -118,7 +123,7 @@ fn main() {
         Task::TestOpencl => test_opencl(),
         Task::BundleCuda => bundle(CUDA).map(drop),
         Task::BundleHip => bundle(HIP).map(drop),
-        Task::Demo => demo(),
+        Task::Demo { processes } => demo(processes),
         Task::Bench => bench::bench(),
         Task::Docs { check } => docs::docs(check),
         Task::Cubecl => cubecl::cubecl(),
@@ -218,6 +223,7 @@ fn test() -> Result<()> {
             &soft,
         ),
     )?;
+    perfetto_checks(&soft)?;
     for backend in [CUDA, HIP] {
         run_backend_tests(backend, Some(&soft))?;
     }
@@ -679,7 +685,7 @@ fn bundle(backend: Backend) -> Result<PathBuf> {
 /// driver. One release build makes everything it runs (the demo, which
 /// also answers the probes, and the software driver), with cargo's
 /// progress shown; each step says what it does.
-fn demo() -> Result<()> {
+fn demo(processes: usize) -> Result<()> {
     let started = std::time::Instant::now();
     eprintln!(
         "xtask: demo, step 1 of 3: build the demo and the software driver, once, in release \
@@ -730,6 +736,7 @@ fn demo() -> Result<()> {
     };
     let out = target_dir().join("demo");
     cmd.arg("--out").arg(&out);
+    cmd.args(["--processes", &processes.to_string()]);
     eprintln!("xtask: demo, step 3 of 3: the pipeline on {device}");
     let line: Vec<String> = std::iter::once(cmd.get_program())
         .chain(cmd.get_args())
@@ -757,6 +764,58 @@ fn demo_probe(demo: &Path, backend: &str) -> Result<bool> {
     let line = String::from_utf8_lossy(&output.stdout).trim().to_owned();
     eprintln!("xtask:   {backend}: {line}");
     Ok(output.status.success())
+}
+
+/// The demo's Perfetto files read with Perfetto's published schema (PyPI
+/// `perfetto`, installed into a virtual environment under the target
+/// folder): two processes on the software driver and their manifest,
+/// checked by `perfetto_check.py`. Perfetto's `trace_processor_shell`
+/// downloads itself from a host CI cannot reach, so the merge itself is
+/// not run here.
+fn perfetto_checks(soft: &Path) -> Result<()> {
+    let venv = target_dir().join("perfetto-venv");
+    let python = venv.join("bin").join("python3");
+    if !python.exists() {
+        run(
+            "python3 -m venv (for Perfetto's schema)",
+            Command::new("python3").args(["-m", "venv"]).arg(&venv),
+        )?;
+    }
+    run(
+        "pip install perfetto==0.59.1 (Perfetto's published schema)",
+        Command::new(&python).args(["-m", "pip", "install", "--quiet", "perfetto==0.59.1"]),
+    )?;
+    run(
+        "cargo build (the demo)",
+        cargo().args(["build", "--package", DEMO_PACKAGE]),
+    )?;
+    let out = target_dir().join("perfetto-check");
+    let _ = std::fs::remove_dir_all(&out);
+    let demo = target_dir().join("debug").join(DEMO_PACKAGE);
+    run(
+        "the demo in two processes on the software driver, each writing its Perfetto file",
+        soft_env(
+            Command::new(&demo)
+                .args([
+                    "--backend",
+                    "cuda",
+                    "--soft",
+                    "--steps",
+                    "4",
+                    "--processes",
+                    "2",
+                    "--out",
+                ])
+                .arg(&out),
+            soft,
+        ),
+    )?;
+    run(
+        "every packet of both files and the manifest, read with Perfetto's schema",
+        Command::new(&python)
+            .arg(root().join("xtask").join("src").join("perfetto_check.py"))
+            .arg(&out),
+    )
 }
 
 #[cfg(test)]

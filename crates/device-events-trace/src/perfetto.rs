@@ -646,6 +646,12 @@ pub type ManifestFile<'a> = (&'a str, &'a str, Option<HostClock>);
 /// BOOTTIME where every file is of one machine (the processes of one boot
 /// share its clocks: nothing is corrected), else REALTIME.
 ///
+/// To merge, pack the manifest (as `perfetto_manifest.json`) and the files
+/// into one archive (`tar cf merged.tar perfetto_manifest.json *.pftrace`)
+/// and open it in the Perfetto UI or `trace_processor`. That tool downloads
+/// its binary from a host this project's machines cannot reach, so CI
+/// reads every file with Perfetto's published schema instead of merging.
+///
 /// ```
 /// use device_events_trace::{HostClock, perfetto_manifest};
 /// use std::time::Duration;
