@@ -9,7 +9,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use device_events_core::StampClock;
+use device_events_core::{ErrorKind, StampClock};
 use support::Runtime;
 
 device_events_conformance::tests_need_an_installed_runtime!(
@@ -35,6 +35,32 @@ fn released_once_and_unused(runtime: &Runtime) {
         made,
         "each object the clock made, destroyed once"
     );
+}
+
+/// Poll `written` until it says so, for at most [`LONG`].
+fn written_in_time(mut written: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + LONG;
+    while Instant::now() < deadline {
+        if written() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    false
+}
+
+/// This thread's CPU time.
+fn thread_cpu() -> Duration {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is writable, and the clock exists on every Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &raw mut t) };
+    Duration::new(
+        u64::try_from(t.tv_sec).unwrap(),
+        u32::try_from(t.tv_nsec).unwrap(),
+    )
 }
 
 #[test]
@@ -76,4 +102,59 @@ fn a_clock_dropped_with_a_stamp_in_flight_waits_for_it_and_releases() {
     hold.release();
     dropping.join().unwrap();
     released_once_and_unused(&runtime);
+}
+
+#[test]
+fn a_gate_whose_signal_fails_once_is_opened_by_a_retry() {
+    let runtime = Runtime::lavapipe();
+    let mut clock = runtime.clock();
+    assert!(clock.queue_stamp(true).unwrap(), "a gated stamp");
+    runtime.fail_signals(1);
+
+    let opened = clock.open_gate();
+
+    assert!(opened.is_ok(), "{opened:?}");
+    assert!(
+        written_in_time(|| clock.stamp_written().unwrap()),
+        "the stamp stayed behind its gate"
+    );
+}
+
+#[test]
+fn a_gate_left_shut_by_a_lasting_signal_failure_opens_on_the_clocks_next_call() {
+    let runtime = Runtime::lavapipe();
+    let mut clock = runtime.clock();
+    assert!(clock.queue_stamp(true).unwrap(), "a gated stamp");
+    runtime.fail_signals(u32::MAX);
+    let err = clock.open_gate().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::OutOfResources, "{err}");
+
+    runtime.fail_signals(0);
+
+    // Not dropped, nor opened by hand: the queue goes on.
+    assert!(
+        written_in_time(|| clock.stamp_written().unwrap()),
+        "the stamp stayed behind its gate, and the queue with it"
+    );
+}
+
+#[test]
+fn a_failing_signal_is_tried_again_a_bounded_number_of_times_from_sleeps() {
+    let runtime = Runtime::lavapipe();
+    let mut clock = runtime.clock();
+    assert!(clock.queue_stamp(true).unwrap(), "a gated stamp");
+    runtime.fail_signals(u32::MAX);
+    let (cpu, wall) = (thread_cpu(), Instant::now());
+
+    let err = clock.open_gate().unwrap_err();
+
+    let (cpu, wall) = (thread_cpu() - cpu, wall.elapsed());
+    assert_eq!(err.kind(), ErrorKind::OutOfResources, "{err}");
+    let tries = runtime.signals();
+    assert!((2..=10).contains(&tries), "{tries} tries");
+    assert!(
+        cpu < wall / 2,
+        "{cpu:?} of CPU over {wall:?}: the retries spun a core"
+    );
+    runtime.fail_signals(0);
 }
