@@ -459,6 +459,10 @@ pub struct Held {
     pub driver_late_ns: u64,
     /// The longest the driver's own threads kept any one, ns.
     pub driver_late_max_ns: u64,
+    /// The longest a waiting stream's worker went between its last look
+    /// that found the wait shut and the look that passed it, ns: how late,
+    /// at most, it may have seen the host's write.
+    pub look_gap_max_ns: u64,
 }
 
 /// Live events on the software driver; 0 when it is not loaded.

@@ -240,6 +240,11 @@ pub(crate) struct Held {
     /// the wait late, the held stream's worker waking late).
     pub(crate) driver_late_ns: u64,
     pub(crate) driver_late_max_ns: u64,
+    /// The longest a wait's worker went between its last look that found
+    /// the wait shut and the look that passed it: how late, at most, it
+    /// may have seen the host's write, its own part of the hold (a GPU
+    /// looks again within about a microsecond).
+    pub(crate) look_gap_max_ns: u64,
 }
 
 /// A value wait that passed: when its stream's worker got to it, and when
@@ -1728,14 +1733,21 @@ fn run(stream: u64, op: Op, released: &mut u64) {
             busy_until(reached);
             let arrived = clock::host_now_ns();
             let cell = &block.words[word];
-            while !test.holds(cell.load(Ordering::Acquire)) {
+            // The last look that found the wait shut: the host wrote the
+            // value between it and the look that passed.
+            let mut shut_at = None;
+            let passed = loop {
+                let looked = clock::host_now_ns();
+                if test.holds(cell.load(Ordering::Acquire)) {
+                    break looked;
+                }
+                shut_at = Some(looked);
                 // Poll as a device polls host memory, yielding every time:
                 // a device polls without taking a host core, and on a small
                 // machine this thread may share one with the host thread
                 // that writes the value.
                 std::thread::yield_now();
-            }
-            let passed = clock::host_now_ns();
+            };
             *released = passed + clock::wait_value_latency();
             let mut state = engine.lock();
             state.value_waits.remove(&id);
@@ -1752,6 +1764,8 @@ fn run(stream: u64, op: Op, released: &mut u64) {
             state.held.waits += 1;
             state.held.held_ns += held;
             state.held.held_max_ns = state.held.held_max_ns.max(held);
+            let gap = shut_at.map_or(0, |shut| passed.saturating_sub(shut));
+            state.held.look_gap_max_ns = state.held.look_gap_max_ns.max(gap);
         }
         Op::WaitStreams(targets) => {
             let state = engine.lock();
