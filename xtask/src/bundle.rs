@@ -10,7 +10,9 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
-use crate::{Backend, CUDA, SOFT_LIB, cargo, lay_out_soft_driver, root, soft_driver};
+use crate::{
+    Backend, CUDA, SOFT_LIB, built_file, cargo, cargo_build, lay_out_soft_driver, root, soft_driver,
+};
 
 /// The spin kernel's PTX, which the probe and the CUDA tests embed.
 const SPIN_PTX: &str = "crates/device-events-bench/src/spin.ptx";
@@ -118,29 +120,27 @@ fn test_binaries(backend: Backend, bin: &Path) -> Result<Vec<String>> {
 
 /// The bench's probe, stripped, into `dir`.
 fn probe(dir: &Path) -> Result<()> {
-    eprintln!("xtask: build the bench's probe");
-    let status = cargo()
-        .args([
-            "build",
-            "--release",
-            "--package",
-            "device-events-bench",
-            "--bin",
-            "bench-probe",
-        ])
-        .env("CARGO_PROFILE_RELEASE_STRIP", "symbols")
-        .status()
-        .context("could not start cargo")?;
-    if !status.success() {
-        bail!("building the bench's probe failed");
-    }
-    std::fs::create_dir_all(dir)?;
-    std::fs::copy(
-        crate::target_dir().join("release").join("bench-probe"),
-        dir.join("bench-probe"),
+    let built = cargo_build(
+        "build the bench's probe",
+        cargo()
+            .args([
+                "build",
+                "--release",
+                "--package",
+                "device-events-bench",
+                "--bin",
+                PROBE,
+            ])
+            .env("CARGO_PROFILE_RELEASE_STRIP", "symbols"),
     )?;
+    let probe = built_file(&built, PROBE, |name| name == PROBE)?;
+    std::fs::create_dir_all(dir)?;
+    std::fs::copy(&probe, dir.join(PROBE))
+        .with_context(|| format!("copying {}", probe.display()))?;
     Ok(())
 }
+
+const PROBE: &str = "bench-probe";
 
 /// The spin kernel into `dir`: its PTX, and its cubin for [`CUBIN_ARCH`]
 /// (which a driver loads without its JIT) where a PTX assembler is found;

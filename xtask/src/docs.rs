@@ -6,8 +6,10 @@
 //! Figures appear in the docs only where this writes them:
 //! `docs/measurements.md` as a whole, and each `<!-- bench:NAME -->` …
 //! `<!-- /bench -->` block of any other Markdown file. `--check` writes
-//! nothing and fails where a file differs from what the JSON gives, or
-//! where a relative link names a file or a heading that does not exist.
+//! nothing and fails where a file differs from what the JSON gives, where
+//! a relative link names a file or a heading that does not exist, or where
+//! the README outgrows its 10 KB guide or names a CubeCL other than the
+//! one the workspace builds.
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -52,7 +54,9 @@ pub(crate) fn docs(check: bool) -> Result<()> {
             }
         }
     }
-    let linked = check_links(&files).and_then(|()| crate::snippets::check(&files));
+    let linked = check_links(&files)
+        .and_then(|()| crate::snippets::check(&files))
+        .and_then(|()| check_readme());
     ensure!(
         stale.is_empty(),
         "generated figures differ from {BENCH_JSON} in {}: run `cargo xtask docs` (never edit \
@@ -843,6 +847,62 @@ fn heading_anchors(text: &str) -> HashSet<String> {
     anchors
 }
 
+/// The README's longest, in bytes: a guide (what it is, how to try it, how
+/// to add it to a CubeCL server, the crates, the status), the rest in
+/// `docs/`.
+const README_LIMIT: usize = 10_000;
+
+/// The README: within [`README_LIMIT`], and CubeCL named at the version
+/// the workspace builds.
+fn check_readme() -> Result<()> {
+    let readme = std::fs::read_to_string(root().join("README.md"))?;
+    let manifest = std::fs::read_to_string(root().join("Cargo.toml"))?;
+    let mut faults = cubecl_versions(&readme, &manifest);
+    if readme.len() > README_LIMIT {
+        faults.push(format!(
+            "{} bytes, over the guide's {README_LIMIT}: move the rest into docs/",
+            readme.len()
+        ));
+    }
+    ensure!(faults.is_empty(), "README.md: {}", faults.join("; "));
+    Ok(())
+}
+
+/// Where a line of `text` that names CubeCL gives its version as other
+/// than the workspace's `manifest` pins it (`cubecl-runtime`'s version):
+/// `0.12` where the workspace builds `0.12.0-pre.1`, say. Each fault in a
+/// line.
+fn cubecl_versions(text: &str, manifest: &str) -> Vec<String> {
+    let Some(pinned) = manifest
+        .lines()
+        .find(|line| line.starts_with("cubecl-runtime"))
+        .and_then(|line| line.split("version = \"").nth(1))
+        .and_then(|rest| rest.split('"').next())
+    else {
+        return vec!["the workspace's Cargo.toml pins no cubecl-runtime version".to_owned()];
+    };
+    let short: String = pinned.split('.').take(2).collect::<Vec<_>>().join(".");
+    let mut faults = Vec::new();
+    for (index, line) in text.lines().enumerate() {
+        if !line.to_lowercase().contains("cubecl") {
+            continue;
+        }
+        for (at, _) in line.match_indices(&short) {
+            let before = line[..at].chars().next_back();
+            if before.is_some_and(|c| c.is_ascii_digit() || c == '.') {
+                continue;
+            }
+            if !line[at..].starts_with(pinned) {
+                faults.push(format!(
+                    "line {}: CubeCL {short} where the workspace builds {pinned}",
+                    index + 1
+                ));
+            }
+        }
+    }
+    faults
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -969,5 +1029,35 @@ mod tests {
     fn links_in_code_are_not_links() {
         let text = "[a](docs/a.md#x) and `[b](b.md)`\n```\n[c](c.md)\n```\n[d]: d.md\n";
         assert_eq!(links(text), ["docs/a.md#x", "d.md"]);
+    }
+
+    #[test]
+    fn cubecl_named_at_a_shorter_version_than_the_workspace_builds_is_a_fault() {
+        let manifest =
+            "cubecl-runtime = { version = \"0.12.0-pre.1\", default-features = false }\n";
+        let text = "`cubecl-runtime` 0.12.0-pre.1 here\nCubeCL's contract (`cubecl-runtime` 0.12)\nparking_lot 0.12\n";
+        assert_eq!(
+            cubecl_versions(text, manifest),
+            ["line 2: CubeCL 0.12 where the workspace builds 0.12.0-pre.1"]
+        );
+    }
+
+    #[test]
+    fn the_readme_is_a_guide_under_10_kb() {
+        let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+        assert!(
+            readme.len() <= README_LIMIT,
+            "README.md is {} bytes ({} lines)",
+            readme.len(),
+            readme.lines().count()
+        );
+    }
+
+    #[test]
+    fn the_readme_names_cubecl_at_the_version_the_workspace_builds() {
+        let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+        let manifest = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
+        let faults = cubecl_versions(&readme, &manifest);
+        assert!(faults.is_empty(), "{faults:?}");
     }
 }

@@ -24,9 +24,10 @@ struct Cli {
 #[derive(Subcommand)]
 enum Task {
     /// Everything CI checks: formatting, the docs' generated figures and
-    /// links, clippy, the workflows and packages, every test (both backends
-    /// on the software driver, HIP on AMD's runtime without a GPU), and the
-    /// API docs.
+    /// links, clippy, the workflows and packages, every test (the CUDA and
+    /// HIP backends on the software driver, HIP also on AMD's runtime
+    /// without a GPU, OpenCL on PoCL, Vulkan on lavapipe, placement truth on
+    /// both), and the API docs.
     Test,
     /// The CUDA backend's tests and conformance suite on the real driver.
     TestCuda {
@@ -49,7 +50,12 @@ enum Task {
     /// Build the HIP suite into `target/bundle-hip`, likewise.
     BundleHip,
     /// The main job: a profiled two-stream pipeline on the best device found.
-    Demo,
+    Demo {
+        /// How many processes run it, each writing its Perfetto file,
+        /// merged by the `perfetto_manifest.json` written beside them.
+        #[arg(long, default_value_t = 1)]
+        processes: usize,
+    },
     /// Benchmarks: the core's own cost, the CUDA backend against cudarc's
     /// safe API on the software driver, scaling and placement; a table,
     /// `docs/bench.json`, and the docs' figures generated from it.
@@ -117,7 +123,7 @@ fn main() {
         Task::TestOpencl => test_opencl(),
         Task::BundleCuda => bundle(CUDA).map(drop),
         Task::BundleHip => bundle(HIP).map(drop),
-        Task::Demo => demo(),
+        Task::Demo { processes } => demo(processes),
         Task::Bench => bench::bench(),
         Task::Docs { check } => docs::docs(check),
         Task::Cubecl => cubecl::cubecl(),
@@ -197,6 +203,9 @@ fn test() -> Result<()> {
     }
     tests.args(["--exclude", OPENCL_PACKAGE, "--exclude", BENCH_PACKAGE]);
     tests.args(["--exclude", VULKAN_PACKAGE]);
+    // The tools installed above are asked for: the demo's SVG test fails
+    // without its renderer rather than skip.
+    tests.env(INSTALLED_VAR, "1");
     run(
         "cargo test (everything but the backends)",
         soft_env(&mut tests, &soft),
@@ -214,6 +223,7 @@ fn test() -> Result<()> {
             &soft,
         ),
     )?;
+    perfetto_checks(&soft)?;
     for backend in [CUDA, HIP] {
         run_backend_tests(backend, Some(&soft))?;
     }
@@ -350,7 +360,7 @@ fn opencl_tests() -> Result<()> {
 /// line which command runs them (the conformance crate's `start`).
 const INSTALLED_VAR: &str = "DEVICE_EVENTS_INSTALLED_RUNTIME";
 
-/// The OpenCL devices here, as the backend's `probe` example lists them in
+/// The OpenCL devices here, as the backend's `devices` example lists them in
 /// a line; `None` without one.
 fn probe_opencl() -> Result<Option<String>> {
     let output = cargo()
@@ -360,7 +370,7 @@ fn probe_opencl() -> Result<Option<String>> {
             "--package",
             OPENCL_PACKAGE,
             "--example",
-            "probe",
+            "devices",
         ])
         .output()
         .context("could not start the OpenCL probe")?;
@@ -465,36 +475,114 @@ const SOFT_NAMES: [&str; 4] = [
 /// bracket the anchor takes, and a debug build's skews placements by
 /// microseconds.
 fn soft_driver() -> Result<PathBuf> {
-    run(
+    let built = cargo_build(
         "build the software driver",
         cargo().args(["build", "--release", "--package", SOFT_PACKAGE]),
     )?;
-    lay_out_built_soft_driver()
+    lay_out_built_soft_driver(&built)
 }
 
 const SOFT_PACKAGE: &str = "device-events-soft-driver";
+/// The software driver's library target, as cargo names it.
+const SOFT_TARGET: &str = "device_events_soft_driver";
 
-/// Lay the release build of the software driver out under
+/// Lay the software driver that `built` holds out under
 /// `target/soft-driver/lib`; returns `target/soft-driver`.
-fn lay_out_built_soft_driver() -> Result<PathBuf> {
-    let target = target_dir();
-    let built = target.join("release").join(SOFT_LIB);
-    let dir = target.join("soft-driver");
-    lay_out_soft_driver(&built, &dir.join("lib"))?;
+fn lay_out_built_soft_driver(built: &[Artifact]) -> Result<PathBuf> {
+    let library = built_file(built, SOFT_TARGET, |file| file.ends_with(SOFT_LIB))?;
+    let dir = target_dir().join("soft-driver");
+    lay_out_soft_driver(&library, &dir.join("lib"))?;
     Ok(dir)
 }
 
+/// Copy the driver into `lib` under its own name, and link the bindings'
+/// names to it. The copy is a new file renamed into place: a test binary
+/// that has the old one mapped keeps it whole, where a copy onto it would
+/// rewrite the code under the running process.
 fn lay_out_soft_driver(built: &Path, lib: &Path) -> Result<()> {
     std::fs::create_dir_all(lib)?;
-    std::fs::copy(built, lib.join(SOFT_LIB))
-        .with_context(|| format!("copying {}", built.display()))?;
+    let fresh = lib.join(format!(".{SOFT_LIB}.{}", std::process::id()));
+    std::fs::copy(built, &fresh).with_context(|| format!("copying {}", built.display()))?;
+    std::fs::rename(&fresh, lib.join(SOFT_LIB))
+        .with_context(|| format!("renaming {} into place", fresh.display()))?;
     for name in SOFT_NAMES {
         let link = lib.join(name);
+        if std::fs::read_link(&link).is_ok_and(|to| to == Path::new(SOFT_LIB)) {
+            continue;
+        }
         let _ = std::fs::remove_file(&link);
         std::os::unix::fs::symlink(SOFT_LIB, &link)
             .with_context(|| format!("linking {}", link.display()))?;
     }
     Ok(())
+}
+
+/// A file `cargo build` made, as its JSON messages name it.
+#[derive(Debug)]
+struct Artifact {
+    /// The target's name (`device_events_soft_driver`, `bench-probe`).
+    target: String,
+    /// The files made: a library's, or a binary's executable.
+    files: Vec<PathBuf>,
+}
+
+/// Run `build`, a `cargo build`, its progress and diagnostics shown as
+/// usual; what it made, as cargo says in its `compiler-artifact` messages.
+/// Read from cargo rather than guessed: with a target triple configured
+/// (`CARGO_BUILD_TARGET`, `build.target`), a build lands in
+/// `target/<triple>/release`, not `target/release`.
+fn cargo_build(step: &str, build: &mut Command) -> Result<Vec<Artifact>> {
+    eprintln!("xtask: {step}");
+    let output = build
+        .arg("--message-format=json-render-diagnostics")
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .with_context(|| format!("could not start {step}"))?;
+    if !output.status.success() {
+        bail!("{step} failed ({})", output.status);
+    }
+    Ok(artifacts(&String::from_utf8_lossy(&output.stdout)))
+}
+
+/// The `compiler-artifact` messages among cargo's JSON `messages`.
+fn artifacts(messages: &str) -> Vec<Artifact> {
+    messages
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|message| message["reason"] == "compiler-artifact")
+        .map(|message| {
+            let mut files: Vec<PathBuf> = message["filenames"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|file| file.as_str().map(PathBuf::from))
+                .collect();
+            if let Some(exe) = message["executable"].as_str() {
+                files.push(PathBuf::from(exe));
+            }
+            Artifact {
+                target: message["target"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                files,
+            }
+        })
+        .collect()
+}
+
+/// The file of `target` in `built` whose name `matches`.
+fn built_file(built: &[Artifact], target: &str, matches: impl Fn(&str) -> bool) -> Result<PathBuf> {
+    built
+        .iter()
+        .filter(|artifact| artifact.target == target)
+        .flat_map(|artifact| &artifact.files)
+        .find(|file| {
+            file.file_name()
+                .is_some_and(|name| matches(&name.to_string_lossy()))
+        })
+        .cloned()
+        .with_context(|| format!("cargo named no file of {target} among what it built"))
 }
 
 /// Point the CUDA and HIP loaders, and the tests' control client, at the
@@ -597,13 +685,13 @@ fn bundle(backend: Backend) -> Result<PathBuf> {
 /// driver. One release build makes everything it runs (the demo, which
 /// also answers the probes, and the software driver), with cargo's
 /// progress shown; each step says what it does.
-fn demo() -> Result<()> {
+fn demo(processes: usize) -> Result<()> {
     let started = std::time::Instant::now();
     eprintln!(
         "xtask: demo, step 1 of 3: build the demo and the software driver, once, in release \
          (the first time takes minutes, the README says how long; cargo's progress follows)"
     );
-    run(
+    let built = cargo_build(
         "cargo build --release (the demo and the software driver)",
         cargo().args([
             "build",
@@ -614,7 +702,7 @@ fn demo() -> Result<()> {
             SOFT_PACKAGE,
         ]),
     )?;
-    let demo = target_dir().join("release").join(DEMO_PACKAGE);
+    let demo = built_file(&built, DEMO_PACKAGE, |name| name == DEMO_PACKAGE)?;
     eprintln!(
         "xtask: demo, step 2 of 3: look for a device: a CUDA driver, a HIP runtime with a GPU, \
          an OpenCL device, else the software driver"
@@ -636,7 +724,7 @@ fn demo() -> Result<()> {
             cmd.args(["--backend", "opencl"]);
             "the OpenCL device"
         } else {
-            let dir = lay_out_built_soft_driver()?;
+            let dir = lay_out_built_soft_driver(&built)?;
             eprintln!(
                 "xtask:   the software driver, laid out in {}",
                 dir.display()
@@ -648,6 +736,7 @@ fn demo() -> Result<()> {
     };
     let out = target_dir().join("demo");
     cmd.arg("--out").arg(&out);
+    cmd.args(["--processes", &processes.to_string()]);
     eprintln!("xtask: demo, step 3 of 3: the pipeline on {device}");
     let line: Vec<String> = std::iter::once(cmd.get_program())
         .chain(cmd.get_args())
@@ -675,4 +764,163 @@ fn demo_probe(demo: &Path, backend: &str) -> Result<bool> {
     let line = String::from_utf8_lossy(&output.stdout).trim().to_owned();
     eprintln!("xtask:   {backend}: {line}");
     Ok(output.status.success())
+}
+
+/// The demo's Perfetto files read with Perfetto's published schema (PyPI
+/// `perfetto`, installed into a virtual environment under the target
+/// folder): two processes on the software driver and their manifest,
+/// checked by `perfetto_check.py`. Perfetto's `trace_processor_shell`
+/// downloads itself from a host CI cannot reach, so the merge itself is
+/// not run here.
+fn perfetto_checks(soft: &Path) -> Result<()> {
+    let venv = target_dir().join("perfetto-venv");
+    let python = venv.join("bin").join("python3");
+    if !python.exists() {
+        run(
+            "python3 -m venv (for Perfetto's schema)",
+            Command::new("python3").args(["-m", "venv"]).arg(&venv),
+        )?;
+    }
+    run(
+        "pip install perfetto==0.59.1 (Perfetto's published schema)",
+        Command::new(&python).args(["-m", "pip", "install", "--quiet", "perfetto==0.59.1"]),
+    )?;
+    run(
+        "cargo build (the demo)",
+        cargo().args(["build", "--package", DEMO_PACKAGE]),
+    )?;
+    let out = target_dir().join("perfetto-check");
+    let _ = std::fs::remove_dir_all(&out);
+    let demo = target_dir().join("debug").join(DEMO_PACKAGE);
+    run(
+        "the demo in two processes on the software driver, each writing its Perfetto file",
+        soft_env(
+            Command::new(&demo)
+                .args([
+                    "--backend",
+                    "cuda",
+                    "--soft",
+                    "--steps",
+                    "4",
+                    "--processes",
+                    "2",
+                    "--out",
+                ])
+                .arg(&out),
+            soft,
+        ),
+    )?;
+    run(
+        "every packet of both files and the manifest, read with Perfetto's schema",
+        Command::new(&python)
+            .arg(root().join("xtask").join("src").join("perfetto_check.py"))
+            .arg(&out),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use std::io::Read;
+
+    use super::*;
+
+    /// A fresh, empty folder under the target folder.
+    fn scratch(name: &str) -> PathBuf {
+        let dir = target_dir().join("xtask-tests").join(name);
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn laying_the_driver_out_again_leaves_the_copy_a_running_test_has_open_whole() {
+        let dir = scratch("lay-out-again");
+        let lib = dir.join("lib");
+        let (old, new) = (dir.join("old.so"), dir.join("new.so"));
+        std::fs::write(&old, b"the driver a test binary has mapped").unwrap();
+        std::fs::write(&new, b"a rebuild").unwrap();
+        lay_out_soft_driver(&old, &lib).unwrap();
+        // As the loader maps it: the file, open, read after the rebuild.
+        let mut mapped = std::fs::File::open(lib.join(SOFT_LIB)).unwrap();
+        lay_out_soft_driver(&new, &lib).unwrap();
+        let mut seen = String::new();
+        mapped.read_to_string(&mut seen).unwrap();
+        assert_eq!(seen, "the driver a test binary has mapped");
+        assert_eq!(std::fs::read(lib.join(SOFT_LIB)).unwrap(), b"a rebuild");
+        for name in SOFT_NAMES {
+            assert_eq!(
+                std::fs::read(lib.join(name)).unwrap(),
+                b"a rebuild",
+                "{name}"
+            );
+        }
+        let left: Vec<_> = std::fs::read_dir(&lib)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name != SOFT_LIB && !SOFT_NAMES.contains(&name.as_str()))
+            .collect();
+        assert!(left.is_empty(), "left behind: {left:?}");
+    }
+
+    #[test]
+    fn the_test_tasks_doc_names_every_backend_it_tests() {
+        let cli = Cli::command();
+        let doc = cli
+            .find_subcommand("test")
+            .and_then(|test| test.get_about())
+            .map(ToString::to_string)
+            .unwrap_or_default();
+        for backend in ["CUDA", "HIP", "OpenCL", "Vulkan"] {
+            assert!(doc.contains(backend), "no {backend} in: {doc}");
+        }
+    }
+
+    #[test]
+    fn no_two_examples_in_the_workspace_share_a_name() {
+        let mut seen: std::collections::BTreeMap<String, PathBuf> = Default::default();
+        for krate in std::fs::read_dir(root().join("crates")).unwrap() {
+            let examples = krate.unwrap().path().join("examples");
+            let Ok(entries) = std::fs::read_dir(&examples) else {
+                continue;
+            };
+            for entry in entries {
+                let path = entry.unwrap().path();
+                let Some(name) = path.file_stem().map(|s| s.to_string_lossy().into_owned()) else {
+                    continue;
+                };
+                if let Some(first) = seen.insert(name.clone(), path.clone()) {
+                    panic!(
+                        "two examples named `{name}`: {} and {}",
+                        first.display(),
+                        path.display()
+                    );
+                }
+            }
+        }
+    }
+
+    /// Cargo's messages for a release build of the software driver with
+    /// `CARGO_BUILD_TARGET=x86_64-unknown-linux-gnu`, as it printed them.
+    const BUILT_FOR_A_TRIPLE: &str = r#"{"reason":"compiler-artifact","package_id":"registry+https://github.com/rust-lang/crates.io-index#libc@0.2.177","manifest_path":"/c/libc/Cargo.toml","target":{"kind":["lib"],"crate_types":["lib"],"name":"libc","src_path":"/c/libc/src/lib.rs","edition":"2021","doc":true,"doctest":true,"test":true},"profile":{"opt_level":"3","debuginfo":0,"debug_assertions":false,"overflow_checks":false,"test":false},"features":["default","std"],"filenames":["/w/target/x86_64-unknown-linux-gnu/release/deps/liblibc-1.rlib"],"executable":null,"fresh":true}
+{"reason":"compiler-artifact","package_id":"path+file:///w/crates/device-events-soft-driver#0.1.0","manifest_path":"/w/crates/device-events-soft-driver/Cargo.toml","target":{"kind":["cdylib"],"crate_types":["cdylib"],"name":"device_events_soft_driver","src_path":"/w/crates/device-events-soft-driver/src/lib.rs","edition":"2024","doc":true,"doctest":false,"test":true},"profile":{"opt_level":"3","debuginfo":0,"debug_assertions":false,"overflow_checks":false,"test":false},"features":[],"filenames":["/w/target/x86_64-unknown-linux-gnu/release/libdevice_events_soft_driver.so"],"executable":null,"fresh":false}
+{"reason":"build-finished","success":true}"#;
+
+    #[test]
+    fn the_driver_is_taken_from_where_cargo_says_it_built_it() {
+        let built = artifacts(BUILT_FOR_A_TRIPLE);
+        let found = built_file(&built, SOFT_TARGET, |file| file.ends_with(SOFT_LIB)).unwrap();
+        assert_eq!(
+            found,
+            Path::new("/w/target/x86_64-unknown-linux-gnu/release/libdevice_events_soft_driver.so")
+        );
+    }
+
+    #[test]
+    fn a_build_that_names_no_driver_is_an_error_that_says_so() {
+        let built = artifacts(BUILT_FOR_A_TRIPLE.lines().next().unwrap());
+        let err = built_file(&built, SOFT_TARGET, |file| file.ends_with(SOFT_LIB)).unwrap_err();
+        assert!(err.to_string().contains(SOFT_TARGET), "{err}");
+    }
 }

@@ -304,6 +304,7 @@ pub fn gate_on_a_shared_queue(soft: &SoftDriver, calibrations: usize) -> Held {
         held_ns: after.held_ns - before.held_ns,
         delayed: after.delayed - before.delayed,
         delayed_ns: after.delayed_ns - before.delayed_ns,
+        driver_late_ns: after.driver_late_ns - before.driver_late_ns,
         ..after
     }
 }

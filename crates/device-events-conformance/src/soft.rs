@@ -452,6 +452,17 @@ pub struct Held {
     pub delayed_ns: u64,
     /// The longest any one was held past its start, ns.
     pub delayed_max_ns: u64,
+    /// How long the driver's own host threads, which stand in for the
+    /// device, kept that work past its start beside the waits' hold (a
+    /// stream's worker reaching a wait late, or waking late behind it), ns:
+    /// a GPU's queue adds none of it.
+    pub driver_late_ns: u64,
+    /// The longest the driver's own threads kept any one, ns.
+    pub driver_late_max_ns: u64,
+    /// The longest a waiting stream's worker went between its last look
+    /// that found the wait shut and the look that passed it, ns: how late,
+    /// at most, it may have seen the host's write.
+    pub look_gap_max_ns: u64,
 }
 
 /// Live events on the software driver; 0 when it is not loaded.

@@ -116,7 +116,8 @@ fn restart_under_the_software_driver() -> String {
     }
     let soft = target_dir(&root).join("soft-driver");
     let lib = soft.join("lib");
-    let built = match build(&root, &soft.join("build")) {
+    let quiet = lib.join(SOFT_LIB).is_file();
+    let built = match built(build(&root, &soft.join("build"), quiet)) {
         Ok(built) => built,
         Err(why) => return why,
     };
@@ -157,10 +158,9 @@ fn target_dir(root: &Path) -> PathBuf {
 /// A release build of the software driver, as `cargo xtask` makes (a debug
 /// build's own cost per call would skew placements), in a target folder of
 /// its own: the `cargo test` that started this process holds the lock on
-/// its own. Quiet when there is a build already, which cargo only
+/// its own. `quiet` when there is a build already, which cargo only
 /// refreshes.
-fn build(root: &Path, target: &Path) -> Result<PathBuf, String> {
-    let built = target.join("release").join(SOFT_LIB);
+fn build(root: &Path, target: &Path, quiet: bool) -> Command {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
     let mut cmd = Command::new(cargo);
     cmd.current_dir(root).args([
@@ -168,10 +168,11 @@ fn build(root: &Path, target: &Path) -> Result<PathBuf, String> {
         "--release",
         "--package",
         "device-events-soft-driver",
+        "--message-format=json-render-diagnostics",
         "--target-dir",
     ]);
     cmd.arg(target);
-    if built.is_file() {
+    if quiet {
         cmd.arg("--quiet");
     } else {
         eprintln!(
@@ -180,13 +181,40 @@ fn build(root: &Path, target: &Path) -> Result<PathBuf, String> {
             target.display()
         );
     }
+    cmd
+}
+
+/// Run `build`; the driver's file, as cargo names it among what it built
+/// (with a target triple configured, `CARGO_BUILD_TARGET` or
+/// `build.target`, it lands in `<target>/<triple>/release`).
+fn built(mut build: Command) -> Result<PathBuf, String> {
     // Cargo's own output, progress included, goes to stderr, beside the
-    // tests' own.
-    match cmd.status() {
-        Ok(status) if status.success() => Ok(built),
-        Ok(status) => Err(format!("building it failed ({status})")),
-        Err(err) => Err(format!("could not run cargo to build it: {err}")),
+    // tests' own; its messages, to stdout, are read here.
+    let output = match build.stderr(std::process::Stdio::inherit()).output() {
+        Ok(output) if output.status.success() => output,
+        Ok(output) => return Err(format!("building it failed ({})", output.status)),
+        Err(err) => return Err(format!("could not run cargo to build it: {err}")),
+    };
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .find_map(driver_in)
+        .ok_or_else(|| "cargo built it but named no file of it".to_owned())
+}
+
+/// The driver's file, where cargo's JSON `message` names it.
+fn driver_in(message: &str) -> Option<PathBuf> {
+    let message: serde_json::Value = serde_json::from_str(message).ok()?;
+    if message["reason"] != "compiler-artifact"
+        || message["target"]["name"] != "device_events_soft_driver"
+    {
+        return None;
     }
+    message["filenames"]
+        .as_array()?
+        .iter()
+        .filter_map(serde_json::Value::as_str)
+        .map(PathBuf::from)
+        .find(|file| file.file_name().is_some_and(|name| name == SOFT_LIB))
 }
 
 /// Copy the driver into `lib` under its own name (a new file renamed into
@@ -225,4 +253,44 @@ fn same_build(built: &Path, dest: &Path) -> bool {
         _ => false,
     };
     built.len() == dest.len() && newer
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    /// The triple this toolchain builds for by default.
+    fn host_triple() -> String {
+        let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| OsString::from("rustc"));
+        let version = Command::new(rustc).arg("-vV").output().unwrap().stdout;
+        String::from_utf8(version)
+            .unwrap()
+            .lines()
+            .find_map(|line| line.strip_prefix("host: "))
+            .expect("rustc -vV names its host")
+            .to_owned()
+    }
+
+    #[test]
+    fn with_a_target_triple_configured_the_driver_is_found_where_cargo_built_it() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let soft = target_dir(&root).join("soft-driver");
+        let triple = host_triple();
+        let mut cmd = build(&root, &soft.join("build"), false);
+        cmd.env("CARGO_BUILD_TARGET", &triple);
+        let built = built(cmd).unwrap();
+        assert!(built.is_file(), "{}", built.display());
+        assert!(
+            built
+                .components()
+                .any(|part| part.as_os_str() == triple.as_str()),
+            "{} is not under {triple}",
+            built.display()
+        );
+        let lib = soft.join("laid-out-for-a-triple").join("lib");
+        lay_out(&built, &lib).unwrap();
+        assert!(lib.join("libcuda.so").is_file());
+    }
 }

@@ -7,6 +7,7 @@
 //! device on a machine with nothing else), else the software driver.
 
 mod device;
+mod perfetto_out;
 
 use std::error::Error;
 use std::path::PathBuf;
@@ -45,6 +46,13 @@ struct Args {
     /// and exit: 0 when it can, 1 when not (`cargo xtask demo` asks first).
     #[arg(long)]
     probe: bool,
+    /// How many processes run the pipeline, each writing its Perfetto
+    /// file, merged by `perfetto_manifest.json` in `--out`.
+    #[arg(long, default_value_t = 1)]
+    processes: usize,
+    /// Which of the processes this is (set for the others it starts).
+    #[arg(long, default_value_t = 0, hide = true)]
+    process_index: usize,
 }
 
 fn main() -> ExitCode {
@@ -66,11 +74,29 @@ fn main() -> ExitCode {
             }
         };
     }
+    let others = match perfetto_out::spawn_others(args.processes) {
+        Ok(others) => others,
+        Err(err) => {
+            eprintln!("demo: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
     let outcome = match args.backend {
         Backend::Cuda => run::<device_events_cuda::Cuda>(&args),
         Backend::Hip => run::<device_events_hip::Hip>(&args),
         Backend::Opencl => run::<device_events_opencl::OpenCl>(&args),
     };
+    let outcome = outcome.and_then(|()| {
+        if args.processes > 1 {
+            let manifest = perfetto_out::finish_all(&args.out, args.processes, others)?;
+            println!(
+                "wrote {} merging {} processes' files",
+                manifest.display(),
+                args.processes
+            );
+        }
+        Ok(())
+    });
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
@@ -110,6 +136,15 @@ fn run<D: Device>(args: &Args) -> Result<(), Box<dyn Error>> {
         trace.device_track("stream A"),
         trace.device_track("stream B"),
     );
+    let mut perfetto = perfetto_out::Mirror::open(&args.out, args.process_index, &device)?;
+    perfetto.host(host, "main thread");
+    for (track, name) in [
+        (steps, "pipeline steps"),
+        (track_a, "stream A"),
+        (track_b, "stream B"),
+    ] {
+        perfetto.stream(track, name);
+    }
     let mut profiler = EventProfiler::<D>::new();
     let mut rows = Vec::new();
 
@@ -128,7 +163,9 @@ fn run<D: Device>(args: &Args) -> Result<(), Box<dyn Error>> {
         D::work(b, &buffer, 24 << 20)?;
         let consume = profiler.stop(b, consume)?;
         let step = profiler.stop(b, step)?;
-        trace.host_span(host, "enqueue", enqueue, Instant::now());
+        let now = Instant::now();
+        trace.host_span(host, "enqueue", enqueue, now);
+        perfetto.host_span(host, "enqueue", enqueue, now);
         rows.extend([
             Row {
                 label: "step",
@@ -153,7 +190,9 @@ fn run<D: Device>(args: &Args) -> Result<(), Box<dyn Error>> {
         ]);
         let wait = Instant::now();
         EventFence::<D>::new(b).wait_sync()?;
-        trace.host_span(host, "wait", wait, Instant::now());
+        let now = Instant::now();
+        trace.host_span(host, "wait", wait, now);
+        perfetto.host_span(host, "wait", wait, now);
     }
 
     // Each window's bound: how far either end can be from where the device
@@ -182,6 +221,7 @@ fn run<D: Device>(args: &Args) -> Result<(), Box<dyn Error>> {
             placed.uncertainty.as_secs_f64() * 1e6
         );
         trace.span(row.track, row.label, &placed);
+        perfetto.window(row.track, row.label, &placed);
     }
     // Known once the calibrator has taken an anchor: never a zero before.
     let anchor = profiler.anchor_uncertainty();
@@ -204,6 +244,17 @@ fn run<D: Device>(args: &Args) -> Result<(), Box<dyn Error>> {
     drop((owned_a, owned_b));
     drop(buffer);
 
+    perfetto.finish()?;
+    println!(
+        "wrote {} (open in https://ui.perfetto.dev)",
+        args.out
+            .join(perfetto_out::file_name(args.process_index))
+            .display()
+    );
+    if args.process_index > 0 {
+        // The first process writes the Chrome file and the timeline.
+        return Ok(());
+    }
     std::fs::create_dir_all(&args.out)?;
     let json = args.out.join("trace.json");
     trace.write_chrome_json(std::io::BufWriter::new(std::fs::File::create(&json)?))?;

@@ -5,13 +5,17 @@
 //!
 //! `cargo xtask docs --check` fails where a Markdown file has a Rust
 //! snippet and is not included here, where a snippet is marked so that it
-//! would not compile, and where the README's `Cargo.toml` snippet lacks a
+//! would not compile, and where a `Cargo.toml` snippet lacks a
 //! crate its Rust snippet names or the `[patch.crates-io]` path of an
 //! unpublished one.
 
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]
 struct Readme;
+
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/using.md")]
+struct Using;
 
 #[cfg(doctest)]
 #[doc = include_str!("../../../docs/design.md")]

@@ -313,6 +313,17 @@ pub struct SoftHeld {
     pub delayed_ns: u64,
     /// The longest any one was held past its start, ns.
     pub delayed_max_ns: u64,
+    /// How long the driver's own host threads, which stand in for the
+    /// device, kept that work past its start beside the waits' hold (a
+    /// stream's worker reaching a wait late, or waking late behind it), ns:
+    /// a GPU's queue adds none of it.
+    pub driver_late_ns: u64,
+    /// The longest the driver's own threads kept any one, ns.
+    pub driver_late_max_ns: u64,
+    /// The longest a waiting stream's worker went between its last look
+    /// that found the wait shut and the look that passed it, ns: how late,
+    /// at most, it may have seen the host's write.
+    pub look_gap_max_ns: u64,
 }
 
 /// Write what stream waits on a value have cost to `out`. Returns 0, or
@@ -334,6 +345,9 @@ pub unsafe extern "C" fn soft_driver_value_waits_held(out: *mut SoftHeld) -> i32
         delayed: held.delayed,
         delayed_ns: held.delayed_ns,
         delayed_max_ns: held.delayed_max_ns,
+        driver_late_ns: held.driver_late_ns,
+        driver_late_max_ns: held.driver_late_max_ns,
+        look_gap_max_ns: held.look_gap_max_ns,
     };
     // SAFETY: non-null, and the caller promises it is valid for the write.
     unsafe { out.write(held) };

@@ -222,7 +222,11 @@ struct ValueWait {
 
 /// What value waits cost: how long each held its stream once the device
 /// reached it, and how long work of other streams on its hardware queue
-/// was held behind it.
+/// was held behind it; and apart, what the driver's own host threads, which
+/// stand in for the device, added: a GPU's queue reaches a wait when its
+/// work ahead is done and goes on when the wait passes, where a stream's
+/// worker thread here gets there, and wakes, when the host's scheduler
+/// lets it.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Held {
     pub(crate) waits: u64,
@@ -231,7 +235,30 @@ pub(crate) struct Held {
     pub(crate) delayed: u64,
     pub(crate) delayed_ns: u64,
     pub(crate) delayed_max_ns: u64,
+    /// Of the work held behind waits: how long the driver's own threads
+    /// kept it past its start, beside the wait's hold (its worker reaching
+    /// the wait late, the held stream's worker waking late).
+    pub(crate) driver_late_ns: u64,
+    pub(crate) driver_late_max_ns: u64,
+    /// The longest a wait's worker went between its last look that found
+    /// the wait shut and the look that passed it: how late, at most, it
+    /// may have seen the host's write, its own part of the hold (a GPU
+    /// looks again within about a microsecond).
+    pub(crate) look_gap_max_ns: u64,
 }
+
+/// A value wait that passed: when its stream's worker got to it, and when
+/// it saw the value that let it pass, on the host clock.
+#[derive(Clone, Copy)]
+struct Passed {
+    id: u64,
+    arrived: u64,
+    passed: u64,
+}
+
+/// How many passed waits are remembered for the work held behind them: far
+/// more than are ever queued on one hardware queue at once.
+const PASSED_KEPT: usize = 1024;
 
 /// The comparison of a stream wait on a value, as both ABIs define it:
 /// `>=`, `==`, `&`, and NOR (CUDA's flags 0-3, HIP's the same, HIP's with
@@ -278,6 +305,8 @@ struct State {
     /// How long value waits held their streams, and what they delayed on
     /// the hardware queues they share.
     held: Held,
+    /// The waits passed last, oldest first, at most [`PASSED_KEPT`].
+    passed: std::collections::VecDeque<Passed>,
     graphs: HashSet<u64>,
     /// Events and streams freed with their context's teardown.
     orphans: HashSet<u64>,
@@ -1598,29 +1627,51 @@ fn spawn_stream(state: &mut State, device: usize, blocking: bool, internal: bool
 
 /// Hold an operation until the value waits it was queued behind, on its
 /// hardware queue, have passed; counts the delay, and returns when they
-/// let it go.
+/// let it go: when the last of them passed, plus a device's latency in
+/// going on, as a GPU's in-order queue does, however late this thread
+/// wakes.
+///
+/// The hold counted is the wait's: from the later of the operation's start
+/// and its wait's worker getting there (the host can open a gate only once
+/// it sees the stream at it) to the release. What this thread's waking late
+/// and that worker's getting there late added is the driver's own, counted
+/// apart.
 fn behind_waits(op: &Op, behind: &[u64]) -> u64 {
     let engine = &*ENGINE;
     let state = engine.lock();
     let mut state = engine.wait_while(state, |s| {
         behind.iter().any(|id| s.value_waits.contains_key(id))
     });
-    let now = clock::host_now_ns().saturating_add(clock::wait_value_latency());
+    let latency = clock::wait_value_latency();
+    let woke = clock::host_now_ns().saturating_add(latency);
+    let (mut arrived, mut passed) = (None::<u64>, None::<u64>);
+    for p in state.passed.iter().filter(|p| behind.contains(&p.id)) {
+        arrived = Some(arrived.map_or(p.arrived, |a| a.max(p.arrived)));
+        passed = Some(passed.map_or(p.passed, |a| a.max(p.passed)));
+    }
+    // A wait no longer remembered: released as this thread woke.
+    let release = passed.map_or(woke, |p| p.saturating_add(latency).min(woke));
     let start = match op {
         Op::Busy { until, length, .. } => Some(until - length),
         Op::Record { at, .. } | Op::WaitValue { at, .. } => Some(*at),
         Op::WaitStreams(_) => None,
     };
     if let Some(start) = start
-        && now > start
+        && woke > start
     {
-        let delay = now - start;
+        let from = start.max(arrived.unwrap_or(start));
+        let delay = release.saturating_sub(from);
+        let late = (woke - start).saturating_sub(delay);
         let held = &mut state.held;
-        held.delayed += 1;
-        held.delayed_ns += delay;
-        held.delayed_max_ns = held.delayed_max_ns.max(delay);
+        if delay > 0 {
+            held.delayed += 1;
+            held.delayed_ns += delay;
+            held.delayed_max_ns = held.delayed_max_ns.max(delay);
+        }
+        held.driver_late_ns += late;
+        held.driver_late_max_ns = held.driver_late_max_ns.max(late);
     }
-    now
+    release
 }
 
 /// The device reached `ev`'s record of `generation` at host time `at`.
@@ -1680,22 +1731,41 @@ fn run(stream: u64, op: Op, released: &mut u64) {
         } => {
             let reached = at.max(*released);
             busy_until(reached);
+            let arrived = clock::host_now_ns();
             let cell = &block.words[word];
-            while !test.holds(cell.load(Ordering::Acquire)) {
+            // The last look that found the wait shut: the host wrote the
+            // value between it and the look that passed.
+            let mut shut_at = None;
+            let passed = loop {
+                let looked = clock::host_now_ns();
+                if test.holds(cell.load(Ordering::Acquire)) {
+                    break looked;
+                }
+                shut_at = Some(looked);
                 // Poll as a device polls host memory, yielding every time:
                 // a device polls without taking a host core, and on a small
                 // machine this thread may share one with the host thread
                 // that writes the value.
                 std::thread::yield_now();
-            }
-            let passed = clock::host_now_ns();
+            };
             *released = passed + clock::wait_value_latency();
             let mut state = engine.lock();
             state.value_waits.remove(&id);
-            let held = passed.saturating_sub(reached);
+            if state.passed.len() == PASSED_KEPT {
+                state.passed.pop_front();
+            }
+            state.passed.push_back(Passed {
+                id,
+                arrived,
+                passed,
+            });
+            // Held from when the host could first see the stream there.
+            let held = passed.saturating_sub(reached.max(arrived));
             state.held.waits += 1;
             state.held.held_ns += held;
             state.held.held_max_ns = state.held.held_max_ns.max(held);
+            let gap = shut_at.map_or(0, |shut| passed.saturating_sub(shut));
+            state.held.look_gap_max_ns = state.held.look_gap_max_ns.max(gap);
         }
         Op::WaitStreams(targets) => {
             let state = engine.lock();

@@ -449,6 +449,53 @@ fn a_wait_on_a_value_holds_other_streams_work_on_its_hardware_queue() {
     assert_eq!(delayed_apart, 0);
 }
 
+/// A GPU's in-order queue goes on the moment a wait on a value passes: work
+/// another stream queued behind the wait on the same hardware queue is
+/// reached at the same instant as the waiting stream's own next record,
+/// however late the driver's host thread for the other stream wakes.
+#[test]
+fn work_behind_a_value_wait_goes_on_the_moment_the_wait_passes() {
+    let soft = SoftDriver::exclusive();
+    context();
+    soft.set_hw_queues(1);
+    let a = result::stream::create(StreamKind::NonBlocking).unwrap();
+    let b = result::stream::create(StreamKind::NonBlocking).unwrap();
+    let (after_wait, behind_it) = (event(), event());
+    let (_, host, device) = mapped_word();
+    // SAFETY: live handles; the host word outlives the wait (freed after
+    // both streams are drained).
+    let truths = unsafe {
+        assert_eq!(
+            sys::cuStreamWaitValue32_v2(a, device, 1, 0),
+            CUresult::CUDA_SUCCESS
+        );
+        result::event::record(after_wait, a).unwrap();
+        result::event::record(behind_it, b).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        std::sync::atomic::AtomicU32::from_ptr(host.cast())
+            .store(1, std::sync::atomic::Ordering::Release);
+        result::stream::synchronize(a).unwrap();
+        result::stream::synchronize(b).unwrap();
+        let truth = |e: sys::CUevent| soft.event_truth_ns(e as usize).unwrap();
+        let truths = (truth(after_wait), truth(behind_it));
+        for e in [after_wait, behind_it] {
+            result::event::destroy(e).unwrap();
+        }
+        result::stream::destroy(a).unwrap();
+        result::stream::destroy(b).unwrap();
+        assert_eq!(sys::cuMemFreeHost(host), CUresult::CUDA_SUCCESS);
+        truths
+    };
+    soft.set_hw_queues(0);
+    let (after_wait, behind_it) = truths;
+    assert_eq!(
+        behind_it,
+        after_wait,
+        "the work behind the wait went on {} ns after it passed",
+        i128::from(behind_it) - i128::from(after_wait)
+    );
+}
+
 /// Rule `cuStreamWaitValue32` (CUDA driver API, `CU_STREAM_WAIT_VALUE_GEQ`):
 /// the test is cyclic, `(int32_t)(*addr - value) >= 0`: a value just past
 /// a wrap satisfies a wait for one just before it, and a value just before

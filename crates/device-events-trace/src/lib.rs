@@ -32,6 +32,19 @@
 
 mod svg;
 
+#[cfg(target_os = "linux")]
+mod host;
+#[cfg(target_os = "linux")]
+mod perfetto;
+#[cfg(target_os = "linux")]
+pub use host::HostClock;
+#[cfg(target_os = "linux")]
+pub use perfetto::{ManifestFile, Perfetto, PerfettoWriter, perfetto_manifest};
+#[cfg(target_os = "linux")]
+mod tracing_layer;
+#[cfg(target_os = "linux")]
+pub use tracing_layer::PerfettoLayer;
+
 use std::borrow::Cow;
 use std::io::Write;
 
@@ -71,6 +84,13 @@ pub struct Span {
     pub start_ns: u64,
     /// End, ns after the reference.
     pub end_ns: u64,
+    /// A device window's stated bound: how far either end can be from
+    /// where the device was, in ns. `None` for a host span.
+    pub bound_ns: Option<u64>,
+    /// A device window's device time, read from the device, in ns: the
+    /// span itself is the placed interval, whose length differs from it
+    /// by the two ends' errors. `None` for a host span.
+    pub device_ns: Option<u64>,
 }
 
 /// Spans on tracks, on the host clock.
@@ -103,6 +123,21 @@ struct Event<'a> {
     dur: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     args: Option<serde_json::Value>,
+}
+
+/// Whole nanoseconds, saturating.
+fn ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// A device window's bound and device time as a trace event's `args`, in
+/// µs as `ts` and `dur` are; `None` for a host span.
+fn window_args(span: &Span) -> Option<serde_json::Value> {
+    let us = |ns: Option<u64>| ns.map(|ns| ns as f64 / 1e3);
+    match (us(span.bound_ns), us(span.device_ns)) {
+        (None, None) => None,
+        (bound, device) => Some(serde_json::json!({ "bound_us": bound, "device_us": device })),
+    }
 }
 
 const HOST_PID: u32 = 1;
@@ -146,11 +181,16 @@ impl Trace {
         TrackId(self.tracks.len() - 1)
     }
 
-    /// A device window, as its profiler placed it on the host clock.
+    /// A device window, as its profiler placed it on the host clock, with
+    /// its bound and its device time.
     pub fn span(&mut self, track: TrackId, label: &'static str, placed: &Placement) {
         let start = placed.start.saturating_duration_since(self.reference);
         let end = placed.end.saturating_duration_since(self.reference);
         self.push(track, label, start, end);
+        if let Some(span) = self.spans.last_mut() {
+            span.bound_ns = Some(ns(placed.uncertainty));
+            span.device_ns = Some(ns(placed.duration));
+        }
     }
 
     /// A host span from `start` to `end`.
@@ -161,12 +201,13 @@ impl Trace {
     }
 
     fn push(&mut self, track: TrackId, label: &'static str, start: Duration, end: Duration) {
-        let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         self.spans.push(Span {
             track,
             label,
             start_ns: ns(start),
             end_ns: ns(end).max(ns(start)),
+            bound_ns: None,
+            device_ns: None,
         });
     }
 
@@ -194,8 +235,9 @@ impl Trace {
     }
 
     /// The trace as Chrome trace-event JSON: one complete (`"X"`) event per
-    /// span with `ts` and `dur` in microseconds, and metadata naming the host
-    /// and device processes and each track.
+    /// span with `ts` and `dur` in microseconds (a device window's `args`
+    /// adding its bound, `bound_us`, and its device time, `device_us`), and
+    /// metadata naming the host and device processes and each track.
     pub fn to_chrome_json(&self) -> serde_json::Value {
         let epoch = self.epoch_ns();
         let mut events = Vec::with_capacity(self.spans.len() + self.tracks.len() + 2);
@@ -234,7 +276,7 @@ impl Trace {
                 cat: Some(if pid == DEVICE_PID { "device" } else { "host" }),
                 ts: Some((span.start_ns - epoch) as f64 / 1e3),
                 dur: Some((span.end_ns - span.start_ns) as f64 / 1e3),
-                args: None,
+                args: window_args(span),
             });
         }
         serde_json::json!({ "traceEvents": events, "displayTimeUnit": "ns" })
@@ -249,8 +291,10 @@ impl Trace {
         serde_json::to_writer_pretty(out, &self.to_chrome_json()).map_err(std::io::Error::from)
     }
 
-    /// The trace as a self-contained SVG timeline: a row per track, a box
-    /// per span with its label and duration as a tooltip, a time axis.
+    /// The trace as a self-contained SVG timeline: the title, in as many
+    /// lines as it takes to fit the canvas; a row per track; a box per span
+    /// with its label, duration and (a device window's) bound as a
+    /// tooltip; a time axis.
     pub fn to_svg(&self) -> String {
         svg::render(self)
     }

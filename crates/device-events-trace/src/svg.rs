@@ -7,8 +7,18 @@ use crate::{Trace, TrackKind};
 const WIDTH: f64 = 1200.0;
 const LEFT: f64 = 140.0;
 const ROW: f64 = 34.0;
-/// Where the first row starts, below the title.
+/// Where the first row starts, below a title of one line.
 const TOP: f64 = 36.0;
+/// The title's font size, in pixels, and the distance between its lines.
+const TITLE_PX: f64 = 14.0;
+const TITLE_LINE: f64 = 18.0;
+/// Where the title's lines start.
+const TITLE_X: f64 = 6.0;
+/// A wide estimate of a bold sans glyph's advance, in em: DejaVu Sans
+/// Bold's (what `rsvg-convert` draws with on Debian) digits are 0.70 em,
+/// its lowercase letters narrower. A line of the title holds no more
+/// characters than fit the canvas at this width each.
+const TITLE_EM_PER_CHAR: f64 = 0.7;
 /// Ticks on the time axis: at most this many intervals.
 const TICKS: f64 = 10.0;
 
@@ -35,7 +45,13 @@ pub(crate) fn render(trace: &Trace) -> String {
     let end = trace.spans.iter().map(|s| s.end_ns).max().unwrap_or(epoch);
     let span_ns = (end - epoch).max(1) as f64;
     let scale = (WIDTH - LEFT - 40.0) / span_ns;
-    let height = TOP + ROW * order.len() as f64 + 30.0;
+    let title = trace.title.as_deref().map(|title| {
+        let fits = (WIDTH - 2.0 * TITLE_X) / (TITLE_EM_PER_CHAR * TITLE_PX);
+        (title, wrap(title, fits as usize))
+    });
+    let lines = title.as_ref().map_or(1, |(_, lines)| lines.len().max(1));
+    let top = TOP + TITLE_LINE * (lines - 1) as f64;
+    let height = top + ROW * order.len() as f64 + 30.0;
     let mut svg = String::new();
     let _ = write!(
         svg,
@@ -45,15 +61,19 @@ pub(crate) fn render(trace: &Trace) -> String {
         svg,
         r#"<rect width="{WIDTH}" height="{height}" fill="white"/>"#
     );
-    if let Some(title) = &trace.title {
-        let title = escape(title);
-        let _ = write!(
-            svg,
-            r#"<title>{title}</title><text x="6" y="22" font-size="14" font-weight="bold">{title}</text>"#
-        );
+    if let Some((whole, lines)) = &title {
+        let _ = write!(svg, "<title>{}</title>", escape(whole));
+        for (index, line) in lines.iter().enumerate() {
+            let _ = write!(
+                svg,
+                r#"<text x="{TITLE_X}" y="{}" font-size="{TITLE_PX}" font-weight="bold">{}</text>"#,
+                22.0 + TITLE_LINE * index as f64,
+                escape(line)
+            );
+        }
     }
     for (row, &track) in order.iter().enumerate() {
-        let y = TOP + ROW * row as f64;
+        let y = top + ROW * row as f64;
         let shade = if row % 2 == 0 { "#f4f4f4" } else { "#ffffff" };
         let name = escape(&trace.tracks[track].name);
         let _ = write!(
@@ -65,12 +85,15 @@ pub(crate) fn render(trace: &Trace) -> String {
     for span in &trace.spans {
         let x = LEFT + (span.start_ns - epoch) as f64 * scale;
         let w = ((span.end_ns - span.start_ns) as f64 * scale).max(1.0);
-        let y = TOP + ROW * row_of(span.track.0) as f64 + 4.0;
+        let y = top + ROW * row_of(span.track.0) as f64 + 4.0;
         let us = (span.end_ns - span.start_ns) as f64 / 1e3;
         let label = escape(span.label);
+        let bound = span.bound_ns.map_or_else(String::new, |ns| {
+            format!(", ends ± {:.2} µs", ns as f64 / 1e3)
+        });
         let _ = write!(
             svg,
-            r##"<g><title>{label}: {us:.1} µs</title><rect x="{x:.2}" y="{y}" width="{w:.2}" height="{}" fill="{}" stroke="#333" stroke-width="0.5"/>"##,
+            r##"<g><title>{label}: {us:.1} µs{bound}</title><rect x="{x:.2}" y="{y}" width="{w:.2}" height="{}" fill="{}" stroke="#333" stroke-width="0.5"/>"##,
             ROW - 8.0,
             colour(span.label)
         );
@@ -85,7 +108,7 @@ pub(crate) fn render(trace: &Trace) -> String {
         svg.push_str("</g>");
     }
     // A time axis, its ticks at round values.
-    let axis = TOP + ROW * order.len() as f64 + 4.0;
+    let axis = top + ROW * order.len() as f64 + 4.0;
     let _ = write!(
         svg,
         r#"<line x1="{LEFT}" y1="{axis}" x2="{}" y2="{axis}" stroke="black"/>"#,
@@ -102,6 +125,38 @@ pub(crate) fn render(trace: &Trace) -> String {
     }
     svg.push_str("</svg>\n");
     svg
+}
+
+/// `text` in lines of at most `fits` characters, broken at spaces; a word
+/// longer than a line is broken inside it. Nothing is dropped: the lines,
+/// joined by spaces, are `text` with its runs of spaces made one.
+fn wrap(text: &str, fits: usize) -> Vec<String> {
+    let fits = fits.max(1);
+    let mut lines: Vec<String> = Vec::new();
+    let mut line = String::new();
+    for word in text.split_whitespace() {
+        let mut word: Vec<char> = word.chars().collect();
+        let used = line.chars().count();
+        if used > 0 && used + 1 + word.len() > fits {
+            lines.push(std::mem::take(&mut line));
+        }
+        while word.len() > fits {
+            let rest = word.split_off(fits);
+            if !line.is_empty() {
+                lines.push(std::mem::take(&mut line));
+            }
+            lines.push(word.into_iter().collect());
+            word = rest;
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.extend(word);
+    }
+    if !line.is_empty() {
+        lines.push(line);
+    }
+    lines
 }
 
 /// The axis's ticks over `span_ns`, each at a multiple of one round step
@@ -135,7 +190,18 @@ fn ticks(span_ns: f64) -> Vec<(f64, String)> {
 
 #[cfg(test)]
 mod tests {
-    use super::ticks;
+    use super::{ticks, wrap};
+
+    #[test]
+    fn wrapping_breaks_at_spaces_and_keeps_every_word() {
+        assert_eq!(wrap("one two three four", 9), ["one two", "three", "four"]);
+        assert_eq!(wrap("short", 9), ["short"]);
+    }
+
+    #[test]
+    fn wrapping_breaks_a_word_longer_than_a_line_inside_it() {
+        assert_eq!(wrap("a abcdefghij b", 4), ["a", "abcd", "efgh", "ij b"]);
+    }
 
     fn labels(span_ns: f64) -> Vec<String> {
         ticks(span_ns).into_iter().map(|(_, label)| label).collect()

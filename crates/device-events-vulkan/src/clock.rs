@@ -11,6 +11,12 @@
 //! the event before submitting the command buffer", `vkSetEvent`), and
 //! lavapipe's queue thread spins on such a wait.
 //!
+//! A shut gate holds every command queued behind it, the runtime's own
+//! among them. An open the driver refuses for want of memory (which leaves
+//! the semaphore as it was) is tried again, from sleeps, a bounded number
+//! of times; one still refused then is tried again by the clock's next
+//! call, and by its drop.
+//!
 //! [`ClockPlacer`]: device_events_core::ClockPlacer
 
 use std::sync::Arc;
@@ -30,6 +36,11 @@ const DROP_WAIT: Duration = Duration::from_secs(10);
 /// How long the next stamp waits for the last one's fence once its stamp
 /// is written: the batch's end, microseconds after.
 const SETTLE_WAIT: Duration = Duration::from_millis(100);
+/// How many times an open of the gate is tried while the driver refuses it
+/// for want of memory, and the sleep after the first refusal, doubled after
+/// each: at most 127 ms asleep, and no core spun meanwhile.
+const OPEN_TRIES: u32 = 8;
+const OPEN_FIRST_SLEEP: Duration = Duration::from_millis(1);
 
 /// A Vulkan device's timestamp clock: the [`StampClock`] a
 /// [`ClockPlacer`](device_events_core::ClockPlacer) anchors, and the
@@ -67,6 +78,8 @@ pub struct VulkanClock {
     gate_shut: bool,
     /// The gate was closed: the next stamp waits behind it.
     gate_closed: bool,
+    /// How the last open of the gate failed, if it did.
+    open_failed: OpenFailed,
     /// A submission not yet seen complete: its objects are in use.
     in_flight: bool,
     /// The device wrote the last stamp (`done` was seen set).
@@ -74,6 +87,18 @@ pub struct VulkanClock {
     period_ns: f64,
     valid_bits: u32,
     calibrated: Option<ash::ext::calibrated_timestamps::Device>,
+}
+
+/// How the last open of the gate failed.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum OpenFailed {
+    No,
+    /// Refused for want of memory, every try: the semaphore is as it was,
+    /// and the clock's next call tries again before anything else.
+    ForMemory,
+    /// Another error: whether the signal took effect is unknown, so the
+    /// semaphore's value is read before it is signalled again.
+    Unknown,
 }
 
 /// Where anchor submissions go, and what keeps the device alive.
@@ -229,6 +254,7 @@ impl VulkanClock {
             gate_value: 0,
             gate_shut: false,
             gate_closed: false,
+            open_failed: OpenFailed::No,
             in_flight: false,
             written: false,
             period_ns: f64::from(period),
@@ -352,21 +378,67 @@ impl VulkanClock {
     }
 
     /// Signal the gate's value, once: a second signal of one value is
-    /// outside the specification.
+    /// outside the specification. Refused for want of memory, it is tried
+    /// again from sleeps, up to [`OPEN_TRIES`] times in all.
     fn open(&mut self) -> Result<(), DriverError> {
         if !self.gate_shut {
             return Ok(());
         }
+        if self.open_failed == OpenFailed::Unknown {
+            // SAFETY: the semaphore is the clock's, a timeline one.
+            let value = check("vkGetSemaphoreCounterValue", unsafe {
+                self.device.get_semaphore_counter_value(self.gate)
+            })?;
+            if value >= self.gate_value {
+                self.gate_shut = false;
+                self.open_failed = OpenFailed::No;
+                return Ok(());
+            }
+        }
         let info = vk::SemaphoreSignalInfo::default()
             .semaphore(self.gate)
             .value(self.gate_value);
-        // SAFETY: the semaphore is the clock's, a timeline one; its value
-        // is below `gate_value` (each value is signalled once, in order),
-        // and no signal operation of it is pending on a queue.
-        check("vkSignalSemaphore", unsafe {
-            self.device.signal_semaphore(&info)
-        })?;
-        self.gate_shut = false;
+        let (mut tried, mut sleep) = (1, OPEN_FIRST_SLEEP);
+        loop {
+            // SAFETY: the semaphore is the clock's, a timeline one; its
+            // value is below `gate_value`: each value is signalled once, in
+            // order; a signal refused for want of memory left the semaphore
+            // as it was ("VK_ERROR_OUT_OF_*_MEMORY errors do not modify any
+            // currently existing Vulkan objects"), and after another error
+            // the value was read just above. No signal operation of it is
+            // pending on a queue.
+            let code = match unsafe { self.device.signal_semaphore(&info) } {
+                Ok(()) => {
+                    self.gate_shut = false;
+                    self.open_failed = OpenFailed::No;
+                    return Ok(());
+                }
+                Err(code) => code,
+            };
+            let for_memory = matches!(
+                code,
+                vk::Result::ERROR_OUT_OF_HOST_MEMORY | vk::Result::ERROR_OUT_OF_DEVICE_MEMORY
+            );
+            if !for_memory || tried == OPEN_TRIES {
+                self.open_failed = if for_memory {
+                    OpenFailed::ForMemory
+                } else {
+                    OpenFailed::Unknown
+                };
+                return Err(error("vkSignalSemaphore", code));
+            }
+            std::thread::sleep(sleep);
+            sleep = sleep.saturating_mul(2);
+            tried += 1;
+        }
+    }
+
+    /// Open a gate that an earlier open left shut for want of memory: it
+    /// holds the queue, the runtime's own work included.
+    fn reopen(&mut self) -> Result<(), DriverError> {
+        if self.open_failed == OpenFailed::ForMemory {
+            self.open()?;
+        }
         Ok(())
     }
 
@@ -461,6 +533,7 @@ impl StampClock for VulkanClock {
 
     fn queue_stamp(&mut self) -> Result<(), DriverError> {
         let gated = std::mem::take(&mut self.gate_closed);
+        self.reopen()?;
         if !self.settled()? {
             return Err(DriverError::refused(
                 crate::BACKEND,
@@ -515,6 +588,7 @@ impl StampClock for VulkanClock {
     }
 
     fn stamp_written(&mut self) -> Result<bool, DriverError> {
+        self.reopen()?;
         if self.in_flight && !self.written {
             self.written = self.event_set(self.done)?;
         }

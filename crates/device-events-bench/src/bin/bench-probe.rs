@@ -1058,6 +1058,13 @@ fn main() {
                 "user_kernels_delayed": held.delayed,
                 "user_delay_per_sample_us": per(held.delayed_ns, held.waits),
                 "user_delay_max_us": held.delayed_max_ns as f64 / 1e3,
+                // Beside the gate's hold: what the driver's own threads,
+                // standing in for the device, added (a GPU adds none).
+                "driver_late_per_sample_us": per(held.driver_late_ns, held.waits),
+                "driver_late_max_us": held.driver_late_max_ns as f64 / 1e3,
+                // Of the gate's hold, how late at most the driver's own
+                // worker may have seen the host's write.
+                "driver_look_gap_max_us": held.look_gap_max_ns as f64 / 1e3,
             })
         }
         What::ServerWay { captures, threads } => {

@@ -1,5 +1,6 @@
-//! One line on the OpenCL devices here. Exits 0 with a device, 1 without.
-//! `cargo xtask test-opencl` and `cargo xtask demo` ask it first.
+//! One line listing the OpenCL devices here. Exits 0 with a device, 1
+//! without. `cargo xtask test-opencl` asks it first:
+//! `cargo run -p device-events-opencl --example devices`.
 
 use std::process::ExitCode;
 
