@@ -94,8 +94,7 @@ impl Default for ProfilerConfig {
 /// ```
 /// use device_events_core::{DriverPairing, ProfilerConfig};
 ///
-/// let default = ProfilerConfig::default().driver_pairing;
-/// assert_eq!(default, DriverPairing::Bracketed);
+/// assert_eq!(ProfilerConfig::default().driver_pairing, DriverPairing::Bracketed);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DriverPairing {

@@ -1,18 +1,17 @@
 //! The anchor: one device event whose time on the host clock is known, from
 //! which every window's placement is measured.
 //!
-//! The bracket itself is taken by the one loop of [`bracket`](super::bracket),
-//! through [`EventProbe`].
+//! Its bracket is taken by [`bracket`](super::bracket)'s loop, through
+//! [`EventProbe`].
 
 use std::sync::Arc;
 
 use std::time::{Duration, Instant};
 
 use crate::EventApi;
-use crate::anchoring::bracket::{Probe, exiting};
+use crate::anchoring::bracket::Probe;
 use crate::anchoring::drift::AnchorPlacement;
 use crate::anchoring::line::HostLine;
-use crate::anchoring::polling::{self, Polled};
 use crate::anchoring::{AnchorApi, Gate};
 use crate::driver::DriverError;
 use crate::events::pool::{EventPool, PooledEvent};
@@ -50,6 +49,8 @@ impl<A: AnchorApi> Probe for EventProbe<'_, A> {
     type Stamp = PooledEvent<A>;
     const BACKEND: &'static str = A::BACKEND;
     const MARKS: bool = true;
+    /// Only an exit ends the asking early.
+    const GIVE_UP: Duration = Duration::MAX;
 
     fn gate(&mut self) -> Option<&mut (dyn Gate + 'static)> {
         self.gate.as_deref_mut()
@@ -74,27 +75,13 @@ impl<A: AnchorApi> Probe for EventProbe<'_, A> {
         A::poll(event.raw())
     }
 
-    /// Polling where the backend can ([`polling::reach`]), else waiting.
-    /// Left with an error between asks once the process began exiting
-    /// ([`stop_driver_calls`](crate::process::stop_driver_calls)): an
-    /// anchor stream behind a long kernel must not keep this thread in the
-    /// driver through the driver's own exit handlers.
-    fn reach(&mut self, event: &PooledEvent<A>) -> Result<(), DriverError> {
-        match polling::reach(|| A::poll(event.raw()), Duration::MAX)? {
-            Polled::Reached => Ok(()),
-            // No give-up was asked for: only an exit ends the asking early.
-            Polled::Stopping | Polled::GaveUp => Err(exiting(A::BACKEND)),
-            // A wait in the driver, for a backend that cannot ask: outside
-            // the calibrator's piece of work, so that a fork does not wait
-            // for the device. The core holds no lock of its here; the
-            // checked layer holds a stream's entry across a wait only
-            // where asking reads the event's stream (HIP), and HIP polls.
-            Polled::CannotAsk => outside_library_work(|| A::event_wait(event.raw())),
-        }
-    }
-
-    fn read(&mut self, _: &mut PooledEvent<A>) -> Result<(), DriverError> {
-        Ok(())
+    /// A wait in the driver, for a backend that cannot ask: outside the
+    /// calibrator's piece of work, so that a fork does not wait for the
+    /// device. The core holds no lock of its here; the checked layer holds
+    /// a stream's entry across a wait only where asking reads the event's
+    /// stream (HIP), and HIP polls.
+    fn wait(&mut self, event: &PooledEvent<A>) -> Result<(), DriverError> {
+        outside_library_work(|| A::event_wait(event.raw()))
     }
 
     /// Released, never pooled: a record refused because the event is of

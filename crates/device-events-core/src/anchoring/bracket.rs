@@ -1,19 +1,12 @@
 //! The one bracket loop, for event backends and stamp clocks alike, and
 //! the one policy for a driver's own pairing of its clock with the host's.
 //!
-//! # Why a calibrated bracket
-//!
-//! The device writes the stamp at some instant between the host clock read
-//! just before it is queued (or its gate opened) and the read just after
-//! the host saw it written; nothing narrower is observable from the host.
-//! Reading the host clock only after the wait (the common shortcut) places
-//! the anchor at the late edge of that bracket, so every window built on
-//! it lands late by the wait's wake-up latency: several microseconds when
-//! the wait spins, tens to hundreds when the thread was descheduled, and a
-//! different amount each refresh. Taking the bracket several times,
-//! keeping the tightest and placing the anchor at its midpoint removes
-//! that bias, and its half-width is a bound on the error that callers can
-//! check placements against.
+//! The device writes a stamp between the host clock read just before it is
+//! queued (or its gate opened) and the read just after the host saw it
+//! written; nothing narrower is observable from the host. Reading only
+//! after the wait places the anchor late by the wait's wake-up latency, a
+//! different amount each time; the tightest of several brackets, placed at
+//! its midpoint, removes that bias, and its half-width bounds the error.
 
 use std::time::{Duration, Instant};
 
@@ -23,15 +16,14 @@ use crate::config::{DriverPairing, ProfilerConfig};
 use crate::driver::DriverError;
 use crate::fork_gate::outside_library_work;
 
-/// A device's way of putting one stamp in its queue and seeing it
-/// written: an event recorded on a stream, or a stamp clock's.
+/// One stamp in a device's queue: an event recorded on a stream, or a
+/// stamp clock's.
 pub(crate) trait Probe {
     /// A stamp queued, and once read, written.
     type Stamp;
     /// Who refuses, in errors.
     const BACKEND: &'static str;
-    /// Whether a mark is queued ahead of the gate (its own stamp), rather
-    /// than the gate saying itself ([`Gate::reached`]).
+    /// Whether a stamp of its own marks the gate, not [`Gate::reached`].
     const MARKS: bool;
 
     /// The gate the stamps wait behind, while one is kept.
@@ -42,28 +34,39 @@ pub(crate) trait Probe {
     fn queue(&mut self) -> Result<Self::Stamp, DriverError>;
     /// Whether the device has written `stamp`; `None`: cannot ask.
     fn written(&mut self, stamp: &Self::Stamp) -> Option<Result<bool, DriverError>>;
-    /// Return once the device has written `stamp`.
-    fn reach(&mut self, stamp: &Self::Stamp) -> Result<(), DriverError>;
+    /// How long the loop asks [`written`](Self::written) before it gives
+    /// the anchor up.
+    const GIVE_UP: Duration;
+    /// Wait in the driver until `stamp` is written, for a probe that cannot
+    /// ask; by default it always can.
+    fn wait(&mut self, _: &Self::Stamp) -> Result<(), DriverError> {
+        Err(refused(
+            Self::BACKEND,
+            "cannot ask whether the stamp is written",
+        ))
+    }
     /// Read `stamp` back, once written and the host clock read.
-    fn read(&mut self, stamp: &mut Self::Stamp) -> Result<(), DriverError>;
+    fn read(&mut self, _: &mut Self::Stamp) -> Result<(), DriverError> {
+        Ok(())
+    }
     /// Let go of a stamp the driver failed on: never used again.
-    fn discard(&mut self, stamp: Self::Stamp);
+    fn discard(&mut self, _: Self::Stamp) {}
 }
 
-/// One calibration: the stamp and the host-clock interval that holds the
-/// instant the device wrote it.
+/// A stamp, and the host-clock interval that holds where it was written.
 pub(crate) struct Bracket<S> {
     pub(crate) stamp: S,
     pub(crate) before: Instant,
     pub(crate) width: Duration,
 }
 
-/// Where an anchor is placed on the host clock, and how far the truth can
-/// be from it.
+/// Where an anchor lies on the host clock: within `bound` of `at`, and at
+/// `paired` where a driver's pairing chose the point inside that interval.
 #[derive(Clone, Copy)]
 pub(crate) struct Point {
     pub(crate) at: Instant,
     pub(crate) bound: Duration,
+    pub(crate) paired: Option<Instant>,
 }
 
 impl<S> Bracket<S> {
@@ -72,28 +75,25 @@ impl<S> Bracket<S> {
         Point {
             at: self.before + self.width / 2,
             bound: self.width / 2,
+            paired: None,
         }
     }
 
-    /// Where the anchor is placed: by the driver's pairing (where it puts
-    /// this bracket's stamp, with the driver's stated deviation, and how far
-    /// carrying it to the stamp may have moved it) where it lies inside the
-    /// bracket give or take that carry, else the midpoint; and whether a
-    /// pairing was refused.
-    ///
-    /// [`DriverPairing::Bracketed`]: the point inside the bracket nearest
-    /// the pairing, bound by its distance to the bracket's farther edge,
-    /// the most the bracket leaves the truth from it.
-    /// [`DriverPairing::Unchecked`]: the pairing bound by the driver's
-    /// word (and its carry), where that interval lies inside the bracket
-    /// and is the narrower.
+    /// The anchor's point, and whether a pairing was refused: as
+    /// [`DriverPairing`] says, by the driver's `pairing` (where it puts this
+    /// bracket's stamp, the driver's stated deviation, and how far carrying
+    /// it to the stamp may have moved it) where it lies inside the bracket
+    /// give or take that carry; else the midpoint.
     pub(crate) fn point(
         &self,
         policy: DriverPairing,
-        pairing: Result<Option<(HostStamp, Duration)>, DriverError>,
+        pairing: impl FnOnce(&Self) -> Result<Option<(HostStamp, Duration)>, DriverError>,
         backend: &str,
     ) -> (Point, bool) {
-        let (paired, carry) = match pairing {
+        if policy == DriverPairing::Off {
+            return (self.midpoint(), false);
+        }
+        let (paired, carry) = match pairing(self) {
             Ok(Some(paired)) => paired,
             Ok(None) => return (self.midpoint(), false),
             Err(err) => {
@@ -102,13 +102,16 @@ impl<S> Bracket<S> {
             }
         };
         let after = self.before + self.width;
-        let (low, high) = (self.before.checked_sub(carry), after + carry);
         let claim = match policy {
             DriverPairing::Unchecked => paired.uncertainty + carry,
             _ => Duration::ZERO,
         };
-        let early = paired.at.checked_sub(claim);
-        if low.zip(early).is_none_or(|(low, early)| early < low) || paired.at + claim > high {
+        let low = self.before.checked_sub(carry);
+        let inside = low
+            .zip(paired.at.checked_sub(claim))
+            .is_some_and(|(low, early)| early >= low)
+            && paired.at + claim <= after + carry;
+        if !inside {
             log::warn!(
                 "{backend}: the driver's pairing of its clock with the host's lies outside \
                  a bracket beside it: anchoring by the bracket"
@@ -119,25 +122,21 @@ impl<S> Bracket<S> {
             DriverPairing::Unchecked if claim < self.width / 2 => Point {
                 at: paired.at,
                 bound: claim,
+                paired: None,
             },
-            DriverPairing::Unchecked | DriverPairing::Off => self.midpoint(),
-            DriverPairing::Bracketed => {
-                let at = paired.at.clamp(self.before, after);
-                Point {
-                    at,
-                    bound: (at - self.before).max(after - at),
-                }
-            }
+            DriverPairing::Unchecked => self.midpoint(),
+            _ => Point {
+                paired: Some(paired.at.clamp(self.before, after)),
+                ..self.midpoint()
+            },
         };
         (point, false)
     }
 }
 
-/// The tightest of `calibration_samples` brackets of `probe`'s stamps,
-/// each gated while the probe keeps a gate; one that refuses to close is
-/// dropped, and the calibration goes on without it. Between samples the
-/// loop lets a fork under way go first (no lock is held there), and stops
-/// with an error once the process is exiting.
+/// The tightest of `calibration_samples` brackets, each gated while the
+/// probe keeps a gate (one that will not close is dropped). Between samples
+/// a fork under way goes first, and an exiting process stops the loop.
 pub(crate) fn tightest<P: Probe>(
     probe: &mut P,
     config: &ProfilerConfig,
@@ -178,10 +177,8 @@ fn sample<P: Probe>(
         let stamp = probe.queue()?;
         return finish(probe, stamp, before, clock);
     };
-    let mark = match P::MARKS && !settle.is_zero() {
-        true => Some(probe.queue()?),
-        false => None,
-    };
+    let marks = P::MARKS && !settle.is_zero();
+    let mark = marks.then(|| probe.queue()).transpose()?;
     if let Some(Err(err)) = probe.gate().map(Gate::close) {
         log::warn!(
             "{}: the anchor's gate is refused, anchoring without: {err}",
@@ -219,14 +216,23 @@ fn sample<P: Probe>(
     finish(probe, stamp, before, clock)
 }
 
-/// Wait for `stamp`, close the bracket and read the stamp back.
+/// Wait for `stamp` (polling, [`polling::reach`]; between asks the loop
+/// leaves with an error once the process began exiting, so that a stamp
+/// behind a long kernel does not keep the thread in the driver through its
+/// exit handlers), close the bracket and read the stamp back.
 fn finish<P: Probe>(
     probe: &mut P,
     mut stamp: P::Stamp,
     before: Instant,
     clock: fn() -> Instant,
 ) -> Result<Bracket<P::Stamp>, DriverError> {
-    let reached = probe.reach(&stamp);
+    let reached = match polling::reach(|| probe.written(&stamp), P::GIVE_UP) {
+        Ok(Polled::Reached) => Ok(()),
+        Ok(Polled::Stopping) => Err(exiting(P::BACKEND)),
+        Ok(Polled::GaveUp) => Err(refused(P::BACKEND, "the stamp was not written in time")),
+        Ok(Polled::CannotAsk) => probe.wait(&stamp),
+        Err(err) => Err(err),
+    };
     let width = clock().saturating_duration_since(before);
     match reached.and_then(|()| probe.read(&mut stamp)) {
         Ok(()) => Ok(Bracket {
@@ -270,13 +276,13 @@ impl<P: Probe> Drop for Closed<'_, P> {
 }
 
 /// A calibration left because the process is exiting.
-pub(crate) fn exiting(backend: &'static str) -> DriverError {
+fn exiting(backend: &'static str) -> DriverError {
     refused(
         backend,
         "the process is exiting (stop_driver_calls): the calibration was left",
     )
 }
 
-pub(crate) fn refused(backend: &'static str, what: &'static str) -> DriverError {
+fn refused(backend: &'static str, what: &'static str) -> DriverError {
     DriverError::refused(backend, "anchor calibration", crate::ErrorKind::Other, what)
 }

@@ -104,9 +104,10 @@ struct Rate {
 }
 
 impl DriftFit {
-    /// The anchor at `point`, `device` nanoseconds along the chain with
-    /// that reading's error: placed by the fit where the configuration
-    /// corrects drift, else standing alone.
+    /// The anchor at `point`, `device` ns along the chain (and its error):
+    /// placed by the fit where drift is corrected, else standing alone; at
+    /// the point a driver's pairing chose, where one did, inside what the
+    /// fit leaves, and bound by that interval's farther edge.
     pub(crate) fn place(
         &mut self,
         point: Point,
@@ -114,11 +115,21 @@ impl DriftFit {
         config: &ProfilerConfig,
     ) -> AnchorPlacement {
         let (at, bound, age) = (point.at, point.bound, config.anchor_max_age);
-        if config.drift_correction {
+        let mut placed = if config.drift_correction {
             self.add_anchor(at, bound, device.0, device.1, age)
         } else {
             AnchorPlacement::alone(at, bound, age)
+        };
+        if let Some(paired) = point.paired {
+            let low = placed.instant.checked_sub(placed.uncertainty);
+            let (low, high) = (
+                low.unwrap_or(placed.instant),
+                placed.instant + placed.uncertainty,
+            );
+            placed.instant = paired.clamp(low, high);
+            placed.uncertainty = (placed.instant - low).max(high - placed.instant);
         }
+        placed
     }
 
     pub(crate) fn new(resolution: Duration) -> Self {

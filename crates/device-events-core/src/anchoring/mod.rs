@@ -20,12 +20,12 @@ use crate::tunables::calibrator::{DRAIN_FIRST_SLEEP, DRAIN_SLEEP_UP_TO};
 /// The optional anchoring calls of a backend, for the profiler. Every
 /// [`RawApi`](crate::backend::RawApi) backend has it from the checked
 /// layer, over the raw seam's optional calls. A type made over
-/// [`EventApi`] directly (a test double, a wrapper) implements it itself,
+/// [`EventApi`](crate::EventApi) directly (a test double, a wrapper) implements it itself,
 /// beside its [`ThreadApi`](crate::backend::ThreadApi); every method has a
 /// default that says "not here", and the profiler then falls back to the
 /// bracket every driver allows.
 ///
-/// Kept apart from [`EventApi`], whose shape is fixed.
+/// Kept apart from [`EventApi`](crate::EventApi), whose shape is fixed.
 ///
 /// ```
 /// use device_events_core::{EventApi, backend::AnchorApi, sim::Sim};
@@ -210,14 +210,12 @@ pub trait Gate: Send {
     fn settle(&self) -> Duration;
 
     /// Whether the queue has reached the wait queued last, for a gate that
-    /// queues its own mark ahead of the wait (a stamp clock's, submitted
-    /// with its stamp); `None` (the default) where the gate cannot say, and
-    /// an event backend's anchor records a mark of its own ahead of it.
+    /// queues its own mark ahead of it (a stamp clock's); `None` (default):
+    /// an event backend's anchor records a mark of its own.
     ///
     /// # Errors
     ///
-    /// [`DriverError`] when the driver could not say; the gate is opened
-    /// and the sample given up.
+    /// [`DriverError`] when the driver could not say; the gate is opened.
     fn reached(&mut self) -> Option<Result<bool, DriverError>> {
         None
     }

@@ -16,7 +16,7 @@ use crate::anchoring::calibrator;
 use crate::anchoring::drift::DriftFit;
 use crate::anchoring::line::{nanos, reading_error};
 use crate::anchoring::{AnchorApi, Gate};
-use crate::config::{DriverPairing, ProfilerConfig};
+use crate::config::ProfilerConfig;
 use crate::driver::{DriverError, ErrorKind};
 use crate::events::pool::{EventPool, PooledEvent};
 use crate::owned_stream::OwnedStream;
@@ -311,13 +311,10 @@ impl<A: AnchorApi> Shared<A> {
             gate: &mut work.gate,
         };
         let bracket = bracket::tightest(&mut probe, &self.config)?;
-        let policy = self.config.driver_pairing;
-        let pairing = match policy {
-            DriverPairing::Off => Ok(None),
-            _ => A::pairing(bracket.stamp.raw()),
+        let pairing = |b: &Bracket<PooledEvent<A>>| {
+            Ok(A::pairing(b.stamp.raw())?.map(|s| (s, Duration::ZERO)))
         };
-        let paired = pairing.map(|stamp| stamp.map(|stamp| (stamp, Duration::ZERO)));
-        let (point, _) = bracket.point(policy, paired, A::BACKEND);
+        let (point, _) = bracket.point(self.config.driver_pairing, pairing, A::BACKEND);
         let previous = self.latest().anchor.clone();
         let chain = chain_position(&mut work.fit, previous.as_deref(), &bracket);
         let placement = work.fit.place(point, chain, &self.config);

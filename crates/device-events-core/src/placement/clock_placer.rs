@@ -1,24 +1,19 @@
-//! Absolute device stamps placed on the host clock: the anchor, gate,
-//! drift fit and per-stamp bound of the event backends, for a device clock
-//! that gives ticks ([`StampClock`]) instead of events.
-//!
-//! An anchor is taken by the event backends' bracket loop
-//! ([`crate::anchoring::bracket`]), through [`ClockProbe`], and the
-//! driver's own pairing (calibrated timestamps) is held against it by the
-//! same policy; this file places the clock's ticks, which wrap.
+//! Absolute device stamps placed on the host clock, for a device clock that
+//! gives ticks ([`StampClock`]) instead of events: anchored by the event
+//! backends' bracket loop and pairing policy ([`crate::anchoring::bracket`])
+//! through [`ClockProbe`], drift fit and per-stamp bound; ticks wrap.
 
 use std::time::{Duration, Instant};
 
-use crate::anchoring::bracket::{self, Bracket, Probe, exiting, refused};
+use crate::anchoring::bracket::{self, Bracket, Probe};
 use crate::anchoring::drift::DriftFit;
 use crate::anchoring::line::{HostLine, nanos, reading_error};
-use crate::anchoring::polling::{self, Polled};
 use crate::anchoring::stamp_clock::StampClock;
 use crate::anchoring::{Gate, HostStamp};
 use crate::placement::{Limits, Placement, place_window};
 use crate::tunables::calibrator::STAMP_GIVE_UP;
 use crate::tunables::drift::PRIOR;
-use crate::{DriverError, DriverPairing, ProfilerConfig};
+use crate::{DriverError, ProfilerConfig};
 
 /// Who refuses, in a stamp clock's calibration errors.
 const CLOCK: &str = "device clock";
@@ -26,10 +21,9 @@ const CLOCK: &str = "device clock";
 /// Places one device's absolute stamps on the host clock, through anchors
 /// taken on the thread that calls [`calibrate`](Self::calibrate).
 ///
-/// Of [`ProfilerConfig`], it reads `anchor_max_age`, `calibration_samples`,
-/// `host_clock`, `max_anchor_distance` (within half the clock's span),
-/// `drift_correction`, `gated_anchor`, `gate_settle` and `driver_pairing`;
-/// the resolution of every stamp is one tick of the clock.
+/// Of [`ProfilerConfig`], it reads the anchor's settings, with
+/// `max_anchor_distance` within half the clock's span; each stamp's
+/// resolution is one tick of the clock.
 ///
 /// ```
 /// use device_events_core::backend::StampClock;
@@ -73,8 +67,8 @@ pub struct ClockPlacer<C: StampClock> {
     base_ticks: u64,
     base_measured: Option<Instant>,
     refused_pairings: u64,
-    /// The clock's gate refused to close once: anchoring goes on without.
-    gate_dropped: bool,
+    /// Whether anchors are gated: `gated_anchor`, until the gate refused.
+    gated: bool,
 }
 
 impl<C: StampClock> std::fmt::Debug for ClockPlacer<C> {
@@ -100,13 +94,13 @@ impl<C: StampClock> ClockPlacer<C> {
         let tick = tick_of(&clock);
         Self {
             clock,
+            gated: config.gated_anchor,
             config,
             fit: DriftFit::new(tick),
             anchor: None,
             base_ticks: 0,
             base_measured: None,
             refused_pairings: 0,
-            gate_dropped: false,
         }
     }
 
@@ -125,14 +119,12 @@ impl<C: StampClock> ClockPlacer<C> {
         })
     }
 
-    /// How far the current anchor can be from the truth; `None` before
-    /// the first.
+    /// How far the current anchor can be from the truth (`None` before one).
     pub fn anchor_uncertainty(&self) -> Option<Duration> {
         self.anchor.map(|anchor| anchor.line.uncertainty)
     }
 
-    /// How many of the driver's pairings disagreed with the bracket taken
-    /// beside them, and were not used.
+    /// How many of the driver's pairings lay outside the bracket beside them.
     pub fn refused_pairings(&self) -> u64 {
         self.refused_pairings
     }
@@ -149,18 +141,14 @@ impl<C: StampClock> ClockPlacer<C> {
     pub fn calibrate(&mut self) -> Result<(), DriverError> {
         let mut probe = ClockProbe {
             clock: &mut self.clock,
-            gated: self.config.gated_anchor && !self.gate_dropped,
+            gated: self.gated,
         };
         let bracket = bracket::tightest(&mut probe, &self.config);
-        self.gate_dropped |= !probe.gated;
+        self.gated = probe.gated;
         let bracket = bracket?;
         let policy = self.config.driver_pairing;
-        let pairing = match policy {
-            DriverPairing::Off => Ok(None),
-            _ => self.clock.pairing(),
-        };
-        let paired = pairing.map(|paired| paired.and_then(|paired| self.carried(paired, &bracket)));
-        let (point, refused) = bracket.point(policy, paired, CLOCK);
+        let pairing = |b: &Bracket<u64>| Ok(self.clock.pairing()?.and_then(|p| self.carried(p, b)));
+        let (point, refused) = bracket.point(policy, pairing, CLOCK);
         self.refused_pairings += u64::from(refused);
         let (ticks, measured) = (bracket.stamp, point.at);
         // A clock that wraps is read unambiguously only within half its
@@ -206,7 +194,7 @@ impl<C: StampClock> ClockPlacer<C> {
             .line
             .placement_bound(offset)
             .saturating_add(reading_error(offset))
-            .saturating_add(nanos(self.tick()));
+            .saturating_add(nanos(tick_of(&self.clock)));
         Some(HostStamp {
             at,
             uncertainty: Duration::from_nanos(bound),
@@ -226,7 +214,7 @@ impl<C: StampClock> ClockPlacer<C> {
         let (after, before) = self.offset_ns(start, anchor.ticks);
         let limits = Limits {
             max_distance: self.max_distance(),
-            resolution: self.tick(),
+            resolution: tick_of(&self.clock),
         };
         place_window(
             &anchor.line,
@@ -251,7 +239,7 @@ impl<C: StampClock> ClockPlacer<C> {
         });
         let (after, before) = self.offset_ns(ticks, bracket.stamp);
         let step = after as f64 - before as f64;
-        let carry = step.abs() * rate_error + 2.0 * nanos(self.tick()) as f64;
+        let carry = step.abs() * rate_error + 2.0 * nanos(tick_of(&self.clock)) as f64;
         let shift = step * scale;
         let at = if shift >= 0.0 {
             stamp.at.checked_sub(Duration::from_nanos(shift as u64))
@@ -303,14 +291,10 @@ impl<C: StampClock> ClockPlacer<C> {
             ns as u64
         }
     }
-
-    /// One tick, rounded up to the nanosecond: each stamp's resolution.
-    fn tick(&self) -> Duration {
-        tick_of(&self.clock)
-    }
 }
 
-/// One tick of `clock`, rounded up to the nanosecond.
+/// One tick of `clock`, rounded up to the nanosecond: each stamp's
+/// resolution.
 fn tick_of<C: StampClock>(clock: &C) -> Duration {
     Duration::from_nanos(clock.period_ns().ceil().max(1.0) as u64)
 }
@@ -323,11 +307,11 @@ struct ClockProbe<'a, C: StampClock> {
 }
 
 impl<C: StampClock> Probe for ClockProbe<'_, C> {
-    /// Its ticks, once read.
     type Stamp = u64;
     const BACKEND: &'static str = CLOCK;
     /// The clock's gate queues its own mark.
     const MARKS: bool = false;
+    const GIVE_UP: Duration = STAMP_GIVE_UP;
 
     fn gate(&mut self) -> Option<&mut (dyn Gate + 'static)> {
         if self.gated { self.clock.gate() } else { None }
@@ -345,25 +329,10 @@ impl<C: StampClock> Probe for ClockProbe<'_, C> {
         Some(self.clock.stamp_written())
     }
 
-    /// Polling, giving up after [`STAMP_GIVE_UP`].
-    fn reach(&mut self, stamp: &u64) -> Result<(), DriverError> {
-        match polling::reach(|| self.written(stamp), STAMP_GIVE_UP)? {
-            Polled::Reached => Ok(()),
-            Polled::Stopping => Err(exiting(CLOCK)),
-            // `written` always asks: only the time allowed is left.
-            Polled::GaveUp | Polled::CannotAsk => Err(refused(
-                CLOCK,
-                "the device did not write the anchor's stamp within 10 s",
-            )),
-        }
-    }
-
     fn read(&mut self, stamp: &mut u64) -> Result<(), DriverError> {
         *stamp = self.clock.stamp()?;
         Ok(())
     }
-
-    fn discard(&mut self, _: u64) {}
 }
 
 #[cfg(test)]
