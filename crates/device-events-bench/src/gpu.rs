@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use cubecl_common::profile::ProfileTicks;
 use cudarc::driver::{result, sys};
 use device_events_core::backend::ThreadApi;
-use device_events_core::{EventApi, EventProfiler, ProfilerConfig};
+use device_events_core::{AnchorConfig, EventApi, EventProfiler, ProfilerConfig};
 use device_events_cuda::{Cuda, CudaStream};
 use serde_json::{Value, json};
 
@@ -110,11 +110,17 @@ pub enum Side {
 pub const SIDES: [Side; 4] = [
     Side::Ours("fit+gate", ProfilerConfig::default),
     Side::Ours("no fit", || ProfilerConfig {
-        drift_correction: false,
+        anchor: AnchorConfig {
+            drift_correction: false,
+            ..AnchorConfig::default()
+        },
         ..ProfilerConfig::default()
     }),
     Side::Ours("no gate", || ProfilerConfig {
-        gated_anchor: false,
+        anchor: AnchorConfig {
+            gated_anchor: false,
+            ..AnchorConfig::default()
+        },
         ..ProfilerConfig::default()
     }),
     Side::Upstream,

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use ash::vk;
 use device_events_core::backend::HostStamp;
 use device_events_core::backend::{Gate, StampClock};
-use device_events_core::{ClockPlacer, DriverError, DriverPairing, ProfilerConfig};
+use device_events_core::{AnchorConfig, ClockPlacer, DriverError, DriverPairing};
 use device_events_vulkan::{VulkanClock, VulkanDevice};
 
 use crate::placement::Errors;
@@ -246,7 +246,7 @@ impl<C: StampClock> StampClock for Skewed<C> {
 pub fn placement(
     device: &Arc<VulkanDevice>,
     seconds: u64,
-    configs: &[ProfilerConfig],
+    configs: &[AnchorConfig],
     skewed: bool,
 ) -> Vec<Errors> {
     let stamps = Stamps::new(device);
@@ -311,11 +311,11 @@ pub fn place_one<C: StampClock>(
 /// The sessions lavapipe is measured with, by key: a bracket, a bracket
 /// gated behind a timeline semaphore, and the driver's calibrated
 /// timestamps checked against a bracket; the fit on.
-pub fn sessions() -> Vec<(&'static str, ProfilerConfig)> {
-    let config = |gated_anchor, driver_pairing| ProfilerConfig {
+pub fn sessions() -> Vec<(&'static str, AnchorConfig)> {
+    let config = |gated_anchor, driver_pairing| AnchorConfig {
         gated_anchor,
         driver_pairing,
-        ..ProfilerConfig::default()
+        ..AnchorConfig::default()
     };
     vec![
         ("ungated_fit_on", config(false, DriverPairing::Off)),

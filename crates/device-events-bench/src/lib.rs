@@ -97,7 +97,10 @@ pub fn resolve<F: Future + Unpin>(mut future: F) -> F::Output {
 /// first milliseconds' state, refreshing every 5 ms.
 pub fn steady() -> device_events_core::ProfilerConfig {
     device_events_core::ProfilerConfig {
-        drift_correction: false,
+        anchor: device_events_core::AnchorConfig {
+            drift_correction: false,
+            ..device_events_core::AnchorConfig::default()
+        },
         ..device_events_core::ProfilerConfig::default()
     }
 }

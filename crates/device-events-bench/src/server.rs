@@ -12,8 +12,8 @@ use cudarc::driver::{result, sys};
 use crate::work;
 use device_events_conformance::soft::{Held, SoftDriver};
 use device_events_core::{
-    Backend, DriverError, EventApi, EventProfiler, FencePool, OwnedStream, ProfilerConfig,
-    backend::ThreadApi,
+    AnchorConfig, Backend, DriverError, EventApi, EventProfiler, FencePool, OwnedStream,
+    ProfilerConfig, backend::ThreadApi,
 };
 use device_events_cuda::Cuda;
 use device_events_hip::{Hip, HipStream};
@@ -109,7 +109,10 @@ pub fn captures_beside_the_library<A: Backend>(
                 (how.bind)();
                 let s = OwnedStream::<A>::new().unwrap();
                 let mut profiler = EventProfiler::<A>::with_config(ProfilerConfig {
-                    anchor_max_age: Duration::from_millis(1),
+                    anchor: AnchorConfig {
+                        anchor_max_age: Duration::from_millis(1),
+                        ..AnchorConfig::default()
+                    },
                     ..ProfilerConfig::default()
                 });
                 let pool = FencePool::<A>::new();

@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use device_events_bench::lavapipe::{Skewed, Stamps, device, place_one};
-use device_events_core::{ClockPlacer, DriverPairing, ProfilerConfig};
+use device_events_core::{AnchorConfig, ClockPlacer, DriverPairing};
 use device_events_vulkan::VulkanClock;
 
 device_events_conformance::tests_need_an_installed_runtime!(
@@ -24,15 +24,15 @@ const MODES: [(&str, bool, bool); 3] = [
     ("calibrated", false, true),
 ];
 
-fn config(gated: bool, paired: bool) -> ProfilerConfig {
-    ProfilerConfig {
+fn config(gated: bool, paired: bool) -> AnchorConfig {
+    AnchorConfig {
         gated_anchor: gated,
         driver_pairing: if paired {
             DriverPairing::Bracketed
         } else {
             DriverPairing::Off
         },
-        ..ProfilerConfig::default()
+        ..AnchorConfig::default()
     }
 }
 

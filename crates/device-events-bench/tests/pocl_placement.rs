@@ -25,12 +25,15 @@ use device_events_core::ProfilerConfig;
 /// tail is then luck).
 fn config(drift_correction: bool, gated_anchor: bool) -> ProfilerConfig {
     ProfilerConfig {
-        drift_correction,
-        gated_anchor,
-        anchor_max_age: std::time::Duration::from_millis(5),
-        // The bracket path, which every driver has: PoCL's own clock would
-        // make the anchor exact and leave nothing to compare.
-        driver_pairing: device_events_core::DriverPairing::Off,
+        anchor: device_events_core::AnchorConfig {
+            drift_correction,
+            gated_anchor,
+            anchor_max_age: std::time::Duration::from_millis(5),
+            // The bracket path, which every driver has: PoCL's own clock
+            // would make the anchor exact and leave nothing to compare.
+            driver_pairing: device_events_core::DriverPairing::Off,
+            ..device_events_core::AnchorConfig::default()
+        },
         ..ProfilerConfig::default()
     }
 }

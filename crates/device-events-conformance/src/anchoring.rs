@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use device_events_core::{Backend, EventProfiler, ProfilerConfig};
+use device_events_core::{AnchorConfig, Backend, EventProfiler, ProfilerConfig};
 
 use crate::Streams;
 use crate::soft::SoftDriver;
@@ -25,7 +25,10 @@ pub struct GateCalls {
 /// windows meet several calibrations.
 fn refreshing<A: Backend>() -> EventProfiler<A> {
     EventProfiler::with_config(ProfilerConfig {
-        anchor_max_age: Duration::from_millis(2),
+        anchor: AnchorConfig {
+            anchor_max_age: Duration::from_millis(2),
+            ..AnchorConfig::default()
+        },
         ..ProfilerConfig::default()
     })
 }
@@ -104,8 +107,11 @@ pub fn the_drift_fit_never_places_worse_than_anchors_alone<A: Backend>(driver: &
     let s = streams.get(0);
     let epoch = driver.host_instant(0);
     let config = |drift_correction| ProfilerConfig {
-        drift_correction,
-        anchor_max_age: Duration::from_millis(5),
+        anchor: AnchorConfig {
+            drift_correction,
+            anchor_max_age: Duration::from_millis(5),
+            ..AnchorConfig::default()
+        },
         ..ProfilerConfig::default()
     };
     let mut profilers = [

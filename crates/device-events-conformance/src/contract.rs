@@ -3,7 +3,9 @@
 //! check takes the ABI's names, and [`contract_suite!`](crate::contract_suite)
 //! makes each a named `#[test]` of the backend's suite.
 
-use device_events_core::{Backend, ErrorKind, EventFence, EventProfiler, ProfilerConfig};
+use device_events_core::{
+    AnchorConfig, Backend, ErrorKind, EventFence, EventProfiler, ProfilerConfig,
+};
 
 use crate::soft::SoftDriver;
 
@@ -194,7 +196,10 @@ pub fn a_closed_gate_holds_work_on_its_hardware_queue_only_until_the_stream_reac
     soft.set_hw_queues(1);
     let s = A::stream_create_non_blocking().unwrap();
     let mut profiler = EventProfiler::<A>::with_config(ProfilerConfig {
-        gate_settle: Some(Duration::from_secs(5)),
+        anchor: AnchorConfig {
+            gate_settle: Some(Duration::from_secs(5)),
+            ..AnchorConfig::default()
+        },
         ..ProfilerConfig::default()
     });
     /// Stops the user's records however the scope ends, a failed

@@ -50,8 +50,8 @@ use std::time::{Duration, Instant};
 pub use timed::TimedWork;
 
 use device_events_core::{
-    Backend, CaptureStatus, DriverError, ErrorKind, EventFence, EventProfiler, OwnedStream,
-    PlacedWindow, Placement, ProfilerConfig,
+    AnchorConfig, Backend, CaptureStatus, DriverError, ErrorKind, EventFence, EventProfiler,
+    OwnedStream, PlacedWindow, Placement, ProfilerConfig,
 };
 
 /// Device work a backend's tests can queue: a memset of a sized buffer works
@@ -1070,7 +1070,10 @@ pub fn a_global_capture_ends_while_the_library_works_elsewhere<A: Backend>(h: &H
                 let s = streams.get(0);
                 // Stale within a millisecond: anchors refresh throughout.
                 let mut profiler = EventProfiler::<A>::with_config(ProfilerConfig {
-                    anchor_max_age: Duration::from_millis(1),
+                    anchor: AnchorConfig {
+                        anchor_max_age: Duration::from_millis(1),
+                        ..AnchorConfig::default()
+                    },
                     ..ProfilerConfig::default()
                 });
                 let pool = device_events_core::FencePool::<A>::new();

@@ -13,7 +13,9 @@ use std::sync::mpsc;
 use std::sync::{Mutex, Once, PoisonError};
 use std::time::{Duration, Instant};
 
-use device_events_core::{Backend, EventFence, EventProfiler, OwnedStream, ProfilerConfig};
+use device_events_core::{
+    AnchorConfig, Backend, EventFence, EventProfiler, OwnedStream, ProfilerConfig,
+};
 
 use crate::Streams;
 use crate::soft::{Counts, SoftDriver};
@@ -116,8 +118,11 @@ pub fn anchor_refresh<A: Backend>() -> Seen {
     if let Some(s) = streams::<A>(1, &mut seen) {
         let s = s.get(0);
         let mut profiler = EventProfiler::<A>::with_config(ProfilerConfig {
-            anchor_max_age: Duration::ZERO,
-            calibration_samples: 2,
+            anchor: AnchorConfig {
+                anchor_max_age: Duration::ZERO,
+                calibration_samples: 2,
+                ..AnchorConfig::default()
+            },
             ..ProfilerConfig::default()
         });
         let mut pending = Vec::new();

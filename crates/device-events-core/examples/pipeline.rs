@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use device_events_core::sim::Sim;
-use device_events_core::{EventApi, EventFence, EventProfiler, ProfilerConfig};
+use device_events_core::{AnchorConfig, EventApi, EventFence, EventProfiler, ProfilerConfig};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("device: simulated device (no GPU, no driver)");
@@ -15,7 +15,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Sim::stream_create_non_blocking()?,
     );
     let mut profiler = EventProfiler::<Sim>::with_config(ProfilerConfig {
-        host_clock: Sim::host_now,
+        anchor: AnchorConfig {
+            host_clock: Sim::host_now,
+            ..AnchorConfig::default()
+        },
         ..ProfilerConfig::default()
     });
     let mut windows = Vec::new();

@@ -76,7 +76,7 @@ mod tunables;
 mod waiting;
 
 pub use api::EventApi;
-pub use config::{DriverPairing, ProfilerConfig};
+pub use config::{AnchorConfig, DriverPairing, ProfilerConfig};
 pub use driver::{CaptureStatus, DriverError, ErrorKind};
 pub use errors::ProfileError;
 pub use fence::event_fence::{EventFence, FencePool};

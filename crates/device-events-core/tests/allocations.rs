@@ -7,7 +7,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
 use device_events_core::sim::Sim;
-use device_events_core::{EventProfiler, OwnedStream, PlacedWindow, ProfilerConfig};
+use device_events_core::{AnchorConfig, EventProfiler, OwnedStream, PlacedWindow, ProfilerConfig};
 use std::time::Duration;
 
 struct Counting;
@@ -42,9 +42,12 @@ fn allocations() -> u64 {
 /// test: no window waits for one, so each is read on its first poll.
 fn anchored(s: &OwnedStream<Sim>) -> EventProfiler<Sim> {
     let mut profiler = EventProfiler::<Sim>::with_config(ProfilerConfig {
-        drift_correction: false,
-        anchor_max_age: Duration::from_secs(3600),
-        max_anchor_distance: Duration::from_secs(3600),
+        anchor: AnchorConfig {
+            drift_correction: false,
+            anchor_max_age: Duration::from_secs(3600),
+            max_anchor_distance: Duration::from_secs(3600),
+            ..AnchorConfig::default()
+        },
         ..ProfilerConfig::default()
     });
     let token = profiler.start(s.get());
@@ -124,7 +127,10 @@ fn a_window_allocates_nothing_across_anchor_refreshes() {
     let _sim = Sim::exclusive();
     let s = OwnedStream::<Sim>::new().unwrap();
     let mut profiler = EventProfiler::<Sim>::with_config(ProfilerConfig {
-        anchor_max_age: Duration::from_millis(2),
+        anchor: AnchorConfig {
+            anchor_max_age: Duration::from_millis(2),
+            ..AnchorConfig::default()
+        },
         ..ProfilerConfig::default()
     });
     let window = |profiler: &mut EventProfiler<Sim>| {

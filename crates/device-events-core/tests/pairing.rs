@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use device_events_core::backend::{HostStamp, StampClock};
 use device_events_core::sim::{Sim, SimStream};
 use device_events_core::{
-    ClockPlacer, DriverError, DriverPairing, EventApi, EventProfiler, ProfilerConfig,
+    AnchorConfig, ClockPlacer, DriverError, DriverPairing, EventApi, EventProfiler, ProfilerConfig,
 };
 
 /// How late every pairing of the drivers below is, and what it claims.
@@ -75,9 +75,9 @@ impl StampClock for WideBrackets {
 }
 
 fn calibrated(late: Duration, driver_pairing: DriverPairing) -> ClockPlacer<WideBrackets> {
-    let config = ProfilerConfig {
+    let config = AnchorConfig {
         driver_pairing,
-        ..ProfilerConfig::default()
+        ..AnchorConfig::default()
     };
     let mut placer = ClockPlacer::new(WideBrackets::late(late), config);
     placer.calibrate().unwrap();
@@ -188,7 +188,10 @@ fn an_event_drivers_host_stamp_late_by_more_than_it_claims_is_placed_within_the_
     let _sim = support::setup();
     let stream = LatePairing::stream_create_non_blocking().unwrap();
     let mut profiler = EventProfiler::<LatePairing>::with_config(ProfilerConfig {
-        host_clock: Sim::host_now,
+        anchor: AnchorConfig {
+            host_clock: Sim::host_now,
+            ..AnchorConfig::default()
+        },
         ..ProfilerConfig::default()
     });
     let window = profiler.start(stream);

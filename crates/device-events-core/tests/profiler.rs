@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use device_events_core::sim::{Sim, SimStream};
 use device_events_core::{
-    DriverError, ErrorKind, EventApi, EventProfiler, ProfileError, ProfilerConfig,
+    AnchorConfig, DriverError, ErrorKind, EventApi, EventProfiler, ProfileError, ProfilerConfig,
 };
 use device_events_core::{PlacedWindow, Placement};
 use std::time::Instant;
@@ -26,7 +26,10 @@ fn on_sim_clock_of<
     A: device_events_core::backend::AnchorApi + device_events_core::backend::FenceApi,
 >() -> EventProfiler<A> {
     EventProfiler::with_config(ProfilerConfig {
-        host_clock: Sim::host_now,
+        anchor: AnchorConfig {
+            host_clock: Sim::host_now,
+            ..AnchorConfig::default()
+        },
         ..ProfilerConfig::default()
     })
 }
@@ -41,7 +44,10 @@ fn still_clock() -> Instant {
 
 fn on_still_clock() -> EventProfiler<Sim> {
     EventProfiler::with_config(ProfilerConfig {
-        host_clock: still_clock,
+        anchor: AnchorConfig {
+            host_clock: still_clock,
+            ..AnchorConfig::default()
+        },
         ..ProfilerConfig::default()
     })
 }
@@ -240,7 +246,10 @@ fn idle_events_stay_within_max_idle_events() {
     let _sim = setup();
     let s = stream();
     let mut profiler = EventProfiler::<Sim>::with_config(ProfilerConfig {
-        host_clock: Sim::host_now,
+        anchor: AnchorConfig {
+            host_clock: Sim::host_now,
+            ..AnchorConfig::default()
+        },
         max_idle_events: 4,
         ..ProfilerConfig::default()
     });
@@ -893,7 +902,10 @@ fn a_resolution_too_large_to_add_gives_the_widest_bound_not_a_panic() {
     let _sim = setup();
     let s = stream();
     let mut profiler = EventProfiler::<Sim>::with_config(ProfilerConfig {
-        host_clock: Sim::host_now,
+        anchor: AnchorConfig {
+            host_clock: Sim::host_now,
+            ..AnchorConfig::default()
+        },
         timer_resolution: Duration::MAX,
         ..ProfilerConfig::default()
     });
@@ -913,9 +925,12 @@ fn an_anchor_max_age_too_long_to_add_is_never_stale_and_never_a_panic() {
         let _sim = setup();
         let s = stream();
         let mut profiler = EventProfiler::<Sim>::with_config(ProfilerConfig {
-            host_clock: Sim::host_now,
-            anchor_max_age: Duration::MAX,
-            drift_correction,
+            anchor: AnchorConfig {
+                host_clock: Sim::host_now,
+                anchor_max_age: Duration::MAX,
+                drift_correction,
+                ..AnchorConfig::default()
+            },
             ..ProfilerConfig::default()
         });
         for _ in 0..3 {
@@ -926,9 +941,12 @@ fn an_anchor_max_age_too_long_to_add_is_never_stale_and_never_a_panic() {
         }
         drop(profiler);
         let mut failing = EventProfiler::<Sim>::with_config(ProfilerConfig {
-            host_clock: Sim::host_now,
-            anchor_max_age: Duration::MAX,
-            drift_correction,
+            anchor: AnchorConfig {
+                host_clock: Sim::host_now,
+                anchor_max_age: Duration::MAX,
+                drift_correction,
+                ..AnchorConfig::default()
+            },
             ..ProfilerConfig::default()
         });
         Sim::fail_every("simEventRecord", ErrorKind::OutOfResources);

@@ -13,7 +13,9 @@ use std::cell::Cell;
 use cubecl_common::profile::ProfileDuration;
 use cudarc::driver::result;
 use device_events_conformance::soft::SoftDriver;
-use device_events_core::{EventApi, EventFence, EventProfiler, PlacedWindow, ProfilerConfig};
+use device_events_core::{
+    AnchorConfig, EventApi, EventFence, EventProfiler, PlacedWindow, ProfilerConfig,
+};
 use device_events_cubecl::{CubeFence, CubeProfiler};
 use device_events_cuda::{Cuda, CudaStream};
 
@@ -93,7 +95,10 @@ fn stream() -> CudaStream {
 /// Anchors refreshed once a second only, as in a session's steady state.
 fn steady() -> ProfilerConfig {
     ProfilerConfig {
-        drift_correction: false,
+        anchor: AnchorConfig {
+            drift_correction: false,
+            ..AnchorConfig::default()
+        },
         ..ProfilerConfig::default()
     }
 }

@@ -348,7 +348,10 @@ fn an_anchor_event_refused_as_another_contexts_is_never_handed_to_a_window() {
     bind(0);
     let s0 = stream();
     let mut profiler = EventProfiler::<Cuda>::with_config(device_events_core::ProfilerConfig {
-        anchor_max_age: std::time::Duration::from_millis(1),
+        anchor: device_events_core::AnchorConfig {
+            anchor_max_age: std::time::Duration::from_millis(1),
+            ..device_events_core::AnchorConfig::default()
+        },
         ..device_events_core::ProfilerConfig::default()
     });
     let first = profiler.start(s0);

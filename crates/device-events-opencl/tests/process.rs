@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use device_events_conformance::fork::status_of;
 
 use device_events_core::process::{stop_driver_calls, wait_for_calibrations};
-use device_events_core::{EventProfiler, OwnedStream, ProfilerConfig};
+use device_events_core::{AnchorConfig, EventProfiler, OwnedStream, ProfilerConfig};
 use device_events_opencl::OpenCl;
 
 /// A profiler whose first calibration takes `samples` brackets, each a
@@ -25,9 +25,12 @@ fn calibrating(samples: usize) -> (OwnedStream<OpenCl>, EventProfiler<OpenCl>) {
     OpenCl::probe().expect("an OpenCL platform with a device: cargo xtask test installs PoCL");
     let stream = OwnedStream::<OpenCl>::new().unwrap();
     let mut profiler = EventProfiler::<OpenCl>::with_config(ProfilerConfig {
-        calibration_samples: samples,
-        // The brackets alone: the driver's stamps are not asked for.
-        driver_pairing: device_events_core::DriverPairing::Off,
+        anchor: AnchorConfig {
+            calibration_samples: samples,
+            // The brackets alone: the driver's stamps are not asked for.
+            driver_pairing: device_events_core::DriverPairing::Off,
+            ..AnchorConfig::default()
+        },
         ..ProfilerConfig::default()
     });
     let token = profiler.start(stream.get());

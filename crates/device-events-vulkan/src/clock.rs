@@ -48,11 +48,11 @@ const OPEN_FIRST_SLEEP: Duration = Duration::from_millis(1);
 /// on that device are read.
 ///
 /// ```
-/// use device_events_core::{ClockPlacer, ProfilerConfig};
+/// use device_events_core::{ClockPlacer, AnchorConfig};
 /// use device_events_vulkan::{VulkanClock, VulkanDevice};
 ///
 /// let Ok(device) = VulkanDevice::open() else { return Ok(()) }; // no Vulkan here
-/// let mut placer = ClockPlacer::new(VulkanClock::new(&device)?, ProfilerConfig::default());
+/// let mut placer = ClockPlacer::new(VulkanClock::new(&device)?, AnchorConfig::default());
 /// placer.calibrate()?;
 /// // A runtime's own `vkCmdWriteTimestamp` results, read back:
 /// // placer.place_window(start_ticks, end_ticks)

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use device_events_core::backend::StampClock;
-use device_events_core::{ClockPlacer, DriverPairing, ProfilerConfig};
+use device_events_core::{AnchorConfig, ClockPlacer, DriverPairing};
 use device_events_vulkan::{VulkanClock, VulkanDevice};
 
 device_events_conformance::tests_need_an_installed_runtime!(
@@ -24,11 +24,11 @@ fn lavapipe() -> Arc<VulkanDevice> {
     }
 }
 
-fn config(gated_anchor: bool, driver_pairing: DriverPairing) -> ProfilerConfig {
-    ProfilerConfig {
+fn config(gated_anchor: bool, driver_pairing: DriverPairing) -> AnchorConfig {
+    AnchorConfig {
         gated_anchor,
         driver_pairing,
-        ..ProfilerConfig::default()
+        ..AnchorConfig::default()
     }
 }
 

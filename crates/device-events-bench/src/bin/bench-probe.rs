@@ -1161,12 +1161,15 @@ fn main() {
 fn placement_sessions() -> Vec<(&'static str, device_events_core::ProfilerConfig)> {
     let config =
         |gated_anchor, drift_correction, paired: bool| device_events_core::ProfilerConfig {
-            gated_anchor,
-            drift_correction,
-            driver_pairing: if paired {
-                device_events_core::DriverPairing::Bracketed
-            } else {
-                device_events_core::DriverPairing::Off
+            anchor: device_events_core::AnchorConfig {
+                gated_anchor,
+                drift_correction,
+                driver_pairing: if paired {
+                    device_events_core::DriverPairing::Bracketed
+                } else {
+                    device_events_core::DriverPairing::Off
+                },
+                ..device_events_core::AnchorConfig::default()
             },
             ..device_events_core::ProfilerConfig::default()
         };

@@ -1,23 +1,19 @@
-//! The one bracket loop, for event backends and stamp clocks alike, and
-//! the one policy for a driver's own pairing of its clock with the host's.
-//!
-//! The device writes a stamp between the host clock read just before it is
-//! queued (or its gate opened) and the read just after the host saw it
-//! written; nothing narrower is observable from the host. Reading only
-//! after the wait places the anchor late by the wait's wake-up latency, a
-//! different amount each time; the tightest of several brackets, placed at
-//! its midpoint, removes that bias, and its half-width bounds the error.
+//! The one bracket loop, for event backends and stamp clocks alike, and the
+//! one policy for a driver's own pairing of its clock with the host's. The
+//! device writes a stamp between the host's clock reads before it is queued
+//! (or its gate opened) and after it is seen written; reading only after
+//! the wait places it late by the wait's wake-up, a different amount each
+//! time: the tightest of several brackets' midpoint removes that bias.
 
 use std::time::{Duration, Instant};
 
 use crate::anchoring::polling::{self, Polled};
 use crate::anchoring::{Gate, HostStamp};
-use crate::config::{DriverPairing, ProfilerConfig};
+use crate::config::{AnchorConfig, DriverPairing};
 use crate::driver::DriverError;
 use crate::fork_gate::outside_library_work;
 
-/// One stamp in a device's queue: an event recorded on a stream, or a
-/// stamp clock's.
+/// Stamps in a device's queue: events recorded on a stream, or a clock's.
 pub(crate) trait Probe {
     /// A stamp queued, and once read, written.
     type Stamp;
@@ -34,16 +30,11 @@ pub(crate) trait Probe {
     fn queue(&mut self) -> Result<Self::Stamp, DriverError>;
     /// Whether the device has written `stamp`; `None`: cannot ask.
     fn written(&mut self, stamp: &Self::Stamp) -> Option<Result<bool, DriverError>>;
-    /// How long the loop asks [`written`](Self::written) before it gives
-    /// the anchor up.
+    /// How long [`written`](Self::written) is asked before the anchor is given up.
     const GIVE_UP: Duration;
-    /// Wait in the driver until `stamp` is written, for a probe that cannot
-    /// ask; by default it always can.
+    /// Wait in the driver until `stamp` is written, where it cannot ask.
     fn wait(&mut self, _: &Self::Stamp) -> Result<(), DriverError> {
-        Err(refused(
-            Self::BACKEND,
-            "cannot ask whether the stamp is written",
-        ))
+        Err(refused(Self::BACKEND, "cannot wait"))
     }
     /// Read `stamp` back, once written and the host clock read.
     fn read(&mut self, _: &mut Self::Stamp) -> Result<(), DriverError> {
@@ -60,8 +51,7 @@ pub(crate) struct Bracket<S> {
     pub(crate) width: Duration,
 }
 
-/// Where an anchor lies on the host clock: within `bound` of `at`, and at
-/// `paired` where a driver's pairing chose the point inside that interval.
+/// An anchor within `bound` of `at`; at `paired`, where a pairing chose it.
 #[derive(Clone, Copy)]
 pub(crate) struct Point {
     pub(crate) at: Instant,
@@ -79,11 +69,9 @@ impl<S> Bracket<S> {
         }
     }
 
-    /// The anchor's point, and whether a pairing was refused: as
-    /// [`DriverPairing`] says, by the driver's `pairing` (where it puts this
-    /// bracket's stamp, the driver's stated deviation, and how far carrying
-    /// it to the stamp may have moved it) where it lies inside the bracket
-    /// give or take that carry; else the midpoint.
+    /// The anchor's point as [`DriverPairing`] says, by the driver's
+    /// `pairing` (its stamp, stated deviation and carry to this stamp) where
+    /// it lies inside the bracket, else the midpoint; and whether refused.
     pub(crate) fn point(
         &self,
         policy: DriverPairing,
@@ -139,7 +127,7 @@ impl<S> Bracket<S> {
 /// a fork under way goes first, and an exiting process stops the loop.
 pub(crate) fn tightest<P: Probe>(
     probe: &mut P,
-    config: &ProfilerConfig,
+    config: &AnchorConfig,
 ) -> Result<Bracket<P::Stamp>, DriverError> {
     let mut best: Option<Bracket<P::Stamp>> = None;
     for _ in 0..config.calibration_samples.max(1) {
@@ -155,18 +143,14 @@ pub(crate) fn tightest<P: Probe>(
     best.ok_or_else(|| refused(P::BACKEND, "no sample taken"))
 }
 
-/// One bracket: gated where the gate serves, else plain.
-///
-/// Gated, the stamp is queued behind the closed gate; once the queue has
-/// reached the gate (a mark ahead of it says so), the host reads its clock,
-/// opens the gate and waits: the queueing and the launch latency fall
-/// before the bracket opens. The gate holds the queue only until the host
-/// sees the mark, at most `settle` (a queue that far behind other work
-/// holds nobody at the gate), plus this thread's scheduling latency: a
-/// soft bound. It opens on every path, errors included.
+/// One bracket, gated where the gate serves: the stamp queued behind it,
+/// the host reads its clock once a mark says the queue is there (or after
+/// `settle`: a queue that far behind holds nobody there), then opens it, so
+/// queueing and launch latency fall before the bracket. It opens on every
+/// path; it holds the queue that long plus this thread's scheduling delay.
 fn sample<P: Probe>(
     probe: &mut P,
-    config: &ProfilerConfig,
+    config: &AnchorConfig,
 ) -> Result<Bracket<P::Stamp>, DriverError> {
     let clock = config.host_clock;
     let Some(settle) = probe
@@ -216,10 +200,8 @@ fn sample<P: Probe>(
     finish(probe, stamp, before, clock)
 }
 
-/// Wait for `stamp` (polling, [`polling::reach`]; between asks the loop
-/// leaves with an error once the process began exiting, so that a stamp
-/// behind a long kernel does not keep the thread in the driver through its
-/// exit handlers), close the bracket and read the stamp back.
+/// Wait for `stamp` (polling; left once the process is exiting, rather than
+/// wait in the driver through its exit handlers), then close the bracket.
 fn finish<P: Probe>(
     probe: &mut P,
     mut stamp: P::Stamp,
@@ -247,9 +229,8 @@ fn finish<P: Probe>(
     }
 }
 
-/// A probe whose gate is closed, and opens when dropped, on every path: a
-/// wait the host never satisfies would hold the queue, and all work behind
-/// it, forever.
+/// A probe whose gate is closed, opened when dropped: a wait never satisfied
+/// would hold the queue, and all work behind it, forever.
 struct Closed<'a, P: Probe> {
     probe: &'a mut P,
     shut: bool,
@@ -277,10 +258,7 @@ impl<P: Probe> Drop for Closed<'_, P> {
 
 /// A calibration left because the process is exiting.
 fn exiting(backend: &'static str) -> DriverError {
-    refused(
-        backend,
-        "the process is exiting (stop_driver_calls): the calibration was left",
-    )
+    refused(backend, "the process is exiting")
 }
 
 fn refused(backend: &'static str, what: &'static str) -> DriverError {

@@ -32,7 +32,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use crate::anchoring::bracket::Point;
-use crate::config::ProfilerConfig;
+use crate::config::AnchorConfig;
 use crate::tunables::drift::{KEEP, MAX_AGE, MIN_AGE, PRIOR, TARGET, WEIGHT_FLOOR_NS};
 
 /// One anchor as a point of the line: host time against device time.
@@ -112,7 +112,7 @@ impl DriftFit {
         &mut self,
         point: Point,
         device: (f64, f64),
-        config: &ProfilerConfig,
+        config: &AnchorConfig,
     ) -> AnchorPlacement {
         let (at, bound, age) = (point.at, point.bound, config.anchor_max_age);
         let mut placed = if config.drift_correction {

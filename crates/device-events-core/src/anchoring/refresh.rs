@@ -104,7 +104,7 @@ impl Work {
 
 impl<A: AnchorApi> Anchoring<A> {
     pub(crate) fn new(config: ProfilerConfig) -> Self {
-        let pool = EventPool::new(config.calibration_samples.max(1) + 1);
+        let pool = EventPool::new(config.anchor.calibration_samples.max(1) + 1);
         Self {
             shared: Arc::new(Shared {
                 config,
@@ -149,7 +149,7 @@ impl<A: AnchorApi> Anchoring<A> {
     /// or when none could be begun.
     #[inline]
     pub(crate) fn for_window(&mut self, stream: A::Stream) -> Result<WindowAnchor<A>, DriverError> {
-        let now = (self.shared.config.host_clock)();
+        let now = (self.shared.config.anchor.host_clock)();
         if let Some(anchor) = &self.cache
             && !anchor.stale(now)
         {
@@ -193,7 +193,7 @@ impl<A: AnchorApi> Anchoring<A> {
         if let Some(old) = &latest.anchor
             && (latest.in_flight.is_none()
                 || now.saturating_duration_since(old.measured())
-                    <= self.shared.config.anchor_max_age)
+                    <= self.shared.config.anchor.anchor_max_age)
         {
             return Ok(WindowAnchor::Known(Arc::clone(old)));
         }
@@ -271,7 +271,7 @@ impl<A: AnchorApi> Shared<A> {
         config: &ProfilerConfig,
         err: DriverError,
     ) -> Duration {
-        let cap = config.anchor_max_age.clamp(FIRST_RETRY, LAST_RETRY);
+        let cap = config.anchor.anchor_max_age.clamp(FIRST_RETRY, LAST_RETRY);
         let delay = latest
             .retry
             .as_ref()
@@ -298,7 +298,7 @@ impl<A: AnchorApi> Shared<A> {
     }
 
     fn calibrate_with(&self, work: &mut Work, stream: A::Stream) -> Result<Anchor<A>, DriverError> {
-        if self.config.gated_anchor && !work.gate_tried {
+        if self.config.anchor.gated_anchor && !work.gate_tried {
             work.gate_tried = true;
             work.gate = A::gate(stream).unwrap_or_else(|err| {
                 log::warn!("{}: anchoring without a gate: {err}", A::BACKEND);
@@ -310,14 +310,14 @@ impl<A: AnchorApi> Shared<A> {
             stream,
             gate: &mut work.gate,
         };
-        let bracket = bracket::tightest(&mut probe, &self.config)?;
+        let bracket = bracket::tightest(&mut probe, &self.config.anchor)?;
         let pairing = |b: &Bracket<PooledEvent<A>>| {
             Ok(A::pairing(b.stamp.raw())?.map(|s| (s, Duration::ZERO)))
         };
-        let (point, _) = bracket.point(self.config.driver_pairing, pairing, A::BACKEND);
+        let (point, _) = bracket.point(self.config.anchor.driver_pairing, pairing, A::BACKEND);
         let previous = self.latest().anchor.clone();
         let chain = chain_position(&mut work.fit, previous.as_deref(), &bracket);
-        let placement = work.fit.place(point, chain, &self.config);
+        let placement = work.fit.place(point, chain, &self.config.anchor);
         Ok(Anchor::new(bracket.stamp, point.at, placement, chain))
     }
 }
@@ -503,7 +503,7 @@ impl<A: AnchorApi> PendingCalibration<A> {
             return;
         };
         let taken = A::in_context_of(stream, || shared.calibrate(stream)).and_then(|t| t);
-        let now = (shared.config.host_clock)();
+        let now = (shared.config.anchor.host_clock)();
         let mut latest = shared.latest();
         latest.in_flight = None;
         if latest.prepared.is_none() {

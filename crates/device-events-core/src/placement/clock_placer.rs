@@ -13,7 +13,7 @@ use crate::anchoring::{Gate, HostStamp};
 use crate::placement::{Limits, Placement, place_window};
 use crate::tunables::calibrator::STAMP_GIVE_UP;
 use crate::tunables::drift::PRIOR;
-use crate::{DriverError, ProfilerConfig};
+use crate::{AnchorConfig, DriverError};
 
 /// Who refuses, in a stamp clock's calibration errors.
 const CLOCK: &str = "device clock";
@@ -21,13 +21,13 @@ const CLOCK: &str = "device clock";
 /// Places one device's absolute stamps on the host clock, through anchors
 /// taken on the thread that calls [`calibrate`](Self::calibrate).
 ///
-/// Of [`ProfilerConfig`], it reads the anchor's settings, with
+/// It reads all of [`AnchorConfig`], with
 /// `max_anchor_distance` within half the clock's span; each stamp's
 /// resolution is one tick of the clock.
 ///
 /// ```
 /// use device_events_core::backend::StampClock;
-/// use device_events_core::{ClockPlacer, DriverError, ProfilerConfig};
+/// use device_events_core::{ClockPlacer, DriverError, AnchorConfig};
 /// use std::time::Instant;
 ///
 /// /// Device ticks that are host nanoseconds since `origin`.
@@ -49,7 +49,7 @@ const CLOCK: &str = "device clock";
 /// }
 ///
 /// let origin = Instant::now();
-/// let mut placer = ClockPlacer::new(HostTicks(origin, 0), ProfilerConfig::default());
+/// let mut placer = ClockPlacer::new(HostTicks(origin, 0), AnchorConfig::default());
 /// assert!(placer.due());
 /// placer.calibrate()?;
 /// let window = placer.place_window(2_000_000, 3_000_000).expect("placed");
@@ -60,7 +60,7 @@ const CLOCK: &str = "device clock";
 /// ```
 pub struct ClockPlacer<C: StampClock> {
     clock: C,
-    config: ProfilerConfig,
+    config: AnchorConfig,
     fit: DriftFit,
     anchor: Option<ClockAnchor>,
     /// Where the fit's device positions are measured from, and when.
@@ -90,7 +90,7 @@ struct ClockAnchor {
 
 impl<C: StampClock> ClockPlacer<C> {
     /// A placer of `clock`'s stamps, with no anchor yet.
-    pub fn new(clock: C, config: ProfilerConfig) -> Self {
+    pub fn new(clock: C, config: AnchorConfig) -> Self {
         let tick = tick_of(&clock);
         Self {
             clock,
@@ -389,7 +389,7 @@ mod tests {
     }
 
     fn calibrated(clock: HostTicks) -> ClockPlacer<HostTicks> {
-        let mut placer = ClockPlacer::new(clock, ProfilerConfig::default());
+        let mut placer = ClockPlacer::new(clock, AnchorConfig::default());
         placer.calibrate().expect("calibrates");
         placer
     }
@@ -401,7 +401,7 @@ mod tests {
 
     #[test]
     fn nothing_is_placed_before_the_first_anchor() {
-        let placer = ClockPlacer::new(HostTicks::new(0, 64), ProfilerConfig::default());
+        let placer = ClockPlacer::new(HostTicks::new(0, 64), AnchorConfig::default());
         assert!(placer.due());
         assert!(placer.place(5).is_none());
         assert!(placer.place_window(5, 6).is_none());

@@ -51,7 +51,7 @@ use crate::waiting::resolver::{Lane, LaneId};
 ///   anchor is recorded behind the closed gate, and the host reads its clock
 ///   just before opening it, so the record call and the launch latency fall
 ///   before the bracket opens. Otherwise the bracket opens before the record.
-/// - The bracket is taken [`calibration_samples`](ProfilerConfig::calibration_samples)
+/// - The bracket is taken [`calibration_samples`](crate::AnchorConfig::calibration_samples)
 ///   times and the tightest kept; the calibration polls the anchor event
 ///   briefly before it waits, so a blocking-sync wait's late wake-up does
 ///   not widen it.
@@ -69,8 +69,8 @@ use crate::waiting::resolver::{Lane, LaneId};
 /// before it allow, and an anchor never leaves its own bracket: the fit can
 /// narrow a placement, never widen it. Until the rate is known, anchors are
 /// refreshed every few milliseconds; as the fit firms up the period grows
-/// to [`anchor_max_age`](ProfilerConfig::anchor_max_age). With the fit off
-/// ([`drift_correction`](ProfilerConfig::drift_correction)), each anchor
+/// to [`anchor_max_age`](crate::AnchorConfig::anchor_max_age). With the fit off
+/// ([`drift_correction`](crate::AnchorConfig::drift_correction)), each anchor
 /// stands alone at rate 1.
 ///
 /// Each window's [`Placement::uncertainty`](crate::Placement::uncertainty) bounds both ends' error. The
@@ -156,7 +156,7 @@ impl<A: AnchorApi> EventProfiler<A> {
             pool,
             spare: Vec::new(),
             limits: Limits {
-                max_distance: config.max_anchor_distance,
+                max_distance: config.anchor.max_anchor_distance,
                 resolution: config.timer_resolution,
             },
             context_current: config.context_current,
@@ -171,7 +171,7 @@ impl<A: AnchorApi> EventProfiler<A> {
     ///
     /// Makes no waiting driver call. The window takes the current anchor
     /// while it is younger than
-    /// [`anchor_max_age`](ProfilerConfig::anchor_max_age), and a refresh
+    /// [`anchor_max_age`](crate::AnchorConfig::anchor_max_age), and a refresh
     /// due by then is handed to the calibrator thread; before the first
     /// anchor, or once the current one is older, it rides the one being
     /// taken, and its reading waits for it.
