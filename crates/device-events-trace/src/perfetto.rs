@@ -133,9 +133,11 @@ impl Perfetto {
         let base = InstantBase::take();
         let mut identity = Identity::read();
         let mut clock = HostClock::read();
-        if let Some((_, error)) = self.simulated {
-            identity.machine_id.push_str("-simulated");
-            identity.boot_id.push_str("-simulated");
+        if let Some((offset, error)) = self.simulated {
+            // Distinct for each offset played: two played machines are two.
+            let mark = format!("-simulated-{offset}");
+            identity.machine_id.push_str(&mark);
+            identity.boot_id.push_str(&mark);
             // A synchronised machine whose REALTIME is off this host's by
             // no more than it states: this host's REALTIME is its truth.
             clock = Some(HostClock {
