@@ -746,8 +746,13 @@ fn demo(processes: usize) -> Result<()> {
     eprintln!(
         "xtask: demo done in {:.0} s: open {} in https://ui.perfetto.dev, and {} in a browser",
         started.elapsed().as_secs_f64(),
-        out.join("trace.json").display(),
-        out.join("timeline.svg").display()
+        out.join("process-0.pftrace").display(),
+        out.join(if processes > 1 {
+            "merged_timeline.svg"
+        } else {
+            "timeline.svg"
+        })
+        .display()
     );
     Ok(())
 }

@@ -9,7 +9,7 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use device_events_core::Placement;
-use device_events_trace::{HostClock, Perfetto, PerfettoWriter, TrackId, perfetto_manifest};
+use device_events_trace::{HostClock, Perfetto, PerfettoWriter, Trace, TrackId, perfetto_manifest};
 
 use crate::truth::TrueEnd;
 
@@ -67,7 +67,21 @@ pub struct Mirror {
     machine: String,
     device: TrackId,
     tracks: HashMap<TrackId, TrackId>,
+    /// Each track's name and whether it is a host thread, for the merged
+    /// picture.
+    names: HashMap<TrackId, (String, bool)>,
+    /// What was handed over: track, label, start, end, and a window's
+    /// device duration and bound.
+    slices: Vec<HandedOver>,
 }
+
+type HandedOver = (
+    TrackId,
+    &'static str,
+    Instant,
+    Instant,
+    Option<(Duration, Duration)>,
+);
 
 impl Mirror {
     pub fn open(
@@ -95,30 +109,49 @@ impl Mirror {
             machine,
             device,
             tracks: HashMap::new(),
+            names: HashMap::new(),
+            slices: Vec::new(),
         })
     }
 
     pub fn host(&mut self, chrome: TrackId, name: &str) {
         let track = self.writer.host_thread(name.to_owned());
         self.tracks.insert(chrome, track);
+        self.names.insert(chrome, (name.to_owned(), true));
     }
 
     pub fn stream(&mut self, chrome: TrackId, name: &str) {
         let track = self.writer.stream(self.device, name.to_owned());
         self.tracks.insert(chrome, track);
+        self.names.insert(chrome, (name.to_owned(), false));
     }
 
-    pub fn host_span(&self, chrome: TrackId, label: &'static str, start: Instant, end: Instant) {
-        if let Some(track) = self.tracks.get(&chrome) {
-            self.writer.host_span(*track, label, start, end);
+    pub fn host_span(
+        &mut self,
+        chrome: TrackId,
+        label: &'static str,
+        start: Instant,
+        end: Instant,
+    ) {
+        if let Some(track) = self.tracks.get(&chrome)
+            && self.writer.host_span(*track, label, start, end)
+        {
+            self.slices.push((chrome, label, start, end, None));
         }
     }
 
     /// Whether the window was handed to the writer.
-    pub fn window(&self, chrome: TrackId, label: &'static str, placed: &Placement) -> bool {
-        self.tracks
+    pub fn window(&mut self, chrome: TrackId, label: &'static str, placed: &Placement) -> bool {
+        let handed = self
+            .tracks
             .get(&chrome)
-            .is_some_and(|track| self.writer.window(*track, label, placed))
+            .is_some_and(|track| self.writer.window(*track, label, placed));
+        if handed {
+            let window = Some((placed.duration, placed.uncertainty));
+            self.slices
+                .push((chrome, label, placed.start, placed.end, window));
+        }
+        handed
     }
 
     /// Close the file, and write beside it what this process states of
@@ -151,8 +184,31 @@ impl Mirror {
                 "est_error_ns": u64::try_from(clock.est_error.as_nanos()).unwrap_or(u64::MAX),
             })
         });
+        // On BOOTTIME, for the merged picture: to the microsecond.
+        let (now, boottime) = (Instant::now(), crate::truth::boottime_ns());
+        let on_boottime = |at: Instant| match at.checked_duration_since(now) {
+            Some(after) => boottime.saturating_add(nanos(after)),
+            None => boottime.saturating_sub(nanos(now.duration_since(at))),
+        };
+        let slices: Vec<serde_json::Value> = self
+            .slices
+            .iter()
+            .filter_map(|(chrome, label, start, end, window)| {
+                let (track, host) = self.names.get(chrome)?;
+                Some(serde_json::json!({
+                    "track": track,
+                    "host": host,
+                    "label": label,
+                    "start_boottime_ns": on_boottime(*start),
+                    "end_boottime_ns": on_boottime(*end),
+                    "device_duration_ns": window.map(|(duration, _)| nanos(duration)),
+                    "bound_ns": window.map(|(_, bound)| nanos(bound)),
+                }))
+            })
+            .collect();
         let statement = serde_json::json!({
             "file": file_name(self.index),
+            "slices": slices,
             "machine": self.machine,
             "host_clock": clock,
             "truth": pairing_ns.map(|pairing_ns| serde_json::json!({
@@ -233,6 +289,14 @@ pub fn finish_all(
         .map(|(name, machine, clock)| (name.as_str(), machine.as_str(), *clock))
         .collect();
     let manifest = perfetto_manifest(&files)?;
+    if manifest["perfetto_manifest"]["trace_time"]["clock"] == "BOOTTIME" {
+        let svg = dir.join("merged_timeline.svg");
+        std::fs::write(&svg, merged_timeline(dir, processes)?.to_svg())?;
+        println!(
+            "wrote {}: every process's tracks on one BOOTTIME",
+            svg.display()
+        );
+    }
     let path = dir.join("perfetto_manifest.json");
     std::fs::write(&path, serde_json::to_string_pretty(&manifest)?)?;
     Ok(path)
@@ -243,6 +307,70 @@ fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|name| name.trim().to_owned())
         .unwrap_or_else(|_| "this machine".into())
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Every process's tracks and slices, as each stated them on this
+/// machine's BOOTTIME, drawn on one timeline.
+fn merged_timeline(dir: &Path, processes: usize) -> Result<Trace, Box<dyn Error>> {
+    let mut trace = Trace::new();
+    trace.set_title(format!(
+        "device-events demo: {processes} processes merged on BOOTTIME"
+    ));
+    let (now, boottime) = (Instant::now(), crate::truth::boottime_ns());
+    let at = |ns: u64| {
+        now.checked_sub(Duration::from_nanos(boottime.saturating_sub(ns)))
+            .unwrap_or(now)
+    };
+    for index in 0..processes {
+        let path = dir.join(statement_name(index));
+        let value: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path)?)
+            .map_err(|err| format!("{}: {err}", path.display()))?;
+        let mut tracks = HashMap::new();
+        for slice in value["slices"].as_array().into_iter().flatten() {
+            let (Some(name), Some(label)) = (slice["track"].as_str(), slice["label"].as_str())
+            else {
+                continue;
+            };
+            // The trace keeps `'static` labels: the demo's own, matched.
+            let Some(label) = ["step", "load", "produce", "consume", "enqueue", "wait"]
+                .into_iter()
+                .find(|known| *known == label)
+            else {
+                continue;
+            };
+            let host = slice["host"].as_bool().unwrap_or(false);
+            let track = *tracks.entry(name.to_owned()).or_insert_with(|| {
+                let name = format!("process {index}: {name}");
+                if host {
+                    trace.host_track(name)
+                } else {
+                    trace.device_track(name)
+                }
+            });
+            let ns = |key: &str| slice[key].as_u64();
+            let (Some(start), Some(end)) = (ns("start_boottime_ns"), ns("end_boottime_ns")) else {
+                continue;
+            };
+            match (ns("device_duration_ns"), ns("bound_ns")) {
+                (Some(duration), Some(bound)) => trace.span(
+                    track,
+                    label,
+                    &Placement {
+                        duration: Duration::from_nanos(duration),
+                        start: at(start),
+                        end: at(end),
+                        uncertainty: Duration::from_nanos(bound),
+                    },
+                ),
+                _ => trace.host_span(track, label, at(start), at(end)),
+            }
+        }
+    }
+    Ok(trace)
 }
 
 #[cfg(test)]

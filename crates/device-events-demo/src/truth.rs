@@ -125,3 +125,8 @@ fn now_ns(clock: libc::clockid_t) -> u64 {
     let nanos = u64::try_from(ts.tv_nsec).unwrap_or(0);
     secs.saturating_mul(1_000_000_000).saturating_add(nanos)
 }
+
+/// This host's BOOTTIME now.
+pub fn boottime_ns() -> u64 {
+    now_ns(libc::CLOCK_BOOTTIME)
+}
