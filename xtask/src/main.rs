@@ -746,8 +746,13 @@ fn demo(processes: usize) -> Result<()> {
     eprintln!(
         "xtask: demo done in {:.0} s: open {} in https://ui.perfetto.dev, and {} in a browser",
         started.elapsed().as_secs_f64(),
-        out.join("trace.json").display(),
-        out.join("timeline.svg").display()
+        out.join("process-0.pftrace").display(),
+        out.join(if processes > 1 {
+            "merged_timeline.svg"
+        } else {
+            "timeline.svg"
+        })
+        .display()
     );
     Ok(())
 }
@@ -768,10 +773,14 @@ fn demo_probe(demo: &Path, backend: &str) -> Result<bool> {
 
 /// The demo's Perfetto files read with Perfetto's published schema (PyPI
 /// `perfetto`, installed into a virtual environment under the target
-/// folder): two processes on the software driver and their manifest,
-/// checked by `perfetto_check.py`. Perfetto's `trace_processor_shell`
-/// downloads itself from a host CI cannot reach, so the merge itself is
-/// not run here.
+/// folder), and held against the software driver's truth on the merged
+/// timeline, by `perfetto_check.py`: two processes of this machine (on
+/// BOOTTIME, each end within its window's bound); two simulated machines,
+/// one with its REALTIME 3 ms off, stating 5 ms (on REALTIME, each end
+/// within the file's own UTC interval); and a simulated machine whose
+/// clock says it is unsynchronised, refused a manifest. Perfetto's
+/// `trace_processor_shell` downloads itself from a host CI cannot reach,
+/// so the merge itself is not run here.
 fn perfetto_checks(soft: &Path) -> Result<()> {
     let venv = target_dir().join("perfetto-venv");
     let python = venv.join("bin").join("python3");
@@ -789,33 +798,70 @@ fn perfetto_checks(soft: &Path) -> Result<()> {
         "cargo build (the demo)",
         cargo().args(["build", "--package", DEMO_PACKAGE]),
     )?;
-    let out = target_dir().join("perfetto-check");
-    let _ = std::fs::remove_dir_all(&out);
     let demo = target_dir().join("debug").join(DEMO_PACKAGE);
-    run(
-        "the demo in two processes on the software driver, each writing its Perfetto file",
-        soft_env(
-            Command::new(&demo)
-                .args([
-                    "--backend",
-                    "cuda",
-                    "--soft",
-                    "--steps",
-                    "4",
-                    "--processes",
-                    "2",
-                    "--out",
-                ])
-                .arg(&out),
-            soft,
+    let two_processes = |out: &Path, machines: Option<&str>| {
+        let mut cmd = Command::new(&demo);
+        cmd.args([
+            "--backend",
+            "cuda",
+            "--soft",
+            "--steps",
+            "4",
+            "--processes",
+            "2",
+        ]);
+        if let Some(machines) = machines {
+            cmd.args(["--simulated-machines", machines]);
+        }
+        cmd.arg("--out").arg(out);
+        soft_env(&mut cmd, soft);
+        cmd
+    };
+    let check = |out: &Path| {
+        let mut cmd = Command::new(&python);
+        cmd.arg(root().join("xtask").join("src").join("perfetto_check.py"))
+            .arg(out);
+        cmd
+    };
+    for (out, machines, what) in [
+        ("perfetto-check", None, "this machine"),
+        (
+            "perfetto-check-machines",
+            Some("0:1000000,3000000:5000000"),
+            "two simulated machines, the second's REALTIME 3 ms off, stating 5 ms",
         ),
-    )?;
-    run(
-        "every packet of both files and the manifest, read with Perfetto's schema",
-        Command::new(&python)
-            .arg(root().join("xtask").join("src").join("perfetto_check.py"))
-            .arg(&out),
-    )
+    ] {
+        let out = target_dir().join(out);
+        let _ = std::fs::remove_dir_all(&out);
+        run(
+            &format!(
+                "the demo in two processes on the software driver, each writing its Perfetto \
+                 file: {what}"
+            ),
+            &mut two_processes(&out, machines),
+        )?;
+        run(
+            "every packet of both files and the manifest, read with Perfetto's schema; every \
+             window's ends against the driver's truth on the merged timeline",
+            &mut check(&out),
+        )?;
+    }
+    let out = target_dir().join("perfetto-check-unsynchronised");
+    let _ = std::fs::remove_dir_all(&out);
+    let step = "a simulated machine whose clock is unsynchronised, refused a merge across machines";
+    eprintln!("xtask: {step}");
+    let output = two_processes(&out, Some("0:1000000,0:unsynchronised"))
+        .output()
+        .with_context(|| format!("could not start {step}"))?;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if output.status.success()
+        || !stderr.contains("refused for a merge across machines")
+        || out.join("perfetto_manifest.json").exists()
+    {
+        bail!("{step}: not refused ({}): {stderr}", output.status);
+    }
+    eprintln!("xtask:   refused: {}", stderr.trim());
+    Ok(())
 }
 
 #[cfg(test)]

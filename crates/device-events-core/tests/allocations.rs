@@ -167,10 +167,11 @@ fn a_window_handed_to_the_resolver_allocates_nothing() {
     let s = OwnedStream::<Sim>::new().unwrap();
     let mut profiler = anchored(&s);
     let window = |profiler: &mut EventProfiler<Sim>| {
+        let hold = Sim::hold(s.get());
         let token = profiler.start(s.get());
-        Sim::enqueue_work(s.get(), Duration::from_micros(200));
         let mut placed = profiler.stop(s.get(), token).unwrap();
-        assert!(placed.try_resolve().is_none(), "200 µs of work ahead");
+        assert!(placed.try_resolve().is_none(), "held ahead of the device");
+        hold.release();
         while placed.try_resolve().is_none() {
             std::thread::sleep(Duration::from_micros(100));
         }

@@ -13,7 +13,7 @@ use std::sync::mpsc;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use device_events_core::sim::{Sim, SimStream};
+use device_events_core::sim::{Sim, SimHold, SimStream};
 use device_events_core::{EventApi, EventProfiler, PlacedWindow};
 use support::setup;
 
@@ -22,7 +22,8 @@ use support::setup;
 enum Made {
     /// The device is already past its end: read in place.
     ReadAtOnce,
-    /// 30 ms of work ahead: handed to the resolver thread.
+    /// Held ahead of the device (`Sim::hold`) when first asked, however
+    /// long the host takes: handed to the resolver thread.
     Handed,
 }
 
@@ -40,12 +41,15 @@ fn anchored(s: SimStream) -> EventProfiler<Sim> {
     profiler
 }
 
-fn window(profiler: &mut EventProfiler<Sim>, s: SimStream, made: Made) -> PlacedWindow<Sim> {
+/// A window, and the hold that keeps a handed one ahead of the device.
+fn window(
+    profiler: &mut EventProfiler<Sim>,
+    s: SimStream,
+    made: Made,
+) -> (PlacedWindow<Sim>, Option<SimHold>) {
+    let hold = matches!(made, Made::Handed).then(|| Sim::hold(s));
     let token = profiler.start(s);
-    if let Made::Handed = made {
-        Sim::enqueue_work(s, Duration::from_millis(30));
-    }
-    profiler.stop(s, token).unwrap()
+    (profiler.stop(s, token).unwrap(), hold)
 }
 
 /// One poll with a waker that does nothing.
@@ -57,12 +61,15 @@ fn poll_once<F: Future + Unpin>(future: &mut F) -> Poll<F::Output> {
 /// thread has answered.
 fn try_until_read(
     window: &mut PlacedWindow<Sim>,
-    made: Made,
+    hold: Option<SimHold>,
 ) -> Option<device_events_core::Placement> {
     let first = window.try_resolve();
-    match made {
-        Made::ReadAtOnce => return first.expect("the device is past its end"),
-        Made::Handed => assert!(first.is_none(), "30 ms of work ahead"),
+    match hold {
+        None => return first.expect("the device is past its end"),
+        Some(hold) => {
+            assert!(first.is_none(), "held ahead of the device");
+            hold.release();
+        }
     }
     loop {
         if let Some(read) = window.try_resolve() {
@@ -89,7 +96,7 @@ where
 
 /// The profiler and the stream gone: every event destroyed (the resolver
 /// gives back a window it still asks about when it is answered, within
-/// its 30 ms of work, and a calibration its own when it ends), none twice.
+/// its released hold, and a calibration its own when it ends), none twice.
 fn released(profiler: EventProfiler<Sim>, s: SimStream) {
     drop(profiler);
     Sim::stream_destroy(s).unwrap();
@@ -111,8 +118,8 @@ fn a_window_awaited_after_try_resolve_read_it_completes_with_none() {
         let _sim = setup();
         let s = Sim::stream_create_non_blocking().unwrap();
         let mut profiler = anchored(s);
-        let mut w = window(&mut profiler, s, made);
-        assert!(try_until_read(&mut w, made).is_some(), "{made:?}: read");
+        let (mut w, hold) = window(&mut profiler, s, made);
+        assert!(try_until_read(&mut w, hold).is_some(), "{made:?}: read");
         let awaited = completes_within(Duration::from_secs(5), w.resolve());
         assert_eq!(awaited, Some(None), "{made:?}: spent, so None at once");
         released(profiler, s);
@@ -125,8 +132,8 @@ fn a_spent_window_polled_again_is_ready_with_none_at_once() {
         let _sim = setup();
         let s = Sim::stream_create_non_blocking().unwrap();
         let mut profiler = anchored(s);
-        let mut w = window(&mut profiler, s, made);
-        assert!(try_until_read(&mut w, made).is_some(), "{made:?}: read");
+        let (mut w, hold) = window(&mut profiler, s, made);
+        assert!(try_until_read(&mut w, hold).is_some(), "{made:?}: read");
         assert_eq!(w.try_resolve(), Some(None), "{made:?}: try_resolve again");
         assert_eq!(
             poll_once(&mut w),
@@ -144,7 +151,11 @@ fn a_window_awaited_through_a_reference_is_spent_after_its_reading() {
         let _sim = setup();
         let s = Sim::stream_create_non_blocking().unwrap();
         let mut profiler = anchored(s);
-        let w = window(&mut profiler, s, made);
+        let (mut w, hold) = window(&mut profiler, s, made);
+        if let Some(hold) = hold {
+            assert!(poll_once(&mut w).is_pending(), "held: handed over");
+            hold.release();
+        }
         let (read, mut w) = completes_within(Duration::from_secs(5), async move {
             let mut w = w;
             let read = (&mut w).await;
@@ -167,9 +178,10 @@ fn a_window_awaited_after_try_resolve_found_it_pending_gives_its_reading() {
     let _sim = setup();
     let s = Sim::stream_create_non_blocking().unwrap();
     let mut profiler = anchored(s);
-    let mut w = window(&mut profiler, s, Made::Handed);
-    assert!(w.try_resolve().is_none(), "30 ms of work ahead");
-    assert!(w.try_resolve().is_none(), "asked again while pending");
+    let (mut w, hold) = window(&mut profiler, s, Made::Handed);
+    assert!(w.try_resolve().is_none(), "held ahead of the device");
+    assert!(w.try_resolve().is_none(), "asked again while held");
+    hold.expect("held").release();
     let awaited = completes_within(Duration::from_secs(5), w.resolve());
     assert!(matches!(awaited, Some(Some(_))), "read: {awaited:?}");
     released(profiler, s);
@@ -182,13 +194,15 @@ fn a_window_dropped_after_try_resolve_releases_its_events_once() {
             let _sim = setup();
             let s = Sim::stream_create_non_blocking().unwrap();
             let mut profiler = anchored(s);
-            let mut w = window(&mut profiler, s, made);
+            let (mut w, hold) = window(&mut profiler, s, made);
             if read_first {
-                assert!(try_until_read(&mut w, made).is_some(), "{made:?}: read");
+                assert!(try_until_read(&mut w, hold).is_some(), "{made:?}: read");
+                drop(w);
             } else {
                 let _ = w.try_resolve();
+                drop(w);
+                drop(hold);
             }
-            drop(w);
             released(profiler, s);
         }
     }

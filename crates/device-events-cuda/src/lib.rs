@@ -173,6 +173,16 @@ pub(crate) fn check_status(call: &'static str, status: u32) -> Result<(), Driver
 
 /// The error for a nonzero `status`, named by the driver when it can be.
 fn error_of(api: Option<&ffi::Api>, call: &'static str, status: u32) -> DriverError {
+    // Met at every ask while the device works: named without a copy, so
+    // that the error is the one shared, made once (no allocation).
+    if status == ffi::NOT_READY {
+        return DriverError::from_c_status(
+            BACKEND,
+            call,
+            i64::from(status),
+            Some("CUDA_ERROR_NOT_READY"),
+        );
+    }
     let name = api.and_then(|api| {
         let mut name = std::ptr::null();
         // SAFETY: `name` is writable; the driver points it at a static

@@ -8,6 +8,7 @@
 
 mod device;
 mod perfetto_out;
+mod truth;
 
 use std::error::Error;
 use std::path::PathBuf;
@@ -53,6 +54,12 @@ struct Args {
     /// Which of the processes this is (set for the others it starts).
     #[arg(long, default_value_t = 0, hide = true)]
     process_index: usize,
+    /// For checks of a merge across machines: process i plays machine i of
+    /// this comma-separated list, `OFFSET_NS:ERROR_NS` (a synchronised
+    /// clock whose REALTIME is OFFSET_NS off this host's, stating ERROR_NS)
+    /// or `OFFSET_NS:unsynchronised`.
+    #[arg(long, hide = true)]
+    simulated_machines: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -107,11 +114,15 @@ fn main() -> ExitCode {
 }
 
 /// A closed window, for the table and the trace: read with its stated
-/// bound, the library's promise for that window.
+/// bound, the library's promise for that window; on the software driver,
+/// the events its ends were recorded with, and when the device truly
+/// reached them.
 struct Row<D: Device> {
     label: &'static str,
     track: TrackId,
     window: PlacedWindow<D>,
+    events: (usize, usize),
+    truth: Option<(u64, u64)>,
 }
 
 fn run<D: Device>(args: &Args) -> Result<(), Box<dyn Error>> {
@@ -136,7 +147,11 @@ fn run<D: Device>(args: &Args) -> Result<(), Box<dyn Error>> {
         trace.device_track("stream A"),
         trace.device_track("stream B"),
     );
-    let mut perfetto = perfetto_out::Mirror::open(&args.out, args.process_index, &device)?;
+    let machine = perfetto_out::simulated(args.simulated_machines.as_deref(), args.process_index)?;
+    let mut perfetto = perfetto_out::Mirror::open(&args.out, args.process_index, &device, machine)?;
+    let truth = truth::Truth::open(args.soft);
+    // The event the last `start` or `stop` recorded, where truth is known.
+    let recorded = || truth.as_ref().map_or(0, truth::Truth::last_recorded);
     perfetto.host(host, "main thread");
     for (track, name) in [
         (steps, "pipeline steps"),
@@ -151,49 +166,59 @@ fn run<D: Device>(args: &Args) -> Result<(), Box<dyn Error>> {
     for _ in 0..args.steps {
         let enqueue = Instant::now();
         let step = profiler.start(a);
+        let step_start = recorded();
         let load = profiler.start(a);
+        let load_start = recorded();
         D::work(a, &buffer, 16 << 20)?;
         let load = profiler.stop(a, load)?;
+        let load_end = recorded();
         let produce = profiler.start(a);
+        let produce_start = recorded();
         D::work(a, &buffer, 32 << 20)?;
         let produce = profiler.stop(a, produce)?;
+        let produce_end = recorded();
         let handoff = EventFence::<D>::new(a);
         handoff.wait_async(b)?;
         let consume = profiler.start(b);
+        let consume_start = recorded();
         D::work(b, &buffer, 24 << 20)?;
         let consume = profiler.stop(b, consume)?;
+        let consume_end = recorded();
         let step = profiler.stop(b, step)?;
+        let step_end = recorded();
         let now = Instant::now();
         trace.host_span(host, "enqueue", enqueue, now);
         perfetto.host_span(host, "enqueue", enqueue, now);
+        let row = |label, track, window, events| Row {
+            label,
+            track,
+            window,
+            events,
+            truth: None,
+        };
+        let first = rows.len();
         rows.extend([
-            Row {
-                label: "step",
-                track: steps,
-                window: step,
-            },
-            Row {
-                label: "load",
-                track: track_a,
-                window: load,
-            },
-            Row {
-                label: "produce",
-                track: track_a,
-                window: produce,
-            },
-            Row {
-                label: "consume",
-                track: track_b,
-                window: consume,
-            },
+            row("step", steps, step, (step_start, step_end)),
+            row("load", track_a, load, (load_start, load_end)),
+            row("produce", track_a, produce, (produce_start, produce_end)),
+            row("consume", track_b, consume, (consume_start, consume_end)),
         ]);
         let wait = Instant::now();
         EventFence::<D>::new(b).wait_sync()?;
         let now = Instant::now();
         trace.host_span(host, "wait", wait, now);
         perfetto.host_span(host, "wait", wait, now);
+        // Every event of the step reached, none yet handed back for reuse:
+        // their stamps are this step's.
+        if let Some(truth) = &truth {
+            for row in &mut rows[first..] {
+                let (start, end) = row.events;
+                row.truth = truth.event_ns(start).zip(truth.event_ns(end));
+            }
+        }
     }
+    let pairing = truth.as_ref().and_then(truth::Truth::pairing);
+    let mut true_windows = Vec::new();
 
     // Each window's bound: how far either end can be from where the device
     // was, on the host clock.
@@ -221,7 +246,12 @@ fn run<D: Device>(args: &Args) -> Result<(), Box<dyn Error>> {
             placed.uncertainty.as_secs_f64() * 1e6
         );
         trace.span(row.track, row.label, &placed);
-        perfetto.window(row.track, row.label, &placed);
+        if perfetto.window(row.track, row.label, &placed) {
+            let ends = pairing.as_ref().zip(row.truth);
+            let ends =
+                ends.map(|(pairing, (start, end))| (pairing.place(start), pairing.place(end)));
+            true_windows.push((row.label, ends));
+        }
     }
     // Known once the calibrator has taken an anchor: never a zero before.
     let anchor = profiler.anchor_uncertainty();
@@ -244,7 +274,7 @@ fn run<D: Device>(args: &Args) -> Result<(), Box<dyn Error>> {
     drop((owned_a, owned_b));
     drop(buffer);
 
-    perfetto.finish()?;
+    perfetto.finish(pairing.map(|pairing| pairing.width_ns), &true_windows)?;
     println!(
         "wrote {} (open in https://ui.perfetto.dev)",
         args.out

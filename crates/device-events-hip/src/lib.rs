@@ -138,6 +138,16 @@ pub fn check(call: &'static str, status: impl Into<i64>) -> Result<(), DriverErr
     }
     // Named by the runtime when one is loaded; a status can reach here from
     // a caller's own code on a machine without one.
+    // Met at every ask while the device works: named without a copy, so
+    // that the error is the one shared, made once (no allocation).
+    if status == i64::from(runtime::HIP_ERROR_NOT_READY) {
+        return Err(DriverError::from_c_status(
+            <Hip as RawApi>::BACKEND,
+            call,
+            status,
+            Some("hipErrorNotReady"),
+        ));
+    }
     let code = runtime::loaded().ok().zip(c_int::try_from(status).ok());
     let name = code.and_then(|(rt, code)| {
         // SAFETY: `hipGetErrorName` returns a static string, or null, for

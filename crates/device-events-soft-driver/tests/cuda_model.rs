@@ -434,7 +434,11 @@ fn a_wait_on_a_value_holds_other_streams_work_on_its_hardware_queue() {
             result::stream::destroy(b).unwrap();
             assert_eq!(sys::cuMemFreeHost(host), CUresult::CUDA_SUCCESS);
             let after = soft.value_waits_held();
-            (done, after.delayed - before.delayed, after.delayed_max_ns)
+            (
+                done,
+                after.delayed - before.delayed,
+                after.delayed_max_ns + after.driver_late_max_ns,
+            )
         }
     };
     let (done_shared, delayed_shared, max_ns) = held_behind(1);
@@ -443,8 +447,12 @@ fn a_wait_on_a_value_holds_other_streams_work_on_its_hardware_queue() {
     assert!(!done_shared, "the other stream's record ran past the wait");
     assert_eq!(delayed_shared, 1);
     // Held from its start, which falls up to a launch latency (45 µs at
-    // most) into the 20 ms the host waited before writing.
-    assert!(max_ns >= 19_000_000, "held {max_ns} ns");
+    // most) into the 20 ms the host waited before writing: the wait's and
+    // the driver's own lateness in getting there (on a loaded host), apart.
+    assert!(
+        max_ns >= 19_000_000,
+        "held {max_ns} ns, the driver's lateness included"
+    );
     assert!(done_apart, "a stream of its own queue waited");
     assert_eq!(delayed_apart, 0);
 }

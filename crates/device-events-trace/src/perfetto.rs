@@ -64,7 +64,9 @@ const SEQUENCE: u32 = 1;
 pub struct Perfetto {
     process_name: String,
     capacity: usize,
-    simulated: Option<(i64, Duration)>,
+    /// A simulated machine's REALTIME offset and its stated error, `None`
+    /// for a clock that says it is unsynchronised.
+    simulated: Option<(i64, Option<Duration>)>,
 }
 
 impl Perfetto {
@@ -97,7 +99,16 @@ impl Perfetto {
     /// boot ids are this host's marked as simulated.
     #[doc(hidden)]
     pub fn simulated_machine(mut self, offset_ns: i64, stated_error: Duration) -> Perfetto {
-        self.simulated = Some((offset_ns, stated_error));
+        self.simulated = Some((offset_ns, Some(stated_error)));
+        self
+    }
+
+    /// Play another machine, as [`simulated_machine`](Self::simulated_machine)
+    /// does, whose clock says it is unsynchronised: its file states no
+    /// bound against UTC.
+    #[doc(hidden)]
+    pub fn simulated_unsynchronised_machine(mut self, offset_ns: i64) -> Perfetto {
+        self.simulated = Some((offset_ns, None));
         self
     }
 
@@ -122,15 +133,17 @@ impl Perfetto {
         let base = InstantBase::take();
         let mut identity = Identity::read();
         let mut clock = HostClock::read();
-        if let Some((_, error)) = self.simulated {
-            identity.machine_id.push_str("-simulated");
-            identity.boot_id.push_str("-simulated");
+        if let Some((offset, error)) = self.simulated {
+            // Distinct for each offset played: two played machines are two.
+            let mark = format!("-simulated-{offset}");
+            identity.machine_id.push_str(&mark);
+            identity.boot_id.push_str(&mark);
             // A synchronised machine whose REALTIME is off this host's by
             // no more than it states: this host's REALTIME is its truth.
             clock = Some(HostClock {
-                max_error: error,
-                est_error: error,
-                synchronised: true,
+                max_error: error.unwrap_or(Duration::ZERO),
+                est_error: error.unwrap_or(Duration::ZERO),
+                synchronised: error.is_some(),
             });
         }
         // Unique across the processes and boots of one merged timeline.

@@ -446,3 +446,23 @@ fn a_manifest_across_synchronised_machines_lines_them_up_on_realtime() {
         "REALTIME"
     );
 }
+
+#[test]
+fn a_simulated_unsynchronised_machine_states_no_bound_on_utc() {
+    let out = Shared::default();
+    let trace = Perfetto::new("test")
+        .simulated_unsynchronised_machine(8_000_000)
+        .to_writer(out.clone())
+        .unwrap();
+    assert!(!trace.host_clock().unwrap().synchronised);
+    let stream = trace.stream(trace.device("GPU"), "s");
+    trace.window(stream, "w", &window(Instant::now(), 10));
+    trace.finish().unwrap();
+    let packets = packets(&out);
+    let window = annotations(named(&packets, "w")[0]);
+    assert!(!window.contains_key("utc_earliest_ns"));
+    assert_eq!(
+        window.get("host_clock_synchronised"),
+        Some(&debug_annotation::Value::BoolValue(false))
+    );
+}

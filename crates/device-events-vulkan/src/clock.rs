@@ -97,7 +97,8 @@ enum OpenFailed {
     /// and the clock's next call tries again before anything else.
     ForMemory,
     /// Another error: whether the signal took effect is unknown, so the
-    /// semaphore's value is read before it is signalled again.
+    /// semaphore's value is read before it is signalled again, by the
+    /// clock's next call too.
     Unknown,
 }
 
@@ -433,10 +434,11 @@ impl VulkanClock {
         }
     }
 
-    /// Open a gate that an earlier open left shut for want of memory: it
-    /// holds the queue, the runtime's own work included.
+    /// Open a gate that an earlier open left shut, however it failed: it
+    /// holds the queue, the runtime's own work included. After an error
+    /// other than want of memory, the semaphore's value is read first.
     fn reopen(&mut self) -> Result<(), DriverError> {
-        if self.open_failed == OpenFailed::ForMemory {
+        if self.open_failed != OpenFailed::No {
             self.open()?;
         }
         Ok(())

@@ -143,6 +143,22 @@ fn a_gate_left_shut_by_a_lasting_signal_failure_opens_on_the_clocks_next_call() 
 }
 
 #[test]
+fn a_gate_left_shut_by_another_signal_error_opens_on_the_clocks_next_call() {
+    let runtime = Runtime::lavapipe();
+    let mut clock = runtime.clock();
+    assert!(clock.queue_stamp(true).unwrap(), "a gated stamp");
+    runtime.fail_signals_with(1, ash::vk::Result::ERROR_UNKNOWN);
+    let err = clock.open_gate().unwrap_err();
+    assert_eq!(err.call(), "vkSignalSemaphore", "{err}");
+
+    // Not dropped, nor opened by hand: the queue goes on.
+    assert!(
+        written_in_time(|| clock.stamp_written().unwrap()),
+        "the stamp stayed behind its gate, and the queue with it"
+    );
+}
+
+#[test]
 fn a_failing_signal_is_tried_again_a_bounded_number_of_times_from_sleeps() {
     let runtime = Runtime::lavapipe();
     let mut clock = runtime.clock();

@@ -337,6 +337,13 @@ impl<A: AnchorApi> Drop for Shared<A> {
                 .as_mut()
                 .and_then(|work| work.gate.take()),
             stream: self.stream.take(),
+            used: {
+                let latest = self
+                    .latest
+                    .get_mut()
+                    .unwrap_or_else(PoisonError::into_inner);
+                latest.anchor.is_some() || latest.retry.is_some()
+            },
         };
         if release.gate.is_none() && release.stream.is_none() {
             return;
@@ -369,13 +376,16 @@ impl<A: AnchorApi> Drop for Shared<A> {
 /// drain's record or its ask failed, twice) is left to the process's end,
 /// not destroyed, as it is once the process is exiting
 /// ([`stop_driver_calls`](crate::process::stop_driver_calls)): its destroy
-/// could wait for the device, a hung one's for good. A stream no event
-/// could be made for (nor its context bound) is destroyed: nothing was
-/// asked of it, and no calibration could record on it either.
+/// could wait for the device, a hung one's for good; so is one no event
+/// could be made to drain, once a calibration has run on it. A stream no
+/// calibration ever ran on is destroyed: nothing was asked of it.
 struct Release<A: AnchorApi> {
     pool: Arc<EventPool<A>>,
     gate: Option<Box<dyn Gate>>,
     stream: Option<OwnedStream<A>>,
+    /// Whether a calibration ever ran on the stream: else nothing was
+    /// asked of it, and its destroy has nothing to wait for.
+    used: bool,
 }
 
 impl<A: AnchorApi> Drop for Release<A> {
@@ -418,7 +428,7 @@ impl<A: AnchorApi> Drop for Release<A> {
                 );
                 std::mem::forget(stream);
             }
-            Err(err) if crate::threads::stopping() => {
+            Err(err) if crate::threads::stopping() || self.used => {
                 log::warn!(
                     "{}: an undrained anchor stream is left to the process's end: {err}",
                     A::BACKEND

@@ -54,18 +54,16 @@ impl<A: EventApi> EventPool<A> {
     }
 
     /// A kept spare of type `T` that nobody else holds any more, to be
-    /// written over; one still held elsewhere is let go.
+    /// written over; one still held elsewhere (the resolver letting go of
+    /// it) stays for a later call.
     pub(crate) fn spare<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
         let mut spares = self.spares.lock();
-        while let Some(spare) = spares.pop() {
-            if let Ok(spare) = spare.downcast::<T>()
-                && Arc::strong_count(&spare) == 1
-                && Arc::weak_count(&spare) == 0
-            {
-                return Some(spare);
-            }
-        }
-        None
+        let at = spares.iter().rposition(|spare| {
+            (**spare).is::<T>() && Arc::strong_count(spare) == 1 && Arc::weak_count(spare) == 0
+        })?;
+        let spare = spares.swap_remove(at);
+        drop(spares);
+        spare.downcast::<T>().ok()
     }
 
     /// An idle event, or a new one, in the current context, when none is

@@ -297,7 +297,9 @@ impl<A: AnchorApi> Drop for Handed<A> {
             .unwrap_or_else(PoisonError::into_inner)
             .take();
         drop(inputs);
-        // Reused once the resolver lets go of it too.
+        // Reused once the resolver lets go of it too, holding no waker of
+        // the user's meanwhile.
+        self.0.answer.forget();
         if let Some(pool) = self.0.pool.upgrade() {
             pool.keep_spare(Arc::clone(&self.0) as Arc<dyn Any + Send + Sync>);
         }

@@ -517,6 +517,13 @@ impl<T> Answer<T> {
         }
     }
 
+    /// Nobody waits any more: the answer and the waiter's waker let go
+    /// (dropped with no lock held, as they may run the user's code).
+    pub(crate) fn forget(&self) {
+        let previous = std::mem::replace(&mut *self.lock(), SlotState::Taken);
+        drop(previous);
+    }
+
     /// The answer if it is there; else remember `waker` for it.
     pub(crate) fn take_or_wait(&self, waker: &Waker) -> Option<T> {
         let mut state = self.lock();

@@ -37,9 +37,11 @@ struct Ledger {
     submitted: HashSet<u64>,
     /// Calls to `vkWaitForFences`.
     fence_waits: u32,
-    /// Calls to `vkSignalSemaphore`, and how many of the next ones fail.
+    /// Calls to `vkSignalSemaphore`, how many of the next ones fail, and
+    /// with what (none: out of device memory).
     signals: u32,
     signals_to_fail: u32,
+    signal_failure: Option<vk::Result>,
 }
 
 static LEDGERS: Mutex<Vec<(u64, Ledger)>> = Mutex::new(Vec::new());
@@ -250,11 +252,17 @@ unsafe extern "system" fn signal_semaphore(
         l.signals += 1;
         let fail = l.signals_to_fail > 0;
         l.signals_to_fail = l.signals_to_fail.saturating_sub(1);
-        (l.real.clone().expect("the driver's table"), fail)
+        let code = l
+            .signal_failure
+            .unwrap_or(vk::Result::ERROR_OUT_OF_DEVICE_MEMORY);
+        (
+            l.real.clone().expect("the driver's table"),
+            fail.then_some(code),
+        )
     });
-    if fail {
-        // An out-of-memory error leaves the semaphore as it was.
-        return vk::Result::ERROR_OUT_OF_DEVICE_MEMORY;
+    if let Some(code) = fail {
+        // Refused, the semaphore as it was.
+        return code;
     }
     // SAFETY: the caller's arguments, passed on as they came.
     unsafe { (real.fp_v1_2().signal_semaphore)(device, info) }
@@ -441,6 +449,15 @@ impl Runtime {
     /// memory, leaving the semaphore as it was.
     pub fn fail_signals(&self, n: u32) {
         self.ledger(|l| l.signals_to_fail = n);
+    }
+
+    /// Make the next `n` calls to `vkSignalSemaphore` fail with `code`,
+    /// leaving the semaphore as it was.
+    pub fn fail_signals_with(&self, n: u32, code: vk::Result) {
+        self.ledger(|l| {
+            l.signals_to_fail = n;
+            l.signal_failure = Some(code);
+        });
     }
 
     /// Hold the queue: a batch that waits on a semaphore of the runtime's
