@@ -146,9 +146,10 @@ fn a_gate_left_shut_by_a_lasting_signal_failure_opens_on_the_clocks_next_call() 
 fn a_gate_left_shut_by_another_signal_error_opens_on_the_clocks_next_call() {
     let runtime = Runtime::lavapipe();
     let mut clock = runtime.clock();
-    assert!(clock.queue_stamp(true).unwrap(), "a gated stamp");
+    clock.gate().expect("a gate").close().unwrap();
+    clock.queue_stamp().unwrap();
     runtime.fail_signals_with(1, ash::vk::Result::ERROR_UNKNOWN);
-    let err = clock.open_gate().unwrap_err();
+    let err = clock.gate().unwrap().open().unwrap_err();
     assert_eq!(err.call(), "vkSignalSemaphore", "{err}");
 
     // Not dropped, nor opened by hand: the queue goes on.
