@@ -342,7 +342,7 @@ impl<A: AnchorApi> Drop for Shared<A> {
                     .latest
                     .get_mut()
                     .unwrap_or_else(PoisonError::into_inner);
-                latest.anchor.is_some() || latest.retry.is_some()
+                latest.anchor.is_some()
             },
         };
         if release.gate.is_none() && release.stream.is_none() {
@@ -377,14 +377,15 @@ impl<A: AnchorApi> Drop for Shared<A> {
 /// not destroyed, as it is once the process is exiting
 /// ([`stop_driver_calls`](crate::process::stop_driver_calls)): its destroy
 /// could wait for the device, a hung one's for good; so is one no event
-/// could be made to drain, once a calibration has run on it. A stream no
-/// calibration ever ran on is destroyed: nothing was asked of it.
+/// could be made to drain, once an anchor was taken on it. A stream no
+/// anchor was ever taken on is destroyed: little or nothing was asked of
+/// it.
 struct Release<A: AnchorApi> {
     pool: Arc<EventPool<A>>,
     gate: Option<Box<dyn Gate>>,
     stream: Option<OwnedStream<A>>,
-    /// Whether a calibration ever ran on the stream: else nothing was
-    /// asked of it, and its destroy has nothing to wait for.
+    /// Whether an anchor was ever taken on the stream: else little or
+    /// nothing was asked of it, and its destroy has nothing to wait for.
     used: bool,
 }
 
