@@ -337,13 +337,6 @@ impl<A: AnchorApi> Drop for Shared<A> {
                 .as_mut()
                 .and_then(|work| work.gate.take()),
             stream: self.stream.take(),
-            used: {
-                let latest = self
-                    .latest
-                    .get_mut()
-                    .unwrap_or_else(PoisonError::into_inner);
-                latest.anchor.is_some()
-            },
         };
         if release.gate.is_none() && release.stream.is_none() {
             return;
@@ -376,17 +369,15 @@ impl<A: AnchorApi> Drop for Shared<A> {
 /// drain's record or its ask failed, twice) is left to the process's end,
 /// not destroyed, as it is once the process is exiting
 /// ([`stop_driver_calls`](crate::process::stop_driver_calls)): its destroy
-/// could wait for the device, a hung one's for good; so is one no event
-/// could be made to drain, once an anchor was taken on it. A stream no
-/// anchor was ever taken on is destroyed: little or nothing was asked of
-/// it.
+/// could wait for the device, a hung one's for good. A stream no event
+/// could be made to drain (nor its context bound) is destroyed undrained:
+/// a driver failing every call (a lost device) has nothing to wait for,
+/// but one merely out of events may wait there for the stream's last
+/// command, inside this round.
 struct Release<A: AnchorApi> {
     pool: Arc<EventPool<A>>,
     gate: Option<Box<dyn Gate>>,
     stream: Option<OwnedStream<A>>,
-    /// Whether an anchor was ever taken on the stream: else little or
-    /// nothing was asked of it, and its destroy has nothing to wait for.
-    used: bool,
 }
 
 impl<A: AnchorApi> Drop for Release<A> {
@@ -429,7 +420,7 @@ impl<A: AnchorApi> Drop for Release<A> {
                 );
                 std::mem::forget(stream);
             }
-            Err(err) if crate::threads::stopping() || self.used => {
+            Err(err) if crate::threads::stopping() => {
                 log::warn!(
                     "{}: an undrained anchor stream is left to the process's end: {err}",
                     A::BACKEND
