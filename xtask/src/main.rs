@@ -63,9 +63,10 @@ enum Task {
         #[arg(long)]
         check: bool,
     },
-    /// CubeCL's published CUDA and HIP backends, patched to take
-    /// device-events in place of their `device_events` module
-    /// (`ci/cubecl/`), checked as CubeCL builds them.
+    /// CubeCL's published CUDA, HIP and wgpu backends, patched to take
+    /// device-events (`ci/cubecl/`), checked as CubeCL builds them; then on
+    /// lavapipe, cubecl-wgpu published and patched: CubeCL's profiling tests
+    /// and its `tests/` compared test by test, and `wgpu-check` (release).
     Cubecl,
     /// The workspace's imports: no circle in any crate, and no file of the
     /// core importing from a folder above its own; `--verbose` prints each
