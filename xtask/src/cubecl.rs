@@ -228,16 +228,24 @@ fn build(key: &'static str, workspace: &Workspace) -> Result<Built> {
             continue;
         };
         if message["profile"]["test"].as_bool() == Some(true) {
-            tests.insert(name.to_owned(), PathBuf::from(exe));
+            tests.insert(name.to_owned(), kept(workspace, key, name, Path::new(exe))?);
         } else if name == WGPU_CHECK {
             check = Some(PathBuf::from(exe));
         }
     }
-    // Both builds put the program in the same place: each keeps a copy.
     let built = check.with_context(|| format!("cargo built no {WGPU_CHECK} ({key})"))?;
-    let check = workspace.target.join(format!("{WGPU_CHECK}-{key}"));
-    std::fs::copy(&built, &check).with_context(|| format!("copying {}", built.display()))?;
+    let check = kept(workspace, key, WGPU_CHECK, &built)?;
     Ok(Built { key, check, tests })
+}
+
+/// A copy of `built`, the binary `name` of build `key`: the two builds
+/// share a target folder, and may put a binary in the same place.
+fn kept(workspace: &Workspace, key: &str, name: &str, built: &Path) -> Result<PathBuf> {
+    let dir = workspace.target.join(format!("built-{key}"));
+    std::fs::create_dir_all(&dir)?;
+    let copy = dir.join(name);
+    std::fs::copy(built, &copy).with_context(|| format!("copying {}", built.display()))?;
+    Ok(copy)
 }
 
 /// `package`'s integration tests (`tests/`), from its manifest: those of
@@ -285,7 +293,7 @@ enum Outcome {
 
 /// Every test of `built`, each in a process of its own on lavapipe, so
 /// that one that aborts the process (lavapipe's LLVM has) ends only
-/// itself: `binary::test` → how it ended.
+/// itself, and a failed one run once more: `binary::test` → how it ended.
 fn run_tests(built: &Built) -> Result<BTreeMap<String, Outcome>> {
     let mut outcomes = BTreeMap::new();
     for (binary, exe) in &built.tests {
@@ -299,7 +307,16 @@ fn run_tests(built: &Built) -> Result<BTreeMap<String, Outcome>> {
             .map(str::to_owned)
             .collect();
         for name in names {
-            let outcome = run_test(exe, &name)?;
+            // Run again once after a failure: lavapipe's device is this
+            // machine's CPU, shared with whatever else runs on it.
+            let mut outcome = run_test(exe, &name)?;
+            if let Outcome::Failed(why) = &outcome {
+                eprintln!(
+                    "xtask: {} {binary}::{name} failed ({why}): once more",
+                    built.key
+                );
+                outcome = run_test(exe, &name)?;
+            }
             eprintln!("xtask: {} {binary}::{name}: {outcome:?}", built.key);
             outcomes.insert(format!("{binary}::{name}"), outcome);
         }
