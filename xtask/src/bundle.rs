@@ -11,7 +11,8 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 
 use crate::{
-    Backend, CUDA, SOFT_LIB, built_file, cargo, cargo_build, lay_out_soft_driver, root, soft_driver,
+    Backend, CUDA, SERVER_CHECKS, SOFT_LIB, built_file, cargo, cargo_build, lay_out_soft_driver, root,
+    soft_driver,
 };
 
 /// The spin kernel's PTX, which the probe and the CUDA tests embed.
@@ -25,6 +26,10 @@ const CUBIN_ARCH: &str = "sm_90";
 /// file of it the kit needs.
 const PTXAS_WHEEL: &str = "nvidia-cuda-nvcc-cu12";
 const PTXAS_IN_WHEEL: &str = "nvidia/cuda_nvcc/bin/ptxas";
+
+/// CubeCL's server checks, in the kit: `run.sh` runs their tests of its
+/// backend alone.
+const SERVER_BINARY: &str = "cubecl_server";
 
 /// A lease carries 64 MiB.
 const LIMIT: u64 = 64 * 1024 * 1024;
@@ -74,46 +79,54 @@ pub(crate) fn bundle(backend: Backend) -> Result<PathBuf> {
     Ok(dir)
 }
 
-/// Build `backend`'s test binaries (release, stripped) and copy them into
-/// `bin`; their names.
+/// Build `backend`'s test binaries (release, stripped), and CubeCL's
+/// server checks as `cubecl_server` (its `run.sh` runs their `<backend>::`
+/// tests), and copy them into `bin`; their names.
 fn test_binaries(backend: Backend, bin: &Path) -> Result<Vec<String>> {
     let name = backend.name;
-    eprintln!("xtask: build the {name} test binaries");
-    let output = cargo()
-        .args([
-            "test",
-            "--release",
-            "--no-run",
-            "--message-format=json",
-            "--package",
-            backend.package,
-        ])
-        // A lease carries 64 MiB, and each binary links the same crates:
-        // stripped, they fit with room (a failure still names its test
-        // and says why; its backtrace has no names).
-        .env("CARGO_PROFILE_RELEASE_STRIP", "symbols")
-        .output()
-        .context("could not start cargo")?;
-    if !output.status.success() {
-        bail!(
-            "building the {name} tests failed:\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
+    let (server_package, server_test) = SERVER_CHECKS;
     let mut binaries = Vec::new();
-    for line in String::from_utf8_lossy(&output.stdout).lines() {
-        let Ok(message) = serde_json::from_str::<serde_json::Value>(line) else {
-            continue;
-        };
-        let is_test = message["profile"]["test"].as_bool() == Some(true);
-        if let (true, Some(exe)) = (is_test, message["executable"].as_str()) {
-            let target = message["target"]["name"].as_str().unwrap_or("tests");
-            std::fs::copy(exe, bin.join(target)).with_context(|| format!("copying {exe}"))?;
-            binaries.push(target.to_owned());
+    for (targets, rename) in [
+        (vec!["--package", backend.package], None),
+        (
+            vec!["--package", server_package, "--test", server_test],
+            Some(SERVER_BINARY),
+        ),
+    ] {
+        eprintln!(
+            "xtask: build the {name} test binaries ({})",
+            targets.join(" ")
+        );
+        let output = cargo()
+            .args(["test", "--release", "--no-run", "--message-format=json"])
+            .args(targets)
+            // A lease carries 64 MiB, and each binary links the same crates:
+            // stripped, they fit with room (a failure still names its test
+            // and says why; its backtrace has no names).
+            .env("CARGO_PROFILE_RELEASE_STRIP", "symbols")
+            .output()
+            .context("could not start cargo")?;
+        if !output.status.success() {
+            bail!(
+                "building the {name} tests failed:\n{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        for line in String::from_utf8_lossy(&output.stdout).lines() {
+            let Ok(message) = serde_json::from_str::<serde_json::Value>(line) else {
+                continue;
+            };
+            let is_test = message["profile"]["test"].as_bool() == Some(true);
+            if let (true, Some(exe)) = (is_test, message["executable"].as_str()) {
+                let target =
+                    rename.unwrap_or(message["target"]["name"].as_str().unwrap_or("tests"));
+                std::fs::copy(exe, bin.join(target)).with_context(|| format!("copying {exe}"))?;
+                binaries.push(target.to_owned());
+            }
         }
     }
-    if binaries.is_empty() {
-        bail!("no {name} test binaries were built");
+    if binaries.len() < 2 || !binaries.iter().any(|b| b == SERVER_BINARY) {
+        bail!("the {name} test binaries or the server checks were not built");
     }
     Ok(binaries)
 }

@@ -13,7 +13,8 @@
 #   2. the probe's sections, one process each (probe-<section>.json; its
 #      error in words where the driver refused something; a time-out there).
 #   3. the tests, one binary at a time (tests/<binary>.log, its whole
-#      output; each failure's first panic line here on stdout).
+#      output; each failure's first panic line here on stdout), CubeCL's
+#      server checks (cubecl_server) on this backend among them.
 # summary.json holds every step's outcome and seconds, rewritten as each ends.
 # The whole run stays within RUN_BUDGET_S seconds (225 on the machine's
 # driver, 900 with --soft): a step that hangs costs its own limit, no more.
@@ -249,7 +250,10 @@ for bin in "$here"/bin/*; do
   case "$name" in soft|fork) want=240;; *) want=90;; esac
   [ "$mode" = real ] && case "$name" in fork) want=90;; *) want=60;; esac
   log="$out/tests/$name.log"
-  bounded "$want" "$bin" --test-threads=1 --show-output > "$log" 2>&1
+  # CubeCL's server checks: this backend's alone.
+  only=()
+  [ "$name" = cubecl_server ] && only=("@NAME@::")
+  bounded "$want" "$bin" ${only[@]+"${only[@]}"} --test-threads=1 --show-output > "$log" 2>&1
   rc=$?
   before=$((passed + failed + skipped)); failed_before=$failed
   while IFS=$'\t' read -r status test detail; do

@@ -69,9 +69,10 @@ enum Task {
         #[arg(long)]
         check: bool,
     },
-    /// CubeCL's published CUDA and HIP backends, patched to take
-    /// device-events in place of their `device_events` module
-    /// (`ci/cubecl/`), checked as CubeCL builds them.
+    /// CubeCL's published CUDA, HIP and wgpu backends, patched to take
+    /// device-events (`ci/cubecl/`), checked as CubeCL builds them; then on
+    /// lavapipe, cubecl-wgpu published and patched: CubeCL's profiling tests
+    /// and its `tests/` compared test by test, and `wgpu-check` (release).
     Cubecl,
     /// The workspace's imports: no circle in any crate, and no file of the
     /// core importing from a folder above its own; `--verbose` prints each
@@ -648,32 +649,60 @@ fn real_driver(backend: Backend) -> Result<std::result::Result<String, String>> 
     }))
 }
 
-/// `backend`'s tests, on the software driver laid out in `soft`, or else on
-/// the machine's real driver.
+/// `backend`'s tests, then CubeCL's server checks on it
+/// ([`SERVER_CHECKS`]), on the software driver laid out in `soft`, or else
+/// on the machine's real driver.
 fn run_backend_tests(backend: Backend, soft: Option<&Path>) -> Result<()> {
     let name = backend.name;
-    let mut cmd = cargo();
-    // Shown: what the placement checks measured, the fit against no fit.
-    cmd.args(["test", "--package", backend.package, "--", "--show-output"]);
-    if let Some(dir) = soft {
-        soft_env(&mut cmd, dir);
-        run(&format!("{name} tests on the software driver"), &mut cmd)
-    } else {
-        let found = match real_driver(backend)? {
-            Ok(found) => found,
+    let filter = format!("{name}::");
+    let suites = [
+        (
+            vec!["--package", backend.package],
+            None,
+            format!("{name} tests"),
+        ),
+        (
+            vec!["--package", SERVER_CHECKS.0, "--test", SERVER_CHECKS.1],
+            Some(filter.as_str()),
+            format!("CubeCL's server checks on {name}"),
+        ),
+    ];
+    let found = match soft {
+        Some(_) => None,
+        None => match real_driver(backend)? {
+            Ok(found) => Some(found),
             Err(why) => {
                 bail!("{why}: run `cargo xtask test-{name} --soft` to use the software driver")
             }
-        };
+        },
+    };
+    if let Some(found) = &found {
         eprintln!("xtask: {name} driver: {found}");
-        cmd.env("DEVICE_EVENTS_REAL_DRIVER", "1");
-        // One test at a time, as the kit runs them: on a real driver one
-        // test's GLOBAL capture refuses another's allocations and module
-        // loads in the same process.
-        cmd.arg("--test-threads=1");
-        run(&format!("{name} tests on the real driver"), &mut cmd)
     }
+    for (package, filter, what) in suites {
+        let mut cmd = cargo();
+        cmd.arg("test").args(package).arg("--");
+        cmd.args(filter);
+        // Shown: what the placement checks measured, the fit against no fit.
+        cmd.arg("--show-output");
+        if let Some(dir) = soft {
+            soft_env(&mut cmd, dir);
+            run(&format!("{what} on the software driver"), &mut cmd)?;
+        } else {
+            cmd.env("DEVICE_EVENTS_REAL_DRIVER", "1");
+            // One test at a time, as the kit runs them: on a real driver one
+            // test's GLOBAL capture refuses another's allocations and module
+            // loads in the same process.
+            cmd.arg("--test-threads=1");
+            run(&format!("{what} on the real driver"), &mut cmd)?;
+        }
+    }
+    Ok(())
 }
+
+/// CubeCL's server checks, whose `cuda::` and `hip::` tests run with each
+/// backend's (package, test).
+pub(crate) const SERVER_CHECKS: (&str, &str) = ("device-events-cubecl", "server");
 
 /// Build `backend`'s kit into `target/bundle-<name>` (`bundle.rs`).
 fn bundle(backend: Backend) -> Result<PathBuf> {

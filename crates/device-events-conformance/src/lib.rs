@@ -31,8 +31,12 @@ pub mod anchoring;
 pub mod chain;
 pub mod contract;
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod fork;
 pub mod hold;
+#[cfg(feature = "hip")]
+pub mod hip;
 pub mod lanes;
 pub mod noting;
 pub mod soft;

@@ -9,11 +9,6 @@
 
 device_events_conformance::tests_run_on_the_software_driver!();
 
-#[path = "../../device-events-cuda/tests/support/mod.rs"]
-mod cuda_support;
-#[path = "../../device-events-hip/tests/support/mod.rs"]
-mod hip_support;
-
 use std::time::{Duration, Instant};
 
 use cubecl_common::profile::ProfileDuration;
@@ -22,6 +17,7 @@ use cubecl_runtime::server::{ProfileError, ProfilingToken, ServerError};
 use device_events_conformance::contract::Abi;
 use device_events_conformance::soft::SoftDriver;
 use device_events_conformance::{Harness, Work};
+use device_events_conformance::{cuda as cuda_support, hip as hip_support};
 use device_events_core::backend::AnchorApi;
 use device_events_core::{Backend, OwnedStream};
 use device_events_cubecl::{CubeFence, CubeProfiler, StreamOf};
