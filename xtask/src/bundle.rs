@@ -11,8 +11,8 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 
 use crate::{
-    Backend, CUDA, SERVER_CHECKS, SOFT_LIB, built_file, cargo, cargo_build, lay_out_soft_driver, root,
-    soft_driver,
+    Backend, CUDA, SERVER_CHECKS, SOFT_LIB, built_file, cargo, cargo_build, lay_out_soft_driver,
+    root, soft_driver,
 };
 
 /// The spin kernel's PTX, which the probe and the CUDA tests embed.

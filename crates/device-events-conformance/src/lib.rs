@@ -34,9 +34,9 @@ pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod fork;
-pub mod hold;
 #[cfg(feature = "hip")]
 pub mod hip;
+pub mod hold;
 pub mod lanes;
 pub mod noting;
 pub mod soft;
