@@ -27,6 +27,7 @@
 //! a duration of work.
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod allocations;
 pub mod anchoring;
 pub mod chain;
 pub mod contract;

@@ -7,9 +7,6 @@
 
 device_events_conformance::tests_run_on_the_software_driver!();
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-
 use cubecl_common::profile::ProfileDuration;
 use cudarc::driver::result;
 use device_events_conformance::soft::SoftDriver;
@@ -19,29 +16,7 @@ use device_events_core::{
 use device_events_cubecl::{CubeFence, CubeProfiler};
 use device_events_cuda::{Cuda, CudaStream};
 
-struct Counting;
-
-thread_local! {
-    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
-}
-
-// SAFETY: every call is forwarded to the system allocator unchanged; the
-// count is a thread-local `Cell` of a const initialiser, which allocates
-// nothing.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
-        // SAFETY: as the caller promises for `layout`.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: as the caller promises: `ptr` is ours, of `layout`.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
+device_events_conformance::count_allocations!();
 
 /// Windows warmed up before counting, and counted.
 const WINDOWS: usize = 200;
@@ -56,13 +31,13 @@ fn per_op<T>(soft: &SoftDriver, mut op: impl FnMut() -> T, done: impl Fn(Vec<T>)
     }
     done(std::mem::take(&mut kept));
     kept.reserve(WINDOWS);
-    let (calls, allocations) = (soft.thread_calls(), ALLOCATIONS.with(Cell::get));
+    let (calls, allocated) = (soft.thread_calls(), allocations());
     for _ in 0..WINDOWS {
         kept.push(op());
     }
     let counted = (
         (soft.thread_calls() - calls) as f64 / WINDOWS as f64,
-        (ALLOCATIONS.with(Cell::get) - allocations) as f64 / WINDOWS as f64,
+        (allocations() - allocated) as f64 / WINDOWS as f64,
     );
     done(kept);
     counted
