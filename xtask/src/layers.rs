@@ -655,6 +655,9 @@ impl Reader {
         for item in items {
             match item {
                 syn::Item::Mod(m) if is_test(&m.attrs) => {}
+                // A file of another crate's (`#[path]`), drawn with that
+                // crate's layers, not this one's.
+                syn::Item::Mod(m) if m.attrs.iter().any(|a| a.path().is_ident("path")) => {}
                 syn::Item::Mod(m) => {
                     let path = join(self.module(), &m.ident.to_string());
                     match &m.content {
@@ -728,6 +731,22 @@ mod tests {
         let graph = Graph::read(&src, &src.join("lib.rs")).unwrap();
         std::fs::remove_dir_all(dir).unwrap();
         graph
+    }
+
+    #[test]
+    fn a_module_of_another_crates_file_is_not_read_as_this_crates() {
+        let graph = graph(
+            "path",
+            &[
+                (
+                    "lib.rs",
+                    "#[path = \"../../other/src/spin.rs\"]\npub mod spin;\nmod a;\n",
+                ),
+                ("a.rs", "pub struct A;\n"),
+            ],
+        );
+        let report = graph.report(None);
+        assert!(report.circles.is_empty());
     }
 
     #[test]
