@@ -105,29 +105,32 @@ pub(crate) struct Handed<A: AnchorApi>(Arc<Pending<A>>);
 impl<A: AnchorApi> Handed<A> {
     /// Hand `inputs` over in a spare of the profiler's, or in a new one.
     fn over(inputs: Inputs<A>) -> Self {
-        let pool = Arc::downgrade(&inputs.pool);
+        let pool = inputs.pool.clone();
         let made = Pending {
             lane: inputs.lane,
             inputs: Mutex::new(Some(inputs)),
             answer: Answer::new(),
             process: std::process::id(),
-            pool,
+            pool: Arc::downgrade(&pool),
         };
-        let spare = made
-            .pool
-            .upgrade()
-            .and_then(|pool| pool.spare::<Pending<A>>());
-        Self(match spare {
-            Some(mut spare) => {
-                if let Some(reused) = Arc::get_mut(&mut spare) {
-                    *reused = made;
-                    spare
-                } else {
-                    Arc::new(made)
-                }
-            }
-            None => Arc::new(made),
-        })
+        if let Some(mut spare) = pool.spare::<Pending<A>>()
+            && let Some(reused) = Arc::get_mut(&mut spare)
+        {
+            *reused = made;
+            return Self(spare);
+        }
+        // None free: one more is kept beside it, so that while the resolver
+        // is still letting go of the last window's, the next window
+        // handed over finds the one before it free.
+        let beside = Pending {
+            lane: None,
+            inputs: Mutex::new(None),
+            answer: Answer::new(),
+            process: std::process::id(),
+            pool: Arc::downgrade(&pool),
+        };
+        pool.keep_spare(Arc::new(beside) as Arc<dyn Any + Send + Sync>);
+        Self(Arc::new(made))
     }
 }
 
