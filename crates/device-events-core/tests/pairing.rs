@@ -124,11 +124,12 @@ fn an_exact_pairing_is_bound_by_its_brackets_half_width_at_least() {
 #[test]
 fn a_pairing_trusted_by_name_is_bound_by_the_drivers_word() {
     let placer = calibrated(Duration::ZERO, DriverPairing::Unchecked);
-    // The driver's 1 µs, two ticks of carrying it to the stamp, and the
-    // fit's rounding up: not the bracket's 100 µs.
+    // The driver's 1 µs, and the rate's error over however long the host
+    // took from the pairing to the stamp it is carried to: not the
+    // bracket's 100 µs and more.
     let bound = placer.anchor_uncertainty().unwrap();
     assert!(
-        bound > CLAIMED && bound < Duration::from_micros(2),
+        bound > CLAIMED && bound < Duration::from_micros(100),
         "{bound:?}"
     );
 }
