@@ -105,14 +105,8 @@ pub(crate) struct Handed<A: AnchorApi>(Arc<Pending<A>>);
 impl<A: AnchorApi> Handed<A> {
     /// Hand `inputs` over in a spare of the profiler's, or in a new one.
     fn over(inputs: Inputs<A>) -> Self {
-        let pool = inputs.pool.clone();
-        let made = Pending {
-            lane: inputs.lane,
-            inputs: Mutex::new(Some(inputs)),
-            answer: Answer::new(),
-            process: std::process::id(),
-            pool: Arc::downgrade(&pool),
-        };
+        let pool = Arc::clone(&inputs.pool);
+        let made = Pending::of(&pool, Some(inputs));
         if let Some(mut spare) = pool.spare::<Pending<A>>()
             && let Some(reused) = Arc::get_mut(&mut spare)
         {
@@ -122,14 +116,7 @@ impl<A: AnchorApi> Handed<A> {
         // None free: one more is kept beside it, so that while the resolver
         // is still letting go of the last window's, the next window
         // handed over finds the one before it free.
-        let beside = Pending {
-            lane: None,
-            inputs: Mutex::new(None),
-            answer: Answer::new(),
-            process: std::process::id(),
-            pool: Arc::downgrade(&pool),
-        };
-        pool.keep_spare(Arc::new(beside) as Arc<dyn Any + Send + Sync>);
+        pool.keep_spare(Arc::new(Pending::of(&pool, None)) as Arc<dyn Any + Send + Sync>);
         Self(Arc::new(made))
     }
 }
@@ -150,6 +137,18 @@ pub(crate) struct Pending<A: AnchorApi> {
 }
 
 impl<A: AnchorApi> Pending<A> {
+    /// A window's shared state with `inputs` (none: a spare), of this
+    /// process, going back to `pool` once spent.
+    fn of(pool: &Arc<EventPool<A>>, inputs: Option<Inputs<A>>) -> Self {
+        Self {
+            lane: inputs.as_ref().and_then(|inputs| inputs.lane),
+            inputs: Mutex::new(inputs),
+            answer: Answer::new(),
+            process: std::process::id(),
+            pool: Arc::downgrade(pool),
+        }
+    }
+
     /// Whether it was handed over in a parent of this process, made by
     /// `fork`: then no thread of this process answers it.
     fn inherited(&self) -> bool {
