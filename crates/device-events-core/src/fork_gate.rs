@@ -14,10 +14,10 @@
 //! for one round of asks, however long the device's work. Nor does a
 //! piece destroy a stream whose work may be unfinished (a stream's
 //! destroy waits for its last command on HIP): an anchor stream the driver
-//! would not let drain is left to the process. Two exceptions remain: a
-//! stream no event could be made to drain is destroyed undrained (a lost
-//! device's destroy has nothing to wait for, but a driver merely out of
-//! events may wait there), and what a piece still makes
+//! would not let drain is left to the process, and so is one no event
+//! could be made to drain, after asking again from sleeps outside the
+//! gate (a lost device's, whose destroy has nothing to wait for, and one
+//! that never had work are destroyed at once). What a piece still makes
 //! is enqueues (a record, a gate's wait on the anchor's own stream): a
 //! driver holds one only while the hardware queue is full, which the
 //! anchor's few commands do not fill, but a hung device's work sharing

@@ -93,6 +93,15 @@ pub(crate) mod calibrator {
     /// the process's exit waits no longer than this for it to leave.
     pub(crate) const DRAIN_SLEEP_UP_TO: Duration = Duration::from_millis(1);
 
+    /// The first pause before a released anchor stream that no event could
+    /// be made to drain is asked again; it grows fourfold up to
+    /// [`NO_EVENT_LAST_PAUSE`]: about a third of a second in all, for a
+    /// driver out of events to free one, before the stream is left to the
+    /// process rather than destroyed undrained.
+    pub(crate) const NO_EVENT_FIRST_PAUSE: Duration = Duration::from_millis(1);
+    /// The longest of those pauses.
+    pub(crate) const NO_EVENT_LAST_PAUSE: Duration = Duration::from_millis(256);
+
     /// The first delay before a failed calibration is tried again; it
     /// doubles from there up to `anchor_max_age`, within
     /// [`LAST_RETRY`]: a failing driver is not asked again at every

@@ -3,6 +3,7 @@
 
 mod support;
 
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use device_events_core::sim::{Sim, SimStream};
@@ -707,6 +708,128 @@ fn an_anchor_stream_whose_drain_fails_once_is_drained_again_and_destroyed() {
         (1, 0, 0),
         "only the caller's stream is left"
     );
+}
+
+/// [`Unbound`]'s next context binds that fail, and with what kind (0:
+/// none).
+static BIND_FAILS: AtomicUsize = AtomicUsize::new(0);
+static BIND_FAILS_AS: AtomicU8 = AtomicU8::new(0);
+
+/// The simulated backend, whose context cannot be bound as [`BIND_FAILS`]
+/// says: a release's drain can then make no event.
+struct Unbound;
+
+impl EventApi for Unbound {
+    type Event = <Sim as EventApi>::Event;
+    type Stream = SimStream;
+    const BACKEND: &'static str = "sim";
+
+    fn event_create() -> Result<Self::Event, DriverError> {
+        Sim::event_create()
+    }
+    fn event_destroy(event: &mut Self::Event) -> Result<(), DriverError> {
+        Sim::event_destroy(event)
+    }
+    fn event_record(event: &Self::Event, stream: SimStream) -> Result<(), DriverError> {
+        Sim::event_record(event, stream)
+    }
+    fn event_wait(event: &Self::Event) -> Result<(), DriverError> {
+        Sim::event_wait(event)
+    }
+    fn event_elapsed(start: &Self::Event, end: &Self::Event) -> Result<Duration, DriverError> {
+        Sim::event_elapsed(start, end)
+    }
+    fn stream_wait_event(stream: SimStream, event: &Self::Event) -> Result<(), DriverError> {
+        Sim::stream_wait_event(stream, event)
+    }
+    fn stream_synchronize(stream: SimStream) -> Result<(), DriverError> {
+        Sim::stream_synchronize(stream)
+    }
+    fn stream_create_non_blocking() -> Result<SimStream, DriverError> {
+        Sim::stream_create_non_blocking()
+    }
+    fn stream_destroy(stream: SimStream) -> Result<(), DriverError> {
+        Sim::stream_destroy(stream)
+    }
+}
+
+impl device_events_core::backend::AnchorApi for Unbound {}
+impl device_events_core::backend::FenceApi for Unbound {}
+impl device_events_core::backend::ThreadApi for Unbound {
+    fn in_context_of<T>(stream: SimStream, call: impl FnOnce() -> T) -> Result<T, DriverError> {
+        let failing = BIND_FAILS
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .is_ok();
+        let kind = match BIND_FAILS_AS.load(Ordering::Acquire) {
+            _ if !failing => {
+                return <Sim as device_events_core::backend::ThreadApi>::in_context_of(stream, call);
+            }
+            1 => ErrorKind::OutOfResources,
+            _ => ErrorKind::DevicePoisoned,
+        };
+        Err(DriverError::refused("sim", "simBind", kind, "no context"))
+    }
+}
+
+/// Under [`setup`]: a dropped profiler of [`Unbound`], its anchor taken, whose release
+/// finds the next `binds` context binds failing with `kind` (1: out of
+/// resources, 2: a lost device): the simulated device's streams once the
+/// release ended, the streams it destroyed, and the records it made (a
+/// drain's).
+fn released_with_binds_failing(binds: usize, kind: u8) -> (u64, u64, u64) {
+    let s = stream();
+    let mut profiler = on_sim_clock_of::<Unbound>();
+    let token = profiler.start(s);
+    let window = profiler.stop(s, token).unwrap();
+    assert!(resolve(window).is_some());
+    settle();
+    let destroyed = Sim::calls_of("simStreamDestroy");
+    let recorded = Sim::calls_of("simEventRecord");
+    BIND_FAILS_AS.store(kind, Ordering::Release);
+    BIND_FAILS.store(binds, Ordering::Release);
+    drop(profiler);
+    settle();
+    BIND_FAILS.store(0, Ordering::Release);
+    (
+        Sim::counts().live_streams,
+        Sim::calls_of("simStreamDestroy") - destroyed,
+        Sim::calls_of("simEventRecord") - recorded,
+    )
+}
+
+/// A release's drain that can make no event for a while (a driver out of
+/// them) is asked again, and drains and destroys the stream once it can.
+#[test]
+fn an_anchor_stream_with_no_event_to_drain_it_is_drained_once_there_is_one() {
+    let _sim = setup();
+    assert_eq!(
+        released_with_binds_failing(3, 1),
+        (1, 1, 1),
+        "drained, then destroyed: only the caller's stream is left"
+    );
+}
+
+/// Never an event to drain with: the stream is left to the process, not
+/// destroyed undrained, since its destroy could wait for its work inside
+/// a round of work that a `fork` waits for.
+#[test]
+fn an_anchor_stream_never_given_an_event_to_drain_it_is_left_to_the_process() {
+    let _sim = setup();
+    assert_eq!(
+        released_with_binds_failing(usize::MAX, 1),
+        (2, 0, 0),
+        "the caller's stream, and the anchor stream left to the process"
+    );
+    assert!(logged(&["left to the process", "no event"]), "not said");
+}
+
+/// A lost device's anchor stream has no work to wait for: destroyed at
+/// once, undrained.
+#[test]
+fn a_lost_devices_anchor_stream_is_destroyed_undrained() {
+    let _sim = setup();
+    assert_eq!(released_with_binds_failing(usize::MAX, 2), (1, 1, 0));
+    assert!(logged(&["lost device", "destroyed undrained"]), "not said");
 }
 
 #[test]

@@ -43,6 +43,9 @@ pub(crate) struct EventProbe<'a, A: EventApi> {
     pub(crate) pool: &'a Arc<EventPool<A>>,
     pub(crate) stream: A::Stream,
     pub(crate) gate: &'a mut Option<Box<dyn Gate>>,
+    /// Set once anything is enqueued on `stream`: then its destroy may
+    /// wait for that work.
+    pub(crate) enqueued: &'a mut bool,
 }
 
 impl<A: AnchorApi> Probe for EventProbe<'_, A> {
@@ -62,6 +65,7 @@ impl<A: AnchorApi> Probe for EventProbe<'_, A> {
 
     fn queue(&mut self) -> Result<PooledEvent<A>, DriverError> {
         let event = self.pool.take()?;
+        *self.enqueued = true;
         match A::event_record(event.raw(), self.stream) {
             Ok(()) => Ok(event),
             Err(err) => {

@@ -20,7 +20,9 @@ use crate::config::ProfilerConfig;
 use crate::driver::{DriverError, ErrorKind};
 use crate::events::pool::{EventPool, PooledEvent};
 use crate::owned_stream::OwnedStream;
-use crate::tunables::calibrator::{FIRST_RETRY, LAST_RETRY};
+use crate::tunables::calibrator::{
+    FIRST_RETRY, LAST_RETRY, NO_EVENT_FIRST_PAUSE, NO_EVENT_LAST_PAUSE,
+};
 use crate::tunables::drift::MAX_GAP;
 
 /// The anchor a calibration in flight will give: filled once, with the new
@@ -89,6 +91,9 @@ struct Work {
     /// Dropped before the stream it waits on, in `Shared`'s drop: open.
     gate: Option<Box<dyn Gate>>,
     gate_tried: bool,
+    /// Whether anything was ever enqueued on the anchor stream (a record,
+    /// a gate's wait): until then its destroy has nothing to wait for.
+    enqueued: bool,
     fit: DriftFit,
 }
 
@@ -97,6 +102,7 @@ impl Work {
         Self {
             gate: None,
             gate_tried: false,
+            enqueued: false,
             fit: DriftFit::new(config.timer_resolution),
         }
     }
@@ -304,11 +310,13 @@ impl<A: AnchorApi> Shared<A> {
                 log::warn!("{}: anchoring without a gate: {err}", A::BACKEND);
                 None
             });
+            work.enqueued |= work.gate.is_some();
         }
         let mut probe = EventProbe {
             pool: &self.pool,
             stream,
             gate: &mut work.gate,
+            enqueued: &mut work.enqueued,
         };
         let bracket = bracket::tightest(&mut probe, &self.config.anchor)?;
         let pairing = |b: &Bracket<PooledEvent<A>>| {
@@ -328,15 +336,18 @@ impl<A: AnchorApi> Drop for Shared<A> {
     /// thread's graph capture forbids, and the stream's destroy may wait
     /// for its work (`hipStreamDestroy`). Here only without a thread.
     fn drop(&mut self) {
+        let work = self
+            .work
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_mut();
+        // No work: a calibration was in flight as this process forked.
+        let enqueued = work.as_ref().is_none_or(|work| work.enqueued);
         let release = Release {
             pool: Arc::clone(&self.pool),
-            gate: self
-                .work
-                .get_mut()
-                .unwrap_or_else(PoisonError::into_inner)
-                .as_mut()
-                .and_then(|work| work.gate.take()),
+            gate: work.and_then(|work| work.gate.take()),
             stream: self.stream.take(),
+            enqueued,
         };
         if release.gate.is_none() && release.stream.is_none() {
             return;
@@ -369,15 +380,18 @@ impl<A: AnchorApi> Drop for Shared<A> {
 /// drain's record or its ask failed, twice) is left to the process's end,
 /// not destroyed, as it is once the process is exiting
 /// ([`stop_driver_calls`](crate::process::stop_driver_calls)): its destroy
-/// could wait for the device, a hung one's for good. A stream no event
-/// could be made to drain (nor its context bound) is destroyed undrained:
-/// a driver failing every call (a lost device) has nothing to wait for,
-/// but one merely out of events may wait there for the stream's last
-/// command, inside this round.
+/// could wait for the device, a hung one's for good. A stream that never
+/// had work is destroyed at once. A stream no event could be made to drain (nor its context bound) is destroyed undrained
+/// only when the device is lost (its destroy has nothing to wait for);
+/// a driver merely out of events is asked again, from sleeps outside the
+/// round (about a third of a second in all), and the stream is left to the
+/// process if it never has one.
 struct Release<A: AnchorApi> {
     pool: Arc<EventPool<A>>,
     gate: Option<Box<dyn Gate>>,
     stream: Option<OwnedStream<A>>,
+    /// Whether `stream` ever had work: else it is destroyed at once.
+    enqueued: bool,
 }
 
 impl<A: AnchorApi> Drop for Release<A> {
@@ -386,6 +400,9 @@ impl<A: AnchorApi> Drop for Release<A> {
         let Some(stream) = self.stream.take() else {
             return;
         };
+        if !self.enqueued {
+            return drop(stream);
+        }
         let raw = stream.get();
         // The outer error: no event to drain with; the inner one, the
         // drain's own, on the stream.
@@ -396,7 +413,7 @@ impl<A: AnchorApi> Drop for Release<A> {
             })
             .and_then(|taken| taken)
         };
-        let drained = match drain() {
+        let mut drained = match drain() {
             Ok(Err(err)) if !crate::threads::stopping() => {
                 log::warn!(
                     "{}: an anchor stream's drain failed, trying once more: {err}",
@@ -406,6 +423,18 @@ impl<A: AnchorApi> Drop for Release<A> {
             }
             first => first,
         };
+        // No event to drain with: a driver out of them may have one again
+        // shortly. Asked again outside the round, which a fork waits for.
+        let mut pause = NO_EVENT_FIRST_PAUSE;
+        while let Err(err) = &drained
+            && !lost(err)
+            && pause <= NO_EVENT_LAST_PAUSE
+            && !crate::threads::stopping()
+        {
+            crate::fork_gate::outside_library_work(|| std::thread::sleep(pause));
+            pause *= 4;
+            drained = drain();
+        }
         match drained {
             // The process is exiting: the destroy could wait in the driver.
             Ok(Ok(Some(false))) => std::mem::forget(stream),
@@ -427,16 +456,34 @@ impl<A: AnchorApi> Drop for Release<A> {
                 );
                 std::mem::forget(stream);
             }
-            Err(err) => {
+            Err(err) if lost(&err) => {
                 log::warn!(
-                    "{}: an anchor stream is destroyed undrained, no event could be made to \
-                     drain it: {err}",
+                    "{}: an anchor stream of a lost device is destroyed undrained: {err}",
                     A::BACKEND
                 );
                 drop(stream);
             }
+            // Its destroy could wait for the stream's last command, inside
+            // this round.
+            Err(err) => {
+                log::warn!(
+                    "{}: an undrained anchor stream is left to the process's end, no event \
+                     could be made to drain it: {err}",
+                    A::BACKEND
+                );
+                std::mem::forget(stream);
+            }
         }
     }
+}
+
+/// A device whose every call fails: a stream's destroy there has no work
+/// to wait for.
+fn lost(err: &DriverError) -> bool {
+    matches!(
+        err.kind(),
+        ErrorKind::DevicePoisoned | ErrorKind::NoDevice | ErrorKind::Unavailable
+    )
 }
 
 /// Device time from the start of the anchor chain to `bracket`'s event,
