@@ -40,6 +40,14 @@ mod perfetto;
 pub use host::HostClock;
 #[cfg(target_os = "linux")]
 pub use perfetto::{ManifestFile, Perfetto, PerfettoWriter, perfetto_manifest};
+#[cfg(all(feature = "tracy", feature = "tracy-0-17"))]
+compile_error!(
+    "features `tracy` and `tracy-0-17` link two Tracy clients into one program: enable one"
+);
+#[cfg(any(feature = "tracy", feature = "tracy-0-17"))]
+mod tracy;
+#[cfg(any(feature = "tracy", feature = "tracy-0-17"))]
+pub use tracy::{Tracy, TracyWriter, TracyZone};
 #[cfg(target_os = "linux")]
 mod tracing_layer;
 #[cfg(target_os = "linux")]
