@@ -314,3 +314,132 @@ fn write<S: Sink>(
     }
     order.dropped()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use device_events_core::{EventProfiler, OwnedStream, sim::Sim};
+
+    /// A zone written: its context, start and end.
+    type Written = (usize, i64, i64);
+
+    /// The contexts' names, and the zones written.
+    #[derive(Clone, Default)]
+    struct Seen(Arc<Mutex<(Vec<String>, Vec<Written>)>>);
+
+    impl Sink for Seen {
+        type Context = usize;
+        fn context(&mut self, name: &str, _now: i64) -> Option<usize> {
+            let mut seen = self.0.lock().ok()?;
+            seen.0.push(name.to_owned());
+            Some(seen.0.len() - 1)
+        }
+        fn zone(&mut self, context: &mut usize, _label: &str, start: i64, end: i64) -> bool {
+            self.0
+                .lock()
+                .map(|mut seen| seen.1.push((*context, start, end)))
+                .is_ok()
+        }
+        fn sync(&mut self, _context: &mut usize, _now: i64) {}
+    }
+
+    impl Seen {
+        fn zones(&self) -> Vec<Written> {
+            self.0.lock().map(|seen| seen.1.clone()).unwrap_or_default()
+        }
+    }
+
+    fn placement(start: Instant, micros: u64) -> Placement {
+        Placement {
+            duration: Duration::from_micros(micros),
+            start,
+            end: start + Duration::from_micros(micros),
+            uncertainty: Duration::ZERO,
+        }
+    }
+
+    #[test]
+    fn a_zone_dropped_unplaced_lets_the_later_zones_of_its_stream_go() -> io::Result<()> {
+        let seen = Seen::default();
+        let tracy = Tracy::new().start_with(seen.clone())?;
+        let stream = tracy.stream("s");
+        let first = tracy.zone(stream, "first");
+        let second = tracy.zone(stream, "second");
+        assert!(second.place(Some(&placement(Instant::now(), 5))));
+        drop(first);
+        assert_eq!(tracy.finish(), 0);
+        assert_eq!(seen.zones().len(), 1);
+        Ok(())
+    }
+
+    #[test]
+    fn a_zone_spans_exactly_its_placed_ends_in_nanoseconds() -> io::Result<()> {
+        let seen = Seen::default();
+        let tracy = Tracy::new().start_with(seen.clone())?;
+        let stream = tracy.stream("s");
+        let first = placement(Instant::now(), 7);
+        let second = placement(first.start + Duration::from_nanos(12_345), 3);
+        assert!(tracy.zone(stream, "a").place(Some(&first)));
+        assert!(tracy.zone(stream, "b").place(Some(&second)));
+        assert_eq!(tracy.finish(), 0);
+        let zones = seen.zones();
+        assert_eq!(zones[0].2 - zones[0].1, 7_000);
+        assert_eq!(zones[1].1 - zones[0].1, 12_345);
+        assert_eq!(zones[1].2 - zones[1].1, 3_000);
+        Ok(())
+    }
+
+    #[test]
+    fn a_stream_past_the_255th_makes_no_context_and_its_zones_count_as_dropped() -> io::Result<()> {
+        let seen = Seen::default();
+        let tracy = Tracy::new().start_with(seen.clone())?;
+        let streams: Vec<TrackId> = (0..=MAX_CONTEXTS)
+            .map(|i| tracy.stream(format!("s{i}")))
+            .collect();
+        let last = streams[MAX_CONTEXTS];
+        assert!(
+            !tracy
+                .zone(last, "a")
+                .place(Some(&placement(Instant::now(), 1)))
+        );
+        assert_eq!(tracy.finish(), 1);
+        assert_eq!(seen.0.lock().map(|s| s.0.len()).unwrap_or(0), MAX_CONTEXTS);
+        Ok(())
+    }
+
+    #[test]
+    fn chained_windows_are_consecutive_zones_end_to_start() -> Result<(), Box<dyn std::error::Error>>
+    {
+        let seen = Seen::default();
+        let tracy = Tracy::new().start_with(seen.clone())?;
+        let track = tracy.stream("s");
+        let stream = OwnedStream::<Sim>::new()?;
+        let s = stream.get();
+        let mut profiler = EventProfiler::<Sim>::new();
+        let mut token = profiler.start(s);
+        let mut windows = Vec::new();
+        for _ in 0..4 {
+            Sim::enqueue_work(s, Duration::from_micros(50));
+            let (closed, next) = profiler.split(s, token)?;
+            windows.push((tracy.zone(track, "kernel"), closed));
+            token = next;
+        }
+        profiler.abandon(token)?;
+        // Resolved last first: the zones still go up in the chain's order.
+        for (zone, window) in windows.into_iter().rev() {
+            assert!(zone.place(pollster::block_on(window).as_ref()));
+        }
+        assert_eq!(tracy.finish(), 0);
+        let zones = seen.zones();
+        assert_eq!(zones.len(), 4);
+        for pair in zones.windows(2) {
+            let gap = pair[1].1 - pair[0].2;
+            assert!(
+                gap.abs() <= 1_000,
+                "one boundary, placed twice: {gap} ns apart"
+            );
+        }
+        drop(profiler);
+        Ok(())
+    }
+}
