@@ -13,6 +13,7 @@ mod cubecl;
 mod docs;
 mod layers;
 mod snippets;
+mod tracy;
 
 #[derive(Parser)]
 #[command(about = "device-events project tasks")]
@@ -225,6 +226,7 @@ fn test() -> Result<()> {
         ),
     )?;
     perfetto_checks(&soft)?;
+    tracy::tracy_checks()?;
     for backend in [CUDA, HIP] {
         run_backend_tests(backend, Some(&soft))?;
     }
