@@ -3,10 +3,11 @@
 //! PyPI `iree-base-runtime`'s `iree-tracy-capture` (Tracy 0.11, protocol
 //! 66), installed into a virtual environment under the target folder.
 
-use std::path::PathBuf;
-use std::process::Command;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail, ensure};
 
 use crate::{cargo, root, run, target_dir};
 
@@ -95,4 +96,91 @@ pub(crate) fn tracy_checks() -> Result<()> {
             .arg(&capture)
             .arg(&file),
     )
+}
+
+/// The headless capture `cargo xtask demo --tracy` streams the demo to.
+pub(crate) struct DemoCapture {
+    child: Child,
+    file: PathBuf,
+    log: PathBuf,
+}
+
+/// Start the capture, waiting for the demo on a free port, into
+/// `out/demo.tracy` (its messages in `out/capture.log`), and point `demo`
+/// at it: the demo's client keeps the process up at exit until the
+/// capture has everything (`TRACY_NO_EXIT`).
+pub(crate) fn demo_capture(demo: &mut Command, out: &Path) -> Result<DemoCapture> {
+    let capture = ensure_capture()?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port()
+        .to_string();
+    std::fs::create_dir_all(out)?;
+    let file = out.join("demo.tracy");
+    let log = out.join("capture.log");
+    let child = Command::new(&capture)
+        .arg("-o")
+        .arg(&file)
+        .args(["-f", "-a", "127.0.0.1", "-p", &port])
+        .stdout(std::fs::File::create(&log)?)
+        .spawn()
+        .with_context(|| format!("could not start {}", capture.display()))?;
+    demo.arg("--tracy")
+        .env("TRACY_PORT", &port)
+        .env("TRACY_NO_EXIT", "1");
+    Ok(DemoCapture { child, file, log })
+}
+
+impl DemoCapture {
+    /// Run the demo (`step`, echoed) into the capture, then wait for the
+    /// capture to save (it stops when the demo disconnects). A capture that
+    /// ends first (a protocol it does not speak) would leave the demo
+    /// waiting at its exit for ever: the demo is then stopped.
+    pub(crate) fn run(mut self, step: &str, demo: &mut Command) -> Result<()> {
+        eprintln!("xtask: {step}");
+        let mut demo = demo
+            .spawn()
+            .with_context(|| format!("could not start {step}"))?;
+        let mut capture_ended: Option<Instant> = None;
+        let status = loop {
+            if let Some(status) = demo.try_wait()? {
+                break status;
+            }
+            if capture_ended.is_none() && self.child.try_wait()?.is_some() {
+                capture_ended = Some(Instant::now());
+            }
+            if capture_ended.is_some_and(|at| at.elapsed() > Duration::from_secs(10)) {
+                demo.kill()?;
+                demo.wait()?;
+                bail!(
+                    "the capture ended before the demo did, which then waits for ever: see {}",
+                    self.log.display()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while status.success() && Instant::now() < deadline {
+            if self.child.try_wait()?.is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if self.child.try_wait()?.is_none() {
+            self.child.kill()?;
+            self.child.wait()?;
+        }
+        ensure!(status.success(), "{step} failed ({status})");
+        ensure!(
+            std::fs::metadata(&self.file).is_ok_and(|m| m.len() > 0),
+            "the capture wrote no {}: see {}",
+            self.file.display(),
+            self.log.display()
+        );
+        eprintln!(
+            "xtask: Tracy capture written to {} (open it in Tracy's profiler, 0.11 or later)",
+            self.file.display()
+        );
+        Ok(())
+    }
 }
