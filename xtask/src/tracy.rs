@@ -50,7 +50,8 @@ pub(crate) fn ensure_capture() -> Result<PathBuf> {
 }
 
 /// The zones writer's tests and lints under each client version, then the
-/// check against the real server.
+/// check against the real server under both client APIs (0.17's one
+/// upload; 0.18's two and its re-sync), each on Tracy 0.11.
 pub(crate) fn tracy_checks() -> Result<()> {
     for feature in ["tracy", "tracy-0-17"] {
         run(
@@ -75,27 +76,32 @@ pub(crate) fn tracy_checks() -> Result<()> {
     let capture = ensure_capture()?;
     let manifest = root().join("ci").join("tracy-check").join("Cargo.toml");
     let dir = target_dir().join("tracy-check");
-    run(
-        "cargo clippy (ci/tracy-check)",
-        cargo()
-            .args(["clippy", "--manifest-path"])
-            .arg(&manifest)
-            .arg("--target-dir")
-            .arg(&dir)
-            .args(["--", "-D", "warnings"]),
-    )?;
-    let file = dir.join("capture.tracy");
-    run(
-        "Tracy GPU zones against iree-tracy-capture (tracy-client 0.17.1, protocol 66)",
-        cargo()
-            .args(["run", "--quiet", "--manifest-path"])
-            .arg(&manifest)
-            .arg("--target-dir")
-            .arg(&dir)
-            .arg("--")
-            .arg(&capture)
-            .arg(&file),
-    )
+    for (client, feature) in [
+        ("tracy-client 0.17.1", "client-0-17"),
+        ("tracy-client 0.18.4, re-synced", "client-0-18"),
+    ] {
+        let check = |verb: &str| {
+            let mut cmd = cargo();
+            cmd.args([verb, "--quiet", "--locked", "--no-default-features"])
+                .args(["--features", feature, "--manifest-path"])
+                .arg(&manifest)
+                .arg("--target-dir")
+                .arg(&dir);
+            cmd
+        };
+        run(
+            &format!("cargo clippy (ci/tracy-check, {client})"),
+            check("clippy").args(["--", "-D", "warnings"]),
+        )?;
+        run(
+            &format!("Tracy GPU zones against iree-tracy-capture ({client}, protocol 66)"),
+            check("run")
+                .arg("--")
+                .arg(&capture)
+                .arg(dir.join(format!("{feature}.tracy"))),
+        )?;
+    }
+    Ok(())
 }
 
 /// The headless capture `cargo xtask demo --tracy` streams the demo to.

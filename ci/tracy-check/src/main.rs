@@ -21,6 +21,9 @@ use wire::Wire;
 
 type Error = Box<dyn std::error::Error>;
 
+/// Whether the client re-syncs each context (0.18.4 and later).
+const RESYNC: bool = cfg!(feature = "client-0-18");
+
 /// Where Tracy's client listens.
 const PORT: &str = "TRACY_PORT";
 
@@ -249,6 +252,16 @@ fn pipeline(tracy: &device_events_trace::TracyWriter) -> Result<Vec<Placed>, Err
         .collect();
     let mut windows = Vec::new();
     while let Some((placed, zone)) = resolved.pop() {
+        // Stream B's zones placed, last first; with a client that can
+        // re-sync, stream A's go up after a sync of every context.
+        if RESYNC
+            && placed.stream == "stream A"
+            && windows
+                .last()
+                .is_some_and(|w: &Placed| w.stream == "stream B")
+        {
+            std::thread::sleep(Duration::from_millis(1500));
+        }
         if !zone.place(placed.placed.as_ref()) {
             return Err(format!("zone {} not handed over", placed.label).into());
         }
@@ -293,6 +306,9 @@ fn compare(windows: &[Placed], wire: &Wire) -> Vec<String> {
         };
         if context.period != 1.0 {
             problems.push(format!("{stream}: period {}", context.period));
+        }
+        if RESYNC && context.syncs == 0 {
+            problems.push(format!("{stream}: its context was never re-synced"));
         }
         let placed: Vec<&Placed> = windows
             .iter()
@@ -367,4 +383,21 @@ fn report(windows: &[Placed], wire: &Wire) {
         );
     }
     println!("(ns from the first window's start; zones as the server received them)");
+    for context in wire.contexts.values() {
+        let (Some(first), Some(last)) = (context.pairings.first(), context.pairings.last()) else {
+            continue;
+        };
+        let gpu = (last.0 - first.0) as f64;
+        if context.pairings.len() < 2 || gpu <= 0.0 {
+            continue;
+        }
+        let tracy = (last.1 - first.1) as f64 * wire.timer_mul;
+        println!(
+            "{}: {} pairings over {:.3} s; Tracy's clock ran {:+.2} ppm against Instant's",
+            context.name.as_deref().unwrap_or("?"),
+            context.pairings.len(),
+            gpu / 1e9,
+            (tracy - gpu) / gpu * 1e6
+        );
+    }
 }

@@ -56,6 +56,9 @@ pub struct Context {
     pub name: Option<String>,
     pub period: f32,
     pub syncs: usize,
+    /// Each pairing of its GPU time with Tracy's clock (raw ticks): at
+    /// its creation, then at each sync.
+    pub pairings: Vec<(i64, i64)>,
     pub zones: Vec<GpuZone>,
     stack: Vec<usize>,
     queries: BTreeMap<u16, usize>,
@@ -66,6 +69,8 @@ pub struct Context {
 pub struct Wire {
     buffer: Vec<u8>,
     welcomed: bool,
+    /// Nanoseconds per tick of Tracy's clock, as the client measured it.
+    pub timer_mul: f64,
     history: Vec<u8>,
     pub contexts: BTreeMap<u8, Context>,
     /// GPU times received: two per zone.
@@ -95,6 +100,8 @@ impl Wire {
                     self.faults
                         .push(format!("handshake status {} (1: welcome)", self.buffer[0]));
                 }
+                let mul = self.buffer.get(1..9).and_then(|b| b.try_into().ok());
+                self.timer_mul = mul.map_or(0.0, f64::from_le_bytes);
                 self.buffer.drain(..size);
                 self.welcomed = true;
             }
@@ -170,8 +177,11 @@ impl Wire {
         let f = &data.get(1..size)?;
         match kind {
             GPU_NEW_CONTEXT => {
+                let gpu = i64::from_le_bytes(f.get(8..16)?.try_into().ok()?);
+                let cpu = i64::from_le_bytes(f.get(..8)?.try_into().ok()?);
                 let context = Context {
                     period: f32::from_le_bytes(f.get(20..24)?.try_into().ok()?),
+                    pairings: vec![(gpu, cpu)],
                     ..Context::default()
                 };
                 self.contexts.insert(*f.get(24)?, context);
@@ -224,8 +234,14 @@ impl Wire {
                 }
             }
             GPU_TIME_SYNC => {
-                if let Some(context) = self.contexts.get_mut(f.get(16)?) {
-                    context.syncs += 1;
+                let gpu = i64::from_le_bytes(f.get(..8)?.try_into().ok()?);
+                let cpu = i64::from_le_bytes(f.get(8..16)?.try_into().ok()?);
+                match self.contexts.get_mut(f.get(16)?) {
+                    Some(context) => {
+                        context.syncs += 1;
+                        context.pairings.push((gpu, cpu));
+                    }
+                    None => self.faults.push("a sync of no context".into()),
                 }
             }
             _ => {}
