@@ -383,21 +383,24 @@ fn report(windows: &[Placed], wire: &Wire) {
         );
     }
     println!("(ns from the first window's start; zones as the server received them)");
+    // Each pairing against the context's first: how far Tracy's clock
+    // moved from `Instant`'s (a retaken pairing shows as two close ones).
     for context in wire.contexts.values() {
-        let (Some(first), Some(last)) = (context.pairings.first(), context.pairings.last()) else {
+        let Some(&(gpu0, cpu0)) = context.pairings.first() else {
             continue;
         };
-        let gpu = (last.0 - first.0) as f64;
-        if context.pairings.len() < 2 || gpu <= 0.0 {
-            continue;
-        }
-        let tracy = (last.1 - first.1) as f64 * wire.timer_mul;
+        let offsets: Vec<String> = context
+            .pairings
+            .iter()
+            .map(|&(gpu, cpu)| {
+                let (gpu, tracy) = ((gpu - gpu0) as f64, (cpu - cpu0) as f64 * wire.timer_mul);
+                format!("{:.6} s {:+.2} µs", gpu / 1e9, (tracy - gpu) / 1e3)
+            })
+            .collect();
         println!(
-            "{}: {} pairings over {:.3} s; Tracy's clock ran {:+.2} ppm against Instant's",
+            "{}: Tracy's clock against Instant's at each pairing: {}",
             context.name.as_deref().unwrap_or("?"),
-            context.pairings.len(),
-            gpu / 1e9,
-            (tracy - gpu) / gpu * 1e6
+            offsets.join(", ")
         );
     }
 }

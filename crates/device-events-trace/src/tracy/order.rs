@@ -4,6 +4,13 @@
 
 use std::collections::BTreeMap;
 
+/// A pairing whose call took longer than this (ns) is taken again: Tracy
+/// reads its clock somewhere inside the call, so the call's width bounds
+/// the pairing's error.
+const TIGHT: i64 = 2_000;
+/// How many times a pairing is taken at most.
+const TRIES: usize = 4;
+
 /// How far back (ns) a GPU time may go before Tracy's server reads it as
 /// its counter wrapping (`ProcessGpuTime`: `2^31` ticks, period 1 ns).
 const WRAP: i64 = 1 << 31;
@@ -57,11 +64,16 @@ impl<S: Sink> Order<S> {
         }
     }
 
-    /// The next stream, its context named `name` (none past Tracy's last).
-    pub(crate) fn stream(&mut self, name: &str, now: i64) {
-        let context = self.sink.context(name, now);
-        if context.is_none() {
-            log::warn!("Tracy made no context for {name}: its windows make no zones");
+    /// The next stream, its context named `name` (none past Tracy's last),
+    /// paired at creation and at once again where that call was wide;
+    /// `clock` reads the writer's clock.
+    pub(crate) fn stream(&mut self, name: &str, clock: &dyn Fn() -> i64) {
+        let before = clock();
+        let mut context = self.sink.context(name, before);
+        match &mut context {
+            Some(context) if clock() - before > TIGHT => Self::pair(&mut self.sink, context, clock),
+            Some(_) => {}
+            None => log::warn!("Tracy made no context for {name}: its windows make no zones"),
         }
         self.streams.push(Stream {
             context,
@@ -69,6 +81,17 @@ impl<S: Sink> Order<S> {
             waiting: BTreeMap::new(),
             last: 0,
         });
+    }
+
+    /// Pair `context` again, until a call is narrow or the tries are spent.
+    fn pair(sink: &mut S, context: &mut S::Context, clock: &dyn Fn() -> i64) {
+        for _ in 0..TRIES {
+            let before = clock();
+            sink.sync(context, before);
+            if clock() - before <= TIGHT {
+                return;
+            }
+        }
     }
 
     /// The zone reserved `seq`-th on `stream` was placed (`None`: it has
@@ -96,11 +119,12 @@ impl<S: Sink> Order<S> {
         }
     }
 
-    /// Pair every context's GPU time with Tracy's clock again at `now`.
-    pub(crate) fn sync(&mut self, now: i64) {
+    /// Pair every context's GPU time with Tracy's clock again, each as
+    /// tightly as a few tries allow.
+    pub(crate) fn sync(&mut self, clock: &dyn Fn() -> i64) {
         for stream in &mut self.streams {
             if let Some(context) = &mut stream.context {
-                self.sink.sync(context, now);
+                Self::pair(&mut self.sink, context, clock);
                 stream.last = 0;
             }
         }
@@ -186,7 +210,7 @@ mod tests {
     #[test]
     fn zones_go_up_in_the_order_reserved_whatever_the_order_placed() {
         let mut order = order(1);
-        order.stream("s", 0);
+        order.stream("s", &|| 0);
         order.placed(0, 2, zone(300));
         order.placed(0, 0, zone(100));
         order.placed(0, 1, zone(200));
@@ -196,7 +220,7 @@ mod tests {
     #[test]
     fn a_pending_window_holds_the_later_ones_of_its_stream_back() {
         let mut order = order(1);
-        order.stream("s", 0);
+        order.stream("s", &|| 0);
         order.placed(0, 1, zone(200));
         order.placed(0, 2, zone(300));
         assert_eq!(zones(&order), [], "zone 0 is still pending");
@@ -207,7 +231,7 @@ mod tests {
     #[test]
     fn a_window_with_no_timing_makes_no_zone_and_holds_nothing_back() {
         let mut order = order(1);
-        order.stream("s", 0);
+        order.stream("s", &|| 0);
         order.placed(0, 1, zone(200));
         order.placed(0, 0, None);
         assert_eq!(zones(&order), [(0, 200)]);
@@ -217,8 +241,8 @@ mod tests {
     #[test]
     fn each_stream_gets_a_context_named_for_it() {
         let mut order = order(2);
-        order.stream("stream A", 0);
-        order.stream("stream B", 0);
+        order.stream("stream A", &|| 0);
+        order.stream("stream B", &|| 0);
         order.placed(1, 0, zone(100));
         order.placed(0, 0, zone(50));
         let calls = &order.sink().calls;
@@ -230,8 +254,8 @@ mod tests {
     #[test]
     fn a_pending_window_holds_back_no_other_stream() {
         let mut order = order(2);
-        order.stream("A", 0);
-        order.stream("B", 0);
+        order.stream("A", &|| 0);
+        order.stream("B", &|| 0);
         order.placed(0, 1, zone(200));
         order.placed(1, 0, zone(100));
         assert_eq!(zones(&order), [(1, 100)]);
@@ -240,8 +264,8 @@ mod tests {
     #[test]
     fn a_stream_past_tracys_last_context_drops_its_zones_and_counts_them() {
         let mut order = order(1);
-        order.stream("A", 0);
-        order.stream("B", 0);
+        order.stream("A", &|| 0);
+        order.stream("B", &|| 0);
         order.placed(1, 0, zone(100));
         order.placed(1, 1, None);
         order.placed(0, 0, zone(100));
@@ -252,7 +276,7 @@ mod tests {
     #[test]
     fn a_zone_starting_over_2_1_s_before_the_last_time_uploaded_is_dropped() {
         let mut order = order(1);
-        order.stream("A", 0);
+        order.stream("A", &|| 0);
         let far = 10 * WRAP;
         order.placed(0, 0, zone(far));
         order.placed(0, 1, zone(far + 10 - WRAP - 1));
@@ -261,13 +285,57 @@ mod tests {
         assert_eq!(order.dropped(), 1);
     }
 
+    /// A clock whose successive reads are `reads`, then stands still.
+    fn clock(reads: Vec<i64>) -> impl Fn() -> i64 {
+        let reads = std::cell::RefCell::new(reads.into_iter());
+        let last = std::cell::Cell::new(0);
+        move || {
+            let next = reads.borrow_mut().next().unwrap_or(last.get());
+            last.set(next);
+            next
+        }
+    }
+
+    fn syncs(order: &Order<Record>) -> usize {
+        order
+            .sink()
+            .calls
+            .iter()
+            .filter(|c| matches!(c, Call::Sync(_)))
+            .count()
+    }
+
+    #[test]
+    fn a_pairing_whose_call_was_wide_is_taken_again_until_narrow() {
+        let mut order = order(1);
+        order.stream("A", &|| 0);
+        // Bracket widths: 5 µs, 3 µs, then 0.1 µs.
+        order.sync(&clock(vec![0, 5_000, 10_000, 13_000, 20_000, 20_100]));
+        assert_eq!(syncs(&order), 3);
+    }
+
+    #[test]
+    fn a_pairing_is_taken_at_most_four_times() {
+        let mut order = order(1);
+        order.stream("A", &|| 0);
+        order.sync(&clock((0..20).map(|i| i * 10_000).collect()));
+        assert_eq!(syncs(&order), TRIES);
+    }
+
+    #[test]
+    fn a_context_made_in_a_wide_call_is_paired_again_at_once() {
+        let mut order = order(1);
+        order.stream("A", &clock(vec![0, 9_000, 10_000, 10_100]));
+        assert_eq!(syncs(&order), 1);
+    }
+
     #[test]
     fn a_sync_reaches_every_context_and_clears_the_wrap_check() {
         let mut order = order(2);
-        order.stream("A", 0);
-        order.stream("B", 0);
+        order.stream("A", &|| 0);
+        order.stream("B", &|| 0);
         order.placed(0, 0, zone(10 * WRAP));
-        order.sync(20 * WRAP);
+        order.sync(&|| 20 * WRAP);
         order.placed(0, 1, zone(WRAP));
         assert!(order.sink().calls.contains(&Call::Sync(0)));
         assert!(order.sink().calls.contains(&Call::Sync(1)));
