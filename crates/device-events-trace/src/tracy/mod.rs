@@ -4,6 +4,7 @@
 mod client;
 mod order;
 
+use std::borrow::Cow;
 use std::io;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
@@ -155,13 +156,14 @@ struct Shared {
     next: Box<[AtomicU64]>,
 }
 
-/// What the writer thread is handed; a zone holds no heap memory.
+/// What the writer thread is handed; a zone holds no heap memory but a
+/// label its caller made.
 enum Record {
     Stream(String),
     Zone {
         stream: usize,
         seq: u64,
-        placed: Option<(&'static str, Instant, Instant)>,
+        placed: Option<(Cow<'static, str>, Instant, Instant)>,
     },
     Finish,
 }
@@ -179,10 +181,11 @@ impl TracyWriter {
     }
 
     /// A zone's place in `stream`'s order, for the window closing there
-    /// now. A zone refused (the writer `capacity` behind, the stream past
+    /// now, named `label`: a `&'static str` costs nothing, a `String` (a
+    /// kernel's name) is moved, not copied. A zone refused (the writer `capacity` behind, the stream past
     /// Tracy's last context, the writer finished) places nothing and is
     /// counted.
-    pub fn zone(&self, stream: TrackId, label: &'static str) -> TracyZone {
+    pub fn zone(&self, stream: TrackId, label: impl Into<Cow<'static, str>>) -> TracyZone {
         let seq = self.shared.next.get(stream.0).and_then(|next| {
             if self.shared.in_flight.fetch_add(1, Ordering::AcqRel) >= self.capacity {
                 self.shared.in_flight.fetch_sub(1, Ordering::AcqRel);
@@ -197,7 +200,7 @@ impl TracyWriter {
             tx: seq.map(|_| self.tx.clone()),
             stream: stream.0,
             seq: seq.unwrap_or(0),
-            label,
+            label: label.into(),
             shared: Arc::clone(&self.shared),
         }
     }
@@ -235,7 +238,7 @@ pub struct TracyZone {
     tx: Option<SyncSender<Record>>,
     stream: usize,
     seq: u64,
-    label: &'static str,
+    label: Cow<'static, str>,
     shared: Arc<Shared>,
 }
 
@@ -244,10 +247,11 @@ impl TracyZone {
     /// zone), handed to the writer without an allocation or a wait. False
     /// when the zone was refused or the writer is finished.
     pub fn place(mut self, placed: Option<&Placement>) -> bool {
-        self.send(placed.map(|p| (self.label, p.start, p.end.max(p.start))))
+        let label = std::mem::take(&mut self.label);
+        self.send(placed.map(|p| (label, p.start, p.end.max(p.start))))
     }
 
-    fn send(&mut self, placed: Option<(&'static str, Instant, Instant)>) -> bool {
+    fn send(&mut self, placed: Option<(Cow<'static, str>, Instant, Instant)>) -> bool {
         let Some(tx) = self.tx.take() else {
             return false;
         };
@@ -325,6 +329,43 @@ mod tests {
 
     /// A zone written: its context, start and end.
     type Written = (usize, i64, i64);
+
+    /// The labels of the zones written.
+    #[derive(Clone, Default)]
+    struct Labels(Arc<Mutex<Vec<String>>>);
+
+    impl Sink for Labels {
+        type Context = ();
+        fn context(&mut self, _name: &str, _now: i64) -> Option<()> {
+            Some(())
+        }
+        fn zone(&mut self, _context: &mut (), label: &str, _start: i64, _end: i64) -> bool {
+            self.0.lock().map(|mut l| l.push(label.to_owned())).is_ok()
+        }
+        fn sync(&mut self, _context: &mut (), _now: i64) {}
+    }
+
+    #[test]
+    fn a_zone_named_at_run_time_keeps_its_name() -> io::Result<()> {
+        let labels = Labels::default();
+        let tracy = Tracy::new().start_with(labels.clone())?;
+        let stream = tracy.stream("s");
+        let kernel = format!("matmul_{}x{}", 64, 32);
+        assert!(
+            tracy
+                .zone(stream, kernel)
+                .place(Some(&placement(Instant::now(), 1)))
+        );
+        assert!(
+            tracy
+                .zone(stream, "static")
+                .place(Some(&placement(Instant::now(), 1)))
+        );
+        assert_eq!(tracy.finish(), 0);
+        let written = labels.0.lock().map(|l| l.clone()).unwrap_or_default();
+        assert_eq!(written, ["matmul_64x32", "static"]);
+        Ok(())
+    }
 
     /// The contexts' names, and the zones written.
     #[derive(Clone, Default)]

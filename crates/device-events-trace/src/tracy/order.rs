@@ -2,6 +2,7 @@
 //! early waits for the ones before it, a zone with no timing lets the rest
 //! go, and each stream has a context of its own.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 /// A pairing whose call took longer than this (ns) is taken again: Tracy
@@ -30,9 +31,9 @@ pub(crate) trait Sink {
 }
 
 /// A placed window, as the writer uploads it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Zone {
-    pub(crate) label: &'static str,
+    pub(crate) label: Cow<'static, str>,
     pub(crate) start: i64,
     pub(crate) end: i64,
 }
@@ -109,7 +110,7 @@ impl<S: Sink> Order<S> {
             // later zone of the context.
             let uploaded = zone.start >= s.last.saturating_sub(WRAP)
                 && s.context.as_mut().is_some_and(|context| {
-                    self.sink.zone(context, zone.label, zone.start, zone.end)
+                    self.sink.zone(context, &zone.label, zone.start, zone.end)
                 });
             if uploaded {
                 s.last = zone.end;
@@ -189,7 +190,7 @@ mod tests {
 
     fn zone(start: i64) -> Option<Zone> {
         Some(Zone {
-            label: "a",
+            label: Cow::Borrowed("a"),
             start,
             end: start + 10,
         })
