@@ -1,6 +1,8 @@
 //! Labelled device windows and host spans on one clock, written as a Chrome
 //! trace-event file (opened by Perfetto and `chrome://tracing`) and as a
-//! self-contained SVG timeline.
+//! self-contained SVG timeline; on Linux as a Perfetto trace; with the
+//! feature `tracy` (or `tracy-0-17`) as Tracy GPU zones, a context per
+//! stream (`Tracy`).
 //!
 //! Windows come in as the [`Placement`] an `EventProfiler`'s window resolves to,
 //! already on the host clock, so device tracks and host tracks line up with
