@@ -182,9 +182,10 @@ impl TracyWriter {
 
     /// A zone's place in `stream`'s order, for the window closing there
     /// now, named `label`: a `&'static str` costs nothing, a `String` (a
-    /// kernel's name) is moved, not copied. A zone refused (the writer `capacity` behind, the stream past
-    /// Tracy's last context, the writer finished) places nothing and is
-    /// counted.
+    /// kernel's name) is moved, not copied. A zone refused (the writer
+    /// `capacity` behind, the stream past Tracy's last context) places
+    /// nothing and is counted; one placed after the writer finished is
+    /// counted too.
     pub fn zone(&self, stream: TrackId, label: impl Into<Cow<'static, str>>) -> TracyZone {
         let seq = self.shared.next.get(stream.0).and_then(|next| {
             if self.shared.in_flight.fetch_add(1, Ordering::AcqRel) >= self.capacity {
