@@ -82,7 +82,7 @@ pub(crate) fn tracy_checks() -> Result<()> {
     ] {
         let check = |verb: &str| {
             let mut cmd = cargo();
-            cmd.args([verb, "--quiet", "--locked", "--no-default-features"])
+            cmd.args([verb, "--quiet", "--no-default-features"])
                 .args(["--features", feature, "--manifest-path"])
                 .arg(&manifest)
                 .arg("--target-dir")
