@@ -13,6 +13,7 @@ mod cubecl;
 mod docs;
 mod layers;
 mod snippets;
+mod tracy;
 
 #[derive(Parser)]
 #[command(about = "device-events project tasks")]
@@ -55,6 +56,10 @@ enum Task {
         /// merged by the `perfetto_manifest.json` written beside them.
         #[arg(long, default_value_t = 1)]
         processes: usize,
+        /// Also stream every window to Tracy as a GPU zone, a context per
+        /// stream, captured headless into `target/demo/demo.tracy`.
+        #[arg(long)]
+        tracy: bool,
     },
     /// Benchmarks: the core's own cost, the CUDA backend against cudarc's
     /// safe API on the software driver, scaling and placement; a table,
@@ -124,7 +129,7 @@ fn main() {
         Task::TestOpencl => test_opencl(),
         Task::BundleCuda => bundle(CUDA).map(drop),
         Task::BundleHip => bundle(HIP).map(drop),
-        Task::Demo { processes } => demo(processes),
+        Task::Demo { processes, tracy } => demo(processes, tracy),
         Task::Bench => bench::bench(),
         Task::Docs { check } => docs::docs(check),
         Task::Cubecl => cubecl::cubecl(),
@@ -225,6 +230,7 @@ fn test() -> Result<()> {
         ),
     )?;
     perfetto_checks(&soft)?;
+    tracy::tracy_checks()?;
     for backend in [CUDA, HIP] {
         run_backend_tests(backend, Some(&soft))?;
     }
@@ -714,7 +720,11 @@ fn bundle(backend: Backend) -> Result<PathBuf> {
 /// driver. One release build makes everything it runs (the demo, which
 /// also answers the probes, and the software driver), with cargo's
 /// progress shown; each step says what it does.
-fn demo(processes: usize) -> Result<()> {
+fn demo(processes: usize, tracy: bool) -> Result<()> {
+    anyhow::ensure!(
+        !tracy || processes == 1,
+        "--tracy streams one process: leave out --processes"
+    );
     let started = std::time::Instant::now();
     eprintln!(
         "xtask: demo, step 1 of 3: build the demo and the software driver, once, in release \
@@ -722,14 +732,20 @@ fn demo(processes: usize) -> Result<()> {
     );
     let built = cargo_build(
         "cargo build --release (the demo and the software driver)",
-        cargo().args([
-            "build",
-            "--release",
-            "--package",
-            DEMO_PACKAGE,
-            "--package",
-            SOFT_PACKAGE,
-        ]),
+        cargo()
+            .args([
+                "build",
+                "--release",
+                "--package",
+                DEMO_PACKAGE,
+                "--package",
+                SOFT_PACKAGE,
+            ])
+            .args(if tracy {
+                &["--features", "device-events-demo/tracy"][..]
+            } else {
+                &[]
+            }),
     )?;
     let demo = built_file(&built, DEMO_PACKAGE, |name| name == DEMO_PACKAGE)?;
     eprintln!(
@@ -766,12 +782,18 @@ fn demo(processes: usize) -> Result<()> {
     let out = target_dir().join("demo");
     cmd.arg("--out").arg(&out);
     cmd.args(["--processes", &processes.to_string()]);
+    let capture = tracy
+        .then(|| tracy::demo_capture(&mut cmd, &out))
+        .transpose()?;
     eprintln!("xtask: demo, step 3 of 3: the pipeline on {device}");
     let line: Vec<String> = std::iter::once(cmd.get_program())
         .chain(cmd.get_args())
         .map(|arg| arg.to_string_lossy().into_owned())
         .collect();
-    run(&line.join(" "), &mut cmd)?;
+    match capture {
+        Some(capture) => capture.run(&line.join(" "), &mut cmd)?,
+        None => run(&line.join(" "), &mut cmd)?,
+    }
     eprintln!(
         "xtask: demo done in {:.0} s: open {} in https://ui.perfetto.dev, and {} in a browser",
         started.elapsed().as_secs_f64(),

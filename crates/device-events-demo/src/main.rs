@@ -8,6 +8,7 @@
 
 mod device;
 mod perfetto_out;
+mod tracy_out;
 mod truth;
 
 use std::error::Error;
@@ -60,6 +61,10 @@ struct Args {
     /// or `OFFSET_NS:unsynchronised`.
     #[arg(long, hide = true)]
     simulated_machines: Option<String>,
+    /// Stream every window to Tracy as a GPU zone, a context per stream
+    /// (built with the `tracy` feature: Tracy 0.11, protocol 66).
+    #[arg(long)]
+    tracy: bool,
 }
 
 fn main() -> ExitCode {
@@ -121,6 +126,7 @@ struct Row<D: Device> {
     label: &'static str,
     track: TrackId,
     window: PlacedWindow<D>,
+    zone: Option<tracy_out::Zone>,
     events: (usize, usize),
     truth: Option<(u64, u64)>,
 }
@@ -153,12 +159,14 @@ fn run<D: Device>(args: &Args) -> Result<(), Box<dyn Error>> {
     // The event the last `start` or `stop` recorded, where truth is known.
     let recorded = || truth.as_ref().map_or(0, truth::Truth::last_recorded);
     perfetto.host(host, "main thread");
+    let mut zones = tracy_out::Zones::open(args.tracy)?;
     for (track, name) in [
         (steps, "pipeline steps"),
         (track_a, "stream A"),
         (track_b, "stream B"),
     ] {
         perfetto.stream(track, name);
+        zones.stream(track, name);
     }
     let mut profiler = EventProfiler::<D>::new();
     let mut rows = Vec::new();
@@ -189,10 +197,12 @@ fn run<D: Device>(args: &Args) -> Result<(), Box<dyn Error>> {
         let now = Instant::now();
         trace.host_span(host, "enqueue", enqueue, now);
         perfetto.host_span(host, "enqueue", enqueue, now);
+        // Each stream's zones reserved in its order: its windows' closes.
         let row = |label, track, window, events| Row {
             label,
             track,
             window,
+            zone: zones.zone(track, label),
             events,
             truth: None,
         };
@@ -232,7 +242,11 @@ fn run<D: Device>(args: &Args) -> Result<(), Box<dyn Error>> {
         .unwrap_or_else(Instant::now);
     let mut first = None;
     for row in rows {
-        let Some(placed) = pollster::block_on(row.window.resolve()) else {
+        let placed = pollster::block_on(row.window.resolve());
+        if let Some(zone) = row.zone {
+            zone.place(placed.as_ref());
+        }
+        let Some(placed) = placed else {
             println!("{:<8} {:>14}", row.label, "unreadable (logged)");
             continue;
         };
@@ -274,6 +288,11 @@ fn run<D: Device>(args: &Args) -> Result<(), Box<dyn Error>> {
     drop((owned_a, owned_b));
     drop(buffer);
 
+    if let Some(dropped) = zones.finish() {
+        println!(
+            "Tracy: every window streamed as a GPU zone, a context per stream ({dropped} dropped)"
+        );
+    }
     perfetto.finish(pairing.map(|pairing| pairing.width_ns), &true_windows)?;
     println!(
         "wrote {} (open in https://ui.perfetto.dev)",

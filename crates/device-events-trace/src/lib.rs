@@ -1,6 +1,8 @@
 //! Labelled device windows and host spans on one clock, written as a Chrome
 //! trace-event file (opened by Perfetto and `chrome://tracing`) and as a
-//! self-contained SVG timeline.
+//! self-contained SVG timeline; on Linux as a Perfetto trace; with the
+//! feature `tracy` (or `tracy-0-17`) as Tracy GPU zones, a context per
+//! stream (`Tracy`).
 //!
 //! Windows come in as the [`Placement`] an `EventProfiler`'s window resolves to,
 //! already on the host clock, so device tracks and host tracks line up with
@@ -40,6 +42,14 @@ mod perfetto;
 pub use host::HostClock;
 #[cfg(target_os = "linux")]
 pub use perfetto::{ManifestFile, Perfetto, PerfettoWriter, perfetto_manifest};
+#[cfg(all(feature = "tracy", feature = "tracy-0-17"))]
+compile_error!(
+    "features `tracy` and `tracy-0-17` link two Tracy clients into one program: enable one"
+);
+#[cfg(any(feature = "tracy", feature = "tracy-0-17"))]
+mod tracy;
+#[cfg(any(feature = "tracy", feature = "tracy-0-17"))]
+pub use tracy::{Tracy, TracyWriter, TracyZone};
 #[cfg(target_os = "linux")]
 mod tracing_layer;
 #[cfg(target_os = "linux")]
