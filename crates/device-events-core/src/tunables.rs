@@ -31,6 +31,11 @@ pub(crate) mod resolver {
     /// on a busy stream it ends soon, and asking at this pace answers it
     /// within a fraction of a millisecond from a sleeping thread.
     pub(crate) const HOT: Duration = Duration::from_micros(400);
+    /// How early a hot lane (one that just answered, or a busy one) is
+    /// asked when the thread is awake for another: busy streams' asks fall
+    /// into one turn, one wake-up for all of them, and no window is asked
+    /// later than at its own pace.
+    pub(crate) const EARLY: Duration = Duration::from_micros(200);
     /// How long a lane stays busy without answering one, and an idle
     /// lane's pace is remembered.
     pub(crate) const HOT_FOR: Duration = Duration::from_millis(20);

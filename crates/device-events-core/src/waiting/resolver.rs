@@ -29,6 +29,13 @@
 //! being handed over, or once it answers none for [`HOT_FOR`]; until then
 //! a window on a stream gone idle is answered up to [`HOT`] after its end.
 //!
+//! Busy lanes' asks fall into one turn: one due within [`EARLY`] is
+//! asked with another's. Handing a window over wakes the thread only where
+//! that buys an earlier answer: not while it is awake (it takes the window
+//! before it waits again), nor where its lane's next ask is planned anyway
+//! (a window pending ahead of it, or a busy lane whose reader kept up, for
+//! which the thread sleeps only until the pace's next ask).
+//!
 //! Having answered the last pending window, the thread stays awake for
 //! [`YIELD_AFTER_LAST`], yielding, before it sleeps: a server reading windows one
 //! after another hands the next over within microseconds, and a thread
@@ -44,7 +51,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
-use crate::tunables::resolver::{BEHIND_WORK, FIRST, HOT, HOT_FOR, LAST, TIGHT, YIELD_AFTER_LAST};
+use crate::tunables::resolver::{
+    BEHIND_WORK, EARLY, FIRST, HOT, HOT_FOR, LAST, TIGHT, YIELD_AFTER_LAST,
+};
 
 /// Work handed to the resolver thread.
 pub(crate) trait Job: Send + Sync {
@@ -133,12 +142,21 @@ struct WindowQueue {
     /// Live profilers: while there are any, an idle thread stays for the
     /// next window instead of being started again.
     profilers: usize,
+    /// The thread waits for a job or its next ask's time: a job handed
+    /// over while it is awake is taken before it waits again, unwoken.
+    asleep: bool,
+    /// While it waits: lanes whose next window it will ask when it wakes
+    /// anyway (a busy lane's next ask is planned before its window is
+    /// handed over), so that handing one over wakes nothing.
+    expecting: Vec<LaneId>,
 }
 
 static WINDOW_QUEUE: Mutex<WindowQueue> = Mutex::new(WindowQueue {
     jobs: VecDeque::new(),
     running: None,
     profilers: 0,
+    asleep: false,
+    expecting: Vec::new(),
 });
 static WINDOW_HANDED: Condvar = Condvar::new();
 
@@ -162,6 +180,8 @@ pub(crate) fn lock_for_fork() -> Box<dyn std::any::Any> {
 fn forget_the_parents(q: &mut WindowQueue) {
     if q.running.is_some_and(|pid| pid != std::process::id()) {
         q.running = None;
+        q.asleep = false;
+        q.expecting.clear();
         std::mem::forget(std::mem::take(&mut q.jobs));
     }
 }
@@ -190,10 +210,18 @@ fn watch_via(job: Arc<dyn Job>, spawn: impl FnOnce(fn()) -> std::io::Result<()>)
     // Where no fork handler ran (none registered): the parent's windows
     // are forgotten here, before this one joins them.
     forget_the_parents(&mut q);
+    let lane = job.lane().map(|lane| lane.key);
     q.jobs.push_back(job);
     if q.running == Some(std::process::id()) {
+        // Awake, it takes the job before it waits again; asleep with this
+        // lane's next ask planned, it takes it then: a wake-up (a system
+        // call here, a context switch there) only where it buys an
+        // earlier answer.
+        let wake = q.asleep && !lane.is_some_and(|lane| q.expecting.contains(&lane));
         drop(q);
-        WINDOW_HANDED.notify_one();
+        if wake {
+            WINDOW_HANDED.notify_one();
+        }
         return;
     }
     q.running = Some(std::process::id());
@@ -244,6 +272,10 @@ struct Track {
     /// their own (their starts) when last asked: a window handed over
     /// behind only such is asked as the first of a lane would be.
     waiting_apart: usize,
+    /// Its last window was handed over before its pace's next ask was
+    /// due: a reader that keeps up, whose next window a planned wake-up
+    /// finds there, rather than a wasted one.
+    prompt: bool,
 }
 
 impl Track {
@@ -256,6 +288,7 @@ impl Track {
             streak: 0,
             behind_work: false,
             waiting_apart: 0,
+            prompt: false,
         }
     }
 
@@ -273,10 +306,30 @@ impl Track {
                 .is_some_and(|at| now.saturating_duration_since(at) < HOT_FOR)
     }
 
+    /// Whether to ask it this turn: its ask is due, or, hot (it just
+    /// answered one, or is busy), due within [`EARLY`], so that the
+    /// thread wakes once for every busy stream rather than once for each.
+    fn due(&self, now: Instant) -> bool {
+        self.next <= now || (self.interval == HOT && self.next <= now + EARLY)
+    }
+
+    /// When a window handed over now would be asked with no wake-up of
+    /// its own: one pending before it is asked at its planned time (a
+    /// later end is not reached sooner), and a busy lane's next window
+    /// at its pace after the last answer, where its reader keeps up.
+    fn expects(&self, now: Instant) -> Option<Instant> {
+        if self.jobs.len() > self.waiting_apart {
+            return Some(self.next);
+        }
+        let at = self.answered? + HOT;
+        (self.prompt && self.busy(now) && at > now).then_some(at)
+    }
+
     /// Put `job` in record order; most come last. A lane that had none
     /// pending is asked from the start again, or, busy, at its pace.
     fn insert(&mut self, now: Instant, seq: u64, job: Arc<dyn Job>) {
         if self.jobs.len() <= self.waiting_apart {
+            self.prompt = self.answered.is_some_and(|at| now < at + HOT);
             if self.busy(now) {
                 self.interval = HOT;
                 self.next = self.answered.map_or(now, |at| at + HOT);
@@ -385,20 +438,10 @@ fn answer_windows() {
                 q = window_queue();
                 continue;
             }
-            // Awake again when a job comes, or idle lanes are let go.
+            // Awake again when a job comes, a busy lane's next window is
+            // due to be asked, or idle lanes are let go.
             let forget = lanes.values().filter_map(|lane| lane.answered).min();
-            q = match forget {
-                Some(at) => {
-                    let left = (at + HOT_FOR).saturating_duration_since(Instant::now());
-                    WINDOW_HANDED
-                        .wait_timeout(q, left)
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .0
-                }
-                None => WINDOW_HANDED
-                    .wait(q)
-                    .unwrap_or_else(PoisonError::into_inner),
-            };
+            q = sleep(q, &lanes, now, forget.map(|at| at + HOT_FOR));
             continue;
         }
         drop(q);
@@ -418,7 +461,7 @@ fn answer_windows() {
             return;
         };
         for lane in lanes.values_mut() {
-            if !lane.jobs.is_empty() && lane.next <= now && lane.ask(now) == Some(false) {
+            if !lane.jobs.is_empty() && lane.due(now) && lane.ask(now) == Some(false) {
                 answered_at = Some(now);
             }
         }
@@ -435,10 +478,7 @@ fn answer_windows() {
         {
             let left = until.saturating_duration_since(Instant::now());
             if left > TIGHT {
-                q = WINDOW_HANDED
-                    .wait_timeout(q, left)
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .0;
+                q = sleep(q, &lanes, now, Some(until));
             } else if !left.is_zero() {
                 drop(q);
                 std::thread::yield_now();
@@ -446,6 +486,39 @@ fn answer_windows() {
             }
         }
     }
+}
+
+/// Wait for a job, at most until `until` or the next ask planned for a
+/// busy lane's next window, whichever comes first; those lanes' windows
+/// are then handed over without waking the thread.
+fn sleep(
+    mut q: MutexGuard<'static, WindowQueue>,
+    lanes: &HashMap<LaneKey, Track>,
+    now: Instant,
+    mut until: Option<Instant>,
+) -> MutexGuard<'static, WindowQueue> {
+    q.expecting.clear();
+    for (key, lane) in lanes {
+        if let (LaneKey::Shared(id), Some(at)) = (key, lane.expects(now)) {
+            q.expecting.push(*id);
+            until = Some(until.map_or(at, |until| until.min(at)));
+        }
+    }
+    q.asleep = true;
+    let mut q = match until {
+        Some(until) => {
+            let left = until.saturating_duration_since(Instant::now());
+            WINDOW_HANDED
+                .wait_timeout(q, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0
+        }
+        None => WINDOW_HANDED
+            .wait(q)
+            .unwrap_or_else(PoisonError::into_inner),
+    };
+    q.asleep = false;
+    q
 }
 
 /// Where a lane's jobs come from.
