@@ -250,14 +250,14 @@ fn calls_to(text: &str, of: &dyn Fn(&str) -> bool) -> f64 {
             if line.starts_with("cfn=") {
                 callee = names.get(id).cloned();
             }
-        } else if let Some(rest) = line.strip_prefix("calls=") {
-            if callee.as_deref().is_some_and(of) {
-                count += rest
-                    .split_whitespace()
-                    .next()
-                    .and_then(|v| v.parse::<f64>().ok())
-                    .unwrap_or(0.0);
-            }
+        } else if let Some(rest) = line.strip_prefix("calls=")
+            && callee.as_deref().is_some_and(of)
+        {
+            count += rest
+                .split_whitespace()
+                .next()
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0);
         }
     }
     count
@@ -1152,6 +1152,28 @@ calls=1 0
 0 100
 ";
         assert_eq!(super::inside_the_driver(text), 3000.0);
+    }
+
+    /// Calls to a function count wherever it is named: in full the first
+    /// time, by id after that, as caller or callee.
+    #[test]
+    fn calls_to_a_function_count_by_its_name_or_its_id() {
+        let text = "\
+fn=(1) answer_windows
+cfn=(2) syscall
+calls=3 0
+0 30
+cfn=(3) clock_gettime
+calls=5 0
+0 50
+fn=(2)
+0 10
+fn=(4) sleep
+cfn=(2)
+calls=2 0
+0 20
+";
+        assert_eq!(super::calls_to(text, &|name| name == "syscall"), 5.0);
     }
 
     #[test]

@@ -700,6 +700,82 @@ mod tests {
         );
     }
 
+    /// A lane made busy: two windows answered behind work, the last at
+    /// `at(200) + behind`.
+    fn busy_lane(start: Instant) -> (Track, Instant) {
+        let mut lane = Track::new(start);
+        let behind = BEHIND_WORK * 4;
+        answer_one(&mut lane, 0, start, behind);
+        let last = start + Duration::from_micros(200);
+        answer_one(&mut lane, 1, last, behind);
+        (lane, last + behind)
+    }
+
+    #[test]
+    fn a_busy_lane_whose_reader_keeps_up_plans_its_next_ask_before_the_window_comes() {
+        let start = Instant::now();
+        let (mut lane, answered) = busy_lane(start);
+        // Its reader handed the next window over soon after the answer.
+        let soon = answered + Duration::from_micros(10);
+        answer_one(&mut lane, 2, soon, BEHIND_WORK * 4);
+        let answered = soon + BEHIND_WORK * 4;
+        let now = answered + Duration::from_micros(10);
+        assert_eq!(
+            lane.expects(now),
+            Some(answered + HOT),
+            "its next window is asked at the pace, with no wake-up of its own"
+        );
+    }
+
+    #[test]
+    fn a_busy_lane_whose_reader_came_late_wakes_the_thread_for_its_next_window() {
+        let start = Instant::now();
+        let (mut lane, answered) = busy_lane(start);
+        // Handed over after the pace's ask was due: the reader lags.
+        let late = answered + HOT * 2;
+        answer_one(&mut lane, 2, late, BEHIND_WORK * 4);
+        let now = late + BEHIND_WORK * 4 + Duration::from_micros(10);
+        assert_eq!(
+            lane.expects(now),
+            None,
+            "no wake-up planned that would find nothing"
+        );
+    }
+
+    #[test]
+    fn a_window_handed_behind_one_pending_needs_no_wake_up() {
+        let start = Instant::now();
+        let mut lane = Track::new(start);
+        lane.insert(start, 0, Arc::new(Noted::default()));
+        lane.ask(start);
+        assert_eq!(
+            lane.expects(start),
+            Some(lane.next),
+            "a later end is not reached before the pending one is asked"
+        );
+    }
+
+    #[test]
+    fn a_busy_lane_due_soon_is_asked_in_another_lanes_turn() {
+        let start = Instant::now();
+        let (mut lane, answered) = busy_lane(start);
+        lane.insert(answered, 2, Arc::new(Noted::default()));
+        assert!(!lane.due(lane.next - EARLY - Duration::from_micros(1)));
+        assert!(
+            lane.due(lane.next - EARLY / 2),
+            "asked early rather than by a wake-up of its own"
+        );
+    }
+
+    #[test]
+    fn an_idle_lane_is_asked_at_its_own_time_only() {
+        let start = Instant::now();
+        let mut lane = Track::new(start);
+        lane.insert(start, 0, Arc::new(Noted::default()));
+        lane.ask(start);
+        assert!(!lane.due(lane.next - Duration::from_micros(1)));
+    }
+
     #[test]
     fn without_a_thread_jobs_are_answered_at_once_without_waiting_in_place() {
         let job = Arc::new(Noted::default());
