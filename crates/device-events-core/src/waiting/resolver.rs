@@ -23,11 +23,15 @@
 //! and one pending long is asked every [`LAST`], from a sleeping
 //! thread. A lane that just answered one is asked again
 //! after [`HOT`], and a busy one (whose windows waited behind queued work,
-//! as a server timing every kernel's do) at that pace, from a sleep: its
-//! next window is not asked at once when handed over. A lane stops being
-//! busy once two windows in a row are answered within [`BEHIND_WORK`] of
-//! being handed over, or once it answers none for [`HOT_FOR`]; until then
-//! a window on a stream gone idle is answered up to [`HOT`] after its end.
+//! as a server timing every kernel's do) at that pace, or [`FOLLOW`] after
+//! its reader's usual hand-over where that is later (up to [`SLOWEST`]),
+//! from a sleep: its next window is not asked at once when handed over.
+//! A lane stops being busy once two windows in a row, each handed over
+//! [`QUIET`] or more after its last answer, are answered within
+//! [`BEHIND_WORK`] of being handed over (one handed over sooner and
+//! answered at once comes from a reader polling at the stream's own pace),
+//! or once it answers none for [`HOT_FOR`]; until then a window on a
+//! stream gone idle is answered up to [`SLOWEST`] after its end.
 //!
 //! Busy lanes' asks fall into one turn: one due within [`EARLY`] is
 //! asked with another's. Handing a window over wakes the thread only where
@@ -52,7 +56,7 @@ use std::task::Waker;
 use std::time::{Duration, Instant};
 
 use crate::tunables::resolver::{
-    BEHIND_WORK, EARLY, FIRST, HOT, HOT_FOR, LAST, TIGHT, YIELD_AFTER_LAST,
+    BEHIND_WORK, EARLY, FIRST, FOLLOW, HOT, HOT_FOR, LAST, QUIET, SLOWEST, TIGHT, YIELD_AFTER_LAST,
 };
 
 /// Work handed to the resolver thread.
@@ -272,10 +276,10 @@ struct Track {
     /// their own (their starts) when last asked: a window handed over
     /// behind only such is asked as the first of a lane would be.
     waiting_apart: usize,
-    /// Its last window was handed over before its pace's next ask was
-    /// due: a reader that keeps up, whose next window a planned wake-up
-    /// finds there, rather than a wasted one.
-    prompt: bool,
+    /// How long after its last answer its reader handed the next window
+    /// over, when none was pending: a busy lane's next window is expected
+    /// then, and asked [`FOLLOW`] after.
+    handed_after: Option<Duration>,
 }
 
 impl Track {
@@ -288,7 +292,7 @@ impl Track {
             streak: 0,
             behind_work: false,
             waiting_apart: 0,
-            prompt: false,
+            handed_after: None,
         }
     }
 
@@ -298,7 +302,8 @@ impl Track {
     /// are then asked every [`HOT`], from a sleep, rather than at once. (A
     /// window read right after `stop` on a stream idle for [`HOT_FOR`]
     /// waits only for its launch, and is asked at once; on a stream busy
-    /// until lately, once two such windows in a row have been.)
+    /// until lately, once two such windows in a row have been, each after
+    /// a quiet spell of [`QUIET`].)
     fn busy(&self, now: Instant) -> bool {
         self.behind_work
             && self
@@ -313,30 +318,46 @@ impl Track {
         self.next <= now || (self.interval == HOT && self.next <= now + EARLY)
     }
 
+    /// When a busy lane's next window is asked: [`HOT`] after its last
+    /// answer, or [`FOLLOW`] after its reader's last hand-over came, where
+    /// that is later, up to [`SLOWEST`]. One ask, from one wake-up, finds
+    /// the window there, and its end most often reached.
+    fn paced(&self) -> Option<Instant> {
+        let wait = self
+            .handed_after
+            .map_or(HOT, |after| (after + FOLLOW).clamp(HOT, SLOWEST));
+        Some(self.answered? + wait)
+    }
+
     /// When a window handed over now would be asked with no wake-up of
     /// its own: one pending before it is asked at its planned time (a
     /// later end is not reached sooner), and a busy lane's next window
-    /// at its pace after the last answer, where its reader keeps up.
+    /// at its pace, where its reader keeps up with it.
     fn expects(&self, now: Instant) -> Option<Instant> {
         if self.jobs.len() > self.waiting_apart {
             return Some(self.next);
         }
-        let at = self.answered? + HOT;
-        (self.prompt && self.busy(now) && at > now).then_some(at)
+        let keeps_up = self
+            .handed_after
+            .is_some_and(|after| after + FOLLOW <= SLOWEST);
+        let at = self.paced()?;
+        (keeps_up && self.busy(now) && at > now).then_some(at)
     }
 
     /// Put `job` in record order; most come last. A lane that had none
     /// pending is asked from the start again, or, busy, at its pace.
     fn insert(&mut self, now: Instant, seq: u64, job: Arc<dyn Job>) {
         if self.jobs.len() <= self.waiting_apart {
-            self.prompt = self.answered.is_some_and(|at| now < at + HOT);
             if self.busy(now) {
                 self.interval = HOT;
-                self.next = self.answered.map_or(now, |at| at + HOT);
+                self.next = self.paced().unwrap_or(now);
             } else {
                 self.interval = FIRST;
                 self.next = now;
             }
+        }
+        if self.jobs.is_empty() {
+            self.handed_after = self.answered.map(|at| now.saturating_duration_since(at));
         }
         let at = self
             .jobs
@@ -362,12 +383,23 @@ impl Track {
             }
             match attempt(&**job) {
                 Attempt::Done => {
+                    let waited = now.saturating_duration_since(*handed);
+                    // Answered at once, handed over soon after the last
+                    // answer: a reader polling at the stream's own pace,
+                    // a moment before the window's end; not a stream gone
+                    // idle, which says so after a quiet spell.
+                    let at_pace = waited <= BEHIND_WORK
+                        && self
+                            .answered
+                            .is_some_and(|last| handed.saturating_duration_since(last) < QUIET);
                     // Counted up to two either way: all that is asked of it.
-                    self.streak = if now.saturating_duration_since(*handed) > BEHIND_WORK {
-                        (self.streak.max(0) + 1).min(2)
-                    } else {
-                        (self.streak.min(0) - 1).max(-2)
-                    };
+                    if !at_pace {
+                        self.streak = if waited > BEHIND_WORK {
+                            (self.streak.max(0) + 1).min(2)
+                        } else {
+                            (self.streak.min(0) - 1).max(-2)
+                        };
+                    }
                     if self.streak.abs() == 2 {
                         self.behind_work = self.streak > 0;
                     }
@@ -671,13 +703,33 @@ mod tests {
         );
         answer_one(&mut lane, 1, at(200), behind);
         assert!(lane.busy(at(400)), "two in a row make the stream busy");
-        answer_one(&mut lane, 2, at(400), Duration::ZERO);
+        // Handed over after a quiet spell, each answered at once.
+        let quiet = QUIET.as_micros() as u64;
+        answer_one(&mut lane, 2, at(400 + quiet), Duration::ZERO);
         assert!(
-            lane.busy(at(600)),
+            lane.busy(at(600 + quiet)),
             "one answered at once on a busy stream ended as it was handed over"
         );
-        answer_one(&mut lane, 3, at(600), Duration::ZERO);
-        assert!(!lane.busy(at(800)), "two in a row answered at once: idle");
+        answer_one(&mut lane, 3, at(600 + 2 * quiet), Duration::ZERO);
+        assert!(
+            !lane.busy(at(800 + 2 * quiet)),
+            "two in a row answered at once after quiet spells: idle"
+        );
+    }
+
+    #[test]
+    fn a_busy_lane_whose_reader_polls_at_the_streams_pace_stays_busy() {
+        let start = Instant::now();
+        let (mut lane, answered) = busy_lane(start);
+        // Each handed over 500 µs after the last answer, a moment before
+        // its end, and answered at once: a server reading each window
+        // about as it ends.
+        let mut handed = answered;
+        for seq in 2..10 {
+            handed += Duration::from_micros(500);
+            answer_one(&mut lane, seq, handed, Duration::ZERO);
+        }
+        assert!(lane.busy(handed + Duration::from_micros(10)));
     }
 
     #[test]
