@@ -181,6 +181,88 @@ fn instructions(case: &str, n: u64, soft: &Path) -> Result<(f64, f64)> {
     Ok((total / n as f64, (total - driver) / n as f64))
 }
 
+/// The every-kernel case callgrind profiles: one stream, its kernels long
+/// enough that a reader slowed ~50× by callgrind still keeps 32 queued.
+const PROFILED_WINDOWS: &str = "1000";
+const PROFILED_KERNEL_US: &str = "2000";
+
+/// The resolver thread's work per window read in a shorter every-kernel
+/// case, counted by callgrind inside its body (`answer_windows`) alone:
+/// instructions, system calls (the futex's and `sched_yield`'s, through
+/// libc) and asks of a window.
+fn resolver_profile(soft: &Path) -> Result<Value> {
+    let out = root().join("target/callgrind.every-kernel.out");
+    let exe = root().join("target/release/bench-probe");
+    let output = soft_env(&mut Command::new("valgrind"), soft)
+        .arg("--tool=callgrind")
+        .arg("--toggle-collect=*answer_windows*")
+        .arg(format!("--callgrind-out-file={}", out.display()))
+        .arg(&exe)
+        .args(["every-kernel", "--windows", PROFILED_WINDOWS])
+        .args(["--kernel-us", PROFILED_KERNEL_US])
+        .output()
+        .context("running valgrind")?;
+    if !output.status.success() {
+        bail!(
+            "callgrind on every-kernel failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let run: Value = serde_json::from_slice(&output.stdout).context("bench-probe's JSON")?;
+    let text = std::fs::read_to_string(&out)?;
+    let total: f64 = text
+        .lines()
+        .find_map(|line| {
+            line.strip_prefix("totals:")
+                .or_else(|| line.strip_prefix("summary:"))
+        })
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .context("no totals in the callgrind output")?;
+    let windows = run["windows_read"].as_f64().unwrap_or(f64::NAN);
+    let calls = |of: &dyn Fn(&str) -> bool| calls_to(&text, of) / windows;
+    Ok(json!({
+        "windows": windows,
+        "kernel_us": PROFILED_KERNEL_US.parse::<f64>().ok(),
+        "instructions_per_window": total / windows,
+        "syscalls_per_window": calls(&|name| name == "syscall" || name.ends_with("sched_yield")),
+        "sched_yields_per_window": calls(&|name| name.ends_with("sched_yield")),
+        "asks_per_window": calls(&|name| name.ends_with("Job>::attempt")),
+        "library_wakeups_per_window": run["library_wakeups_per_window"].clone(),
+    }))
+}
+
+/// How many calls a callgrind output counts to functions named as `of`
+/// says. Names are given once, in `fn=(id) name` or `cfn=(id) name`, and
+/// by id alone after that.
+fn calls_to(text: &str, of: &dyn Fn(&str) -> bool) -> f64 {
+    let mut names = std::collections::HashMap::new();
+    let mut callee = None::<String>;
+    let mut count = 0.0;
+    for line in text.lines() {
+        let named = line
+            .strip_prefix("cfn=")
+            .or_else(|| line.strip_prefix("fn="));
+        if let Some(rest) = named {
+            let (id, name) = rest.split_once(' ').unwrap_or((rest, ""));
+            if !name.is_empty() {
+                names.insert(id.to_string(), name.to_string());
+            }
+            if line.starts_with("cfn=") {
+                callee = names.get(id).cloned();
+            }
+        } else if let Some(rest) = line.strip_prefix("calls=")
+            && callee.as_deref().is_some_and(of)
+        {
+            count += rest
+                .split_whitespace()
+                .next()
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0);
+        }
+    }
+    count
+}
+
 /// Instructions spent inside calls into the driver library (the software
 /// driver, or `libcuda`) from outside it, in a callgrind output: each such
 /// call's inclusive cost (the line after `calls=`), whatever the driver
@@ -324,6 +406,11 @@ pub(crate) fn bench() -> Result<()> {
          on 1, 2 and 8 streams and on two devices (simulated backend), two runs"
     );
     let every_kernel = probe_runs(&["every-kernel"], 2, &soft)?;
+    eprintln!(
+        "xtask: callgrind on the resolver thread: {PROFILED_WINDOWS} chained windows of \
+         {PROFILED_KERNEL_US} µs on one stream, read 32 behind"
+    );
+    let resolver = resolver_profile(&soft)?;
     eprintln!(
         "xtask: never in the server's way: start() behind a 1 s kernel on a shared hardware \
          queue; 1000 GLOBAL-mode captures beside 8 profiling threads, CUDA and HIP"
@@ -470,7 +557,9 @@ pub(crate) fn bench() -> Result<()> {
         "answering": answering,
         "every_kernel": {
             "runs": every_kernel,
-            "goals": { "cpu_share": 0.05, "late_p99_us": 1000.0 },
+            "resolver_profile": resolver,
+            "goals": { "cpu_share": 0.02, "late_p99_us": 1000.0,
+                       "library_cpu_us_per_window": 1.0 },
             "note": "CPU of every thread but the reading one (the library's resolver and \
                      calibrators: the simulated backend has no threads), as a share of one core; \
                      devices_2: two simulated devices, a stream and a profiler each, so two \
@@ -478,7 +567,13 @@ pub(crate) fn bench() -> Result<()> {
                      the scheduler's statistics; library_wakeups_per_window and \
                      reader_wakeups_per_window: the context switches per window of the \
                      library's threads and of the reading thread, voluntary (a sleep or a \
-                     blocked wait that ended: a wake-up) and involuntary, from /proc",
+                     blocked wait that ended: a wake-up) and involuntary, from /proc; \
+                     library_cpu_us_per_window and resolver_cpu_us_per_window: the library's \
+                     threads' on-CPU time, and the resolver's alone, per window read; \
+                     resolver_profile: callgrind inside the resolver thread's body on a \
+                     shorter case (its kernels long enough for a reader slowed by callgrind), \
+                     per window read: instructions, system calls (futex and sched_yield, \
+                     through libc), sched_yields, and asks of a window",
         },
         "against_cubecl_server": {
             "submit": {
@@ -806,8 +901,15 @@ fn print_table(r: &Value) {
             row(
                 &format!("every kernel, {streams}: CPU (cores), worst of runs"),
                 cpu_high,
-                "<= 0.05",
-                cpu_high <= 0.05,
+                "<= 0.02",
+                cpu_high <= 0.02,
+            );
+            let per_window = worst("library_cpu_us_per_window");
+            row(
+                &format!("every kernel, {streams}: library CPU µs per window, worst"),
+                per_window,
+                "<= 1",
+                per_window <= 1.0,
             );
             // Context switches per window, the worst of the runs: the
             // library's threads' (the resolver's sleeps, the calibrators'),
@@ -840,6 +942,21 @@ fn print_table(r: &Value) {
             );
         }
     }
+    let profile = &r["every_kernel"]["resolver_profile"];
+    println!(
+        "{:<54} {:>14} {:>12} {:>10}",
+        "every kernel, callgrind: resolver instructions / window",
+        format!("{:.0}", f(&profile["instructions_per_window"])),
+        "",
+        ""
+    );
+    println!(
+        "{:<54} {:>14} {:>12} {:>10}",
+        "every kernel, callgrind: resolver syscalls / window",
+        format!("{:.2}", f(&profile["syscalls_per_window"])),
+        "",
+        ""
+    );
     if let Some(runs) = r["beside_a_hung_device"]["runs"].as_array() {
         let worst = |key: &str| runs.iter().map(|run| f(&run[key])).fold(f64::NAN, f64::max);
         let p99 = worst("read_p99_us");
@@ -1035,6 +1152,28 @@ calls=1 0
 0 100
 ";
         assert_eq!(super::inside_the_driver(text), 3000.0);
+    }
+
+    /// Calls to a function count wherever it is named: in full the first
+    /// time, by id after that, as caller or callee.
+    #[test]
+    fn calls_to_a_function_count_by_its_name_or_its_id() {
+        let text = "\
+fn=(1) answer_windows
+cfn=(2) syscall
+calls=3 0
+0 30
+cfn=(3) clock_gettime
+calls=5 0
+0 50
+fn=(2)
+0 10
+fn=(4) sleep
+cfn=(2)
+calls=2 0
+0 20
+";
+        assert_eq!(super::calls_to(text, &|name| name == "syscall"), 5.0);
     }
 
     #[test]

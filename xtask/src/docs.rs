@@ -566,8 +566,8 @@ fn answering(r: &Value) -> String {
          | CPU with a thousand windows pending on one stream, share of a core | {} |\n\n\
          A server timing every kernel: 10 000 chained windows of 50 µs, each read 32 behind \
          (simulated backend). {}Goals: CPU ≤ {} of a core, p99 late ≤ {} µs.\n\n\
-         | streams | CPU, share of a core (each run) | wake-ups per window, library's threads / reader (each run) | median late, µs (each run) | p99 late, µs (each run) |\n\
-         | --- | --- | --- | --- | --- |\n",
+         | streams | CPU, share of a core (each run) | library's CPU, µs per window (each run) | wake-ups per window, library's threads / reader (each run) | median late, µs (each run) | p99 late, µs (each run) |\n\
+         | --- | --- | --- | --- | --- | --- |\n",
         num(&a["right_after_stop"]["late_median_us"], 1),
         num(&a["head_of_line"]["late_median_us"], 1),
         num(&a["head_of_line"]["late_p99_us"], 1),
@@ -613,11 +613,25 @@ fn answering(r: &Value) -> String {
             _ => "—".to_owned(),
         };
         s.push_str(&format!(
-            "| {streams} | {cpu} | {wakeups} | {} | {} |\n",
+            "| {streams} | {cpu} | {} | {wakeups} | {} | {} |\n",
+            each_run(runs, |run| &run[key]["library_cpu_us_per_window"], 2),
             each_run(runs, |run| &run[key]["late_median_us"], 1),
             each_run(runs, |run| &run[key]["late_p99_us"], 1),
         ));
     }
+    let profile = &ek["resolver_profile"];
+    s.push_str(&format!(
+        "\nThe resolver thread's work per window read, counted by callgrind inside its body \
+         ({} windows of {} µs on one stream, read 32 behind: kernels long enough for a reader \
+         slowed by callgrind): {} instructions, {} system calls (futex and `sched_yield`, \
+         {} of them yields), {} asks of a window.\n",
+        num(&profile["windows"], 0),
+        num(&profile["kernel_us"], 0),
+        num(&profile["instructions_per_window"], 0),
+        num(&profile["syscalls_per_window"], 2),
+        num(&profile["sched_yields_per_window"], 2),
+        num(&profile["asks_per_window"], 2),
+    ));
     s
 }
 
@@ -988,7 +1002,9 @@ mod tests {
                 "median_us": { "median": 106.0, "spread": 0.5 } } } } } },
             "answering": { "head_of_line": { "late_p99_us": 107.0 } },
             "every_kernel": { "runs": [{ "streams_8": { "late_p99_us": 108.0,
-                "library_wakeups_per_window": { "voluntary": 114.0, "involuntary": 0.0 } } }] },
+                "library_wakeups_per_window": { "voluntary": 114.0, "involuntary": 0.0 },
+                "library_cpu_us_per_window": 116.0 } }],
+                "resolver_profile": { "instructions_per_window": 117.0 } },
             "server_way": { "start_behind_a_1s_kernel": { "p99_9_us": 109.0 },
                             "global_captures": { "hip": { "captures_ended": 110.0 } } },
             "beside_a_hung_device": { "runs": [{ "read_p99_us": 111.0 }] },
@@ -996,7 +1012,7 @@ mod tests {
             "wait_cost": { "pocl": { "late_us": 113.0 } },
         });
         let page = measurements(&report);
-        for figure in 101..=115 {
+        for figure in 101..=117 {
             assert!(
                 page.contains(&figure.to_string()),
                 "{figure} not shown:\n{page}"

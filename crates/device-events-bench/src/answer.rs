@@ -217,6 +217,11 @@ pub struct EveryKernel {
     /// from the scheduler's statistics, as a share of one core: the same
     /// as `cpu_share` where the backend has no threads of its own.
     pub library_cpu_share: f64,
+    /// The library's threads' on-CPU time per window read, µs: the
+    /// resolver's and the calibrators' together.
+    pub library_cpu_us_per_window: f64,
+    /// The resolver thread's alone, µs per window read.
+    pub resolver_cpu_us_per_window: f64,
     /// The library's threads that were running at the start and had left
     /// by the end: their time is missing from `library_cpu_share`.
     pub library_threads_left: usize,
@@ -267,13 +272,15 @@ pub fn every_kernel_on_two_devices(streams: usize, kernel: Duration, n: usize) -
 }
 
 /// On-CPU nanoseconds of each of the library's threads now, by thread id,
-/// from `/proc/self/task/*/schedstat` (nanosecond resolution, where
-/// `getrusage` of another thread is not to be had).
-fn library_threads_cpu() -> HashMap<u64, u64> {
+/// with the thread's name, from `/proc/self/task/*/schedstat` (nanosecond
+/// resolution, where `getrusage` of another thread is not to be had).
+fn library_threads_cpu() -> HashMap<u64, (String, u64)> {
     library_threads(|path| {
+        let name = std::fs::read_to_string(path.join("comm")).ok()?;
         std::fs::read_to_string(path.join("schedstat"))
             .ok()
             .and_then(|stat| stat.split_whitespace().next()?.parse().ok())
+            .map(|ns| (name.trim().to_owned(), ns))
     })
 }
 
@@ -418,10 +425,17 @@ pub fn every_kernel_on<A: device_events_core::Backend>(
     );
     let elapsed = wall.elapsed().as_secs_f64();
     let cpu_share = others.as_secs_f64() / elapsed;
-    let library_ns: u64 = library_after
-        .iter()
-        .map(|(tid, now)| now.saturating_sub(library.get(tid).copied().unwrap_or(0)))
-        .sum();
+    let spent = |of: &dyn Fn(&str) -> bool| -> u64 {
+        library_after
+            .iter()
+            .filter(|(_, (name, _))| of(name))
+            .map(|(tid, (_, now))| now.saturating_sub(library.get(tid).map_or(0, |(_, ns)| *ns)))
+            .sum()
+    };
+    let library_ns = spent(&|_| true);
+    // The kernel keeps 15 bytes of a name: `device-events-r`(esolver).
+    let resolver_ns = spent(&|name| name.starts_with("device-events-r"));
+    let answered = late.len().max(1) as f64;
     let library_threads_left = library
         .keys()
         .filter(|tid| !library_after.contains_key(tid))
@@ -434,6 +448,8 @@ pub fn every_kernel_on<A: device_events_core::Backend>(
     EveryKernel {
         cpu_share,
         library_cpu_share: library_ns as f64 / 1e9 / elapsed,
+        library_cpu_us_per_window: library_ns as f64 / 1e3 / answered,
+        resolver_cpu_us_per_window: resolver_ns as f64 / 1e3 / answered,
         library_threads_left,
         library_wakeups_per_window: library_switches,
         reader_wakeups_per_window: reader_switches,

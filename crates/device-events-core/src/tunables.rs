@@ -31,6 +31,19 @@ pub(crate) mod resolver {
     /// on a busy stream it ends soon, and asking at this pace answers it
     /// within a fraction of a millisecond from a sleeping thread.
     pub(crate) const HOT: Duration = Duration::from_micros(400);
+    /// How long after its reader's usual hand-over a busy lane's next
+    /// window is asked: a server timing every kernel hands each over as
+    /// its first poll finds it about to end.
+    pub(crate) const FOLLOW: Duration = Duration::from_micros(50);
+    /// The most a busy lane's next ask waits after its last answer, its
+    /// reader's pace notwithstanding: a window answered within a
+    /// millisecond of its end.
+    pub(crate) const SLOWEST: Duration = Duration::from_micros(600);
+    /// How early a hot lane (one that just answered, or a busy one) is
+    /// asked when the thread is awake for another: busy streams' asks fall
+    /// into one turn, one wake-up for all of them, and no window is asked
+    /// later than at its own pace.
+    pub(crate) const EARLY: Duration = Duration::from_micros(200);
     /// How long a lane stays busy without answering one, and an idle
     /// lane's pace is remembered.
     pub(crate) const HOT_FOR: Duration = Duration::from_millis(20);
@@ -40,6 +53,11 @@ pub(crate) mod resolver {
     /// sooner make it idle again. One read right after `stop` on an idle
     /// stream waits only for its launch, a few microseconds.
     pub(crate) const BEHIND_WORK: Duration = Duration::from_micros(25);
+    /// A window answered at once counts toward a lane's idleness only when
+    /// handed over this long after the lane's last answer: sooner, its
+    /// reader polls at the stream's own pace (a server reading each window
+    /// about as it ends), a moment before the end, on a stream still busy.
+    pub(crate) const QUIET: Duration = Duration::from_micros(1000);
     /// How long the thread stays awake, yielding, after answering the last
     /// pending window of a lane that is not busy: a server reading windows
     /// one after another hands the next over within microseconds, and a

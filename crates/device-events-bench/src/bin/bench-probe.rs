@@ -88,8 +88,19 @@ enum What {
     /// and the CPU the process spends while a thousand pend.
     Answer,
     /// A server timing every kernel: the library's CPU and each window's
-    /// answer, on the simulated backend.
-    EveryKernel,
+    /// answer, on the simulated backend. With `--windows`, one case alone
+    /// (for callgrind, which counts the resolver thread's instructions).
+    EveryKernel {
+        /// Windows in the one case.
+        #[arg(long)]
+        windows: Option<usize>,
+        /// Its streams, of one device.
+        #[arg(long, default_value_t = 1)]
+        streams: usize,
+        /// Each kernel's length, µs.
+        #[arg(long, default_value_t = 50)]
+        kernel_us: u64,
+    },
     /// What a GPU lease measures around the spin kernel, section by
     /// section: a table, and each section as JSON in `json` the moment it
     /// ends (its error or panic in words where it fails).
@@ -393,29 +404,33 @@ fn every_kernel() -> serde_json::Value {
             answer::every_kernel_on_two_devices(1, kernel, 10_000),
         ),
     ] {
-        let at = |q| quantile_us(&run.late, q);
-        report.insert(
-            name.to_owned(),
-            json!({
-                "cpu_share": run.cpu_share,
-                "library_cpu_share": run.library_cpu_share,
-                "library_threads_left": run.library_threads_left,
-                "library_wakeups_per_window": {
-                    "voluntary": run.library_wakeups_per_window.voluntary,
-                    "involuntary": run.library_wakeups_per_window.involuntary,
-                },
-                "reader_wakeups_per_window": {
-                    "voluntary": run.reader_wakeups_per_window.voluntary,
-                    "involuntary": run.reader_wakeups_per_window.involuntary,
-                },
-                "late_median_us": at(0.5),
-                "late_p99_us": at(0.99),
-                "windows_read": run.late.len(),
-                "windows_unread": run.unread,
-            }),
-        );
+        report.insert(name.to_owned(), every_kernel_case(&run));
     }
     serde_json::Value::Object(report)
+}
+
+/// One case of [`every_kernel`], as the report gives it.
+fn every_kernel_case(run: &device_events_bench::answer::EveryKernel) -> serde_json::Value {
+    let at = |q| quantile_us(&run.late, q);
+    json!({
+        "cpu_share": run.cpu_share,
+        "library_cpu_share": run.library_cpu_share,
+        "library_cpu_us_per_window": run.library_cpu_us_per_window,
+        "resolver_cpu_us_per_window": run.resolver_cpu_us_per_window,
+        "library_threads_left": run.library_threads_left,
+        "library_wakeups_per_window": {
+            "voluntary": run.library_wakeups_per_window.voluntary,
+            "involuntary": run.library_wakeups_per_window.involuntary,
+        },
+        "reader_wakeups_per_window": {
+            "voluntary": run.reader_wakeups_per_window.voluntary,
+            "involuntary": run.reader_wakeups_per_window.involuntary,
+        },
+        "late_median_us": at(0.5),
+        "late_p99_us": at(0.99),
+        "windows_read": run.late.len(),
+        "windows_unread": run.unread,
+    })
 }
 
 /// One row of the GPU lease's table.
@@ -961,7 +976,16 @@ fn main() {
             }
             serde_json::Value::Object(report)
         }
-        What::EveryKernel => every_kernel(),
+        What::EveryKernel {
+            windows: Some(windows),
+            streams,
+            kernel_us,
+        } => every_kernel_case(&device_events_bench::answer::every_kernel(
+            streams,
+            std::time::Duration::from_micros(kernel_us),
+            windows,
+        )),
+        What::EveryKernel { windows: None, .. } => every_kernel(),
         What::GpuDay { json, sections } => {
             gpu_day(&json, &sections);
             return;

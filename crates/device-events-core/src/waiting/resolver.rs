@@ -23,11 +23,22 @@
 //! and one pending long is asked every [`LAST`], from a sleeping
 //! thread. A lane that just answered one is asked again
 //! after [`HOT`], and a busy one (whose windows waited behind queued work,
-//! as a server timing every kernel's do) at that pace, from a sleep: its
-//! next window is not asked at once when handed over. A lane stops being
-//! busy once two windows in a row are answered within [`BEHIND_WORK`] of
-//! being handed over, or once it answers none for [`HOT_FOR`]; until then
-//! a window on a stream gone idle is answered up to [`HOT`] after its end.
+//! as a server timing every kernel's do) at that pace, or [`FOLLOW`] after
+//! its reader's usual hand-over where that is later (up to [`SLOWEST`]),
+//! from a sleep: its next window is not asked at once when handed over.
+//! A lane stops being busy once two windows in a row, each handed over
+//! [`QUIET`] or more after its last answer, are answered within
+//! [`BEHIND_WORK`] of being handed over (one handed over sooner and
+//! answered at once comes from a reader polling at the stream's own pace),
+//! or once it answers none for [`HOT_FOR`]; until then a window on a
+//! stream gone idle is answered up to [`SLOWEST`] after its end.
+//!
+//! Busy lanes' asks fall into one turn: one due within [`EARLY`] is
+//! asked with another's. Handing a window over wakes the thread only where
+//! that buys an earlier answer: not while it is awake (it takes the window
+//! before it waits again), nor where its lane's next ask is planned anyway
+//! (a window pending ahead of it, or a busy lane whose reader kept up, for
+//! which the thread sleeps only until the pace's next ask).
 //!
 //! Having answered the last pending window, the thread stays awake for
 //! [`YIELD_AFTER_LAST`], yielding, before it sleeps: a server reading windows one
@@ -44,7 +55,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
-use crate::tunables::resolver::{BEHIND_WORK, FIRST, HOT, HOT_FOR, LAST, TIGHT, YIELD_AFTER_LAST};
+use crate::tunables::resolver::{
+    BEHIND_WORK, EARLY, FIRST, FOLLOW, HOT, HOT_FOR, LAST, QUIET, SLOWEST, TIGHT, YIELD_AFTER_LAST,
+};
 
 /// Work handed to the resolver thread.
 pub(crate) trait Job: Send + Sync {
@@ -133,12 +146,21 @@ struct WindowQueue {
     /// Live profilers: while there are any, an idle thread stays for the
     /// next window instead of being started again.
     profilers: usize,
+    /// The thread waits for a job or its next ask's time: a job handed
+    /// over while it is awake is taken before it waits again, unwoken.
+    asleep: bool,
+    /// While it waits: lanes whose next window it will ask when it wakes
+    /// anyway (a busy lane's next ask is planned before its window is
+    /// handed over), so that handing one over wakes nothing.
+    expecting: Vec<LaneId>,
 }
 
 static WINDOW_QUEUE: Mutex<WindowQueue> = Mutex::new(WindowQueue {
     jobs: VecDeque::new(),
     running: None,
     profilers: 0,
+    asleep: false,
+    expecting: Vec::new(),
 });
 static WINDOW_HANDED: Condvar = Condvar::new();
 
@@ -162,6 +184,8 @@ pub(crate) fn lock_for_fork() -> Box<dyn std::any::Any> {
 fn forget_the_parents(q: &mut WindowQueue) {
     if q.running.is_some_and(|pid| pid != std::process::id()) {
         q.running = None;
+        q.asleep = false;
+        q.expecting.clear();
         std::mem::forget(std::mem::take(&mut q.jobs));
     }
 }
@@ -190,10 +214,18 @@ fn watch_via(job: Arc<dyn Job>, spawn: impl FnOnce(fn()) -> std::io::Result<()>)
     // Where no fork handler ran (none registered): the parent's windows
     // are forgotten here, before this one joins them.
     forget_the_parents(&mut q);
+    let lane = job.lane().map(|lane| lane.key);
     q.jobs.push_back(job);
     if q.running == Some(std::process::id()) {
+        // Awake, it takes the job before it waits again; asleep with this
+        // lane's next ask planned, it takes it then: a wake-up (a system
+        // call here, a context switch there) only where it buys an
+        // earlier answer.
+        let wake = q.asleep && !lane.is_some_and(|lane| q.expecting.contains(&lane));
         drop(q);
-        WINDOW_HANDED.notify_one();
+        if wake {
+            WINDOW_HANDED.notify_one();
+        }
         return;
     }
     q.running = Some(std::process::id());
@@ -244,6 +276,10 @@ struct Track {
     /// their own (their starts) when last asked: a window handed over
     /// behind only such is asked as the first of a lane would be.
     waiting_apart: usize,
+    /// How long after its last answer its reader handed the next window
+    /// over, when none was pending: a busy lane's next window is expected
+    /// then, and asked [`FOLLOW`] after.
+    handed_after: Option<Duration>,
 }
 
 impl Track {
@@ -256,6 +292,7 @@ impl Track {
             streak: 0,
             behind_work: false,
             waiting_apart: 0,
+            handed_after: None,
         }
     }
 
@@ -265,12 +302,46 @@ impl Track {
     /// are then asked every [`HOT`], from a sleep, rather than at once. (A
     /// window read right after `stop` on a stream idle for [`HOT_FOR`]
     /// waits only for its launch, and is asked at once; on a stream busy
-    /// until lately, once two such windows in a row have been.)
+    /// until lately, once two such windows in a row have been, each after
+    /// a quiet spell of [`QUIET`].)
     fn busy(&self, now: Instant) -> bool {
         self.behind_work
             && self
                 .answered
                 .is_some_and(|at| now.saturating_duration_since(at) < HOT_FOR)
+    }
+
+    /// Whether to ask it this turn: its ask is due, or, hot (it just
+    /// answered one, or is busy), due within [`EARLY`], so that the
+    /// thread wakes once for every busy stream rather than once for each.
+    fn due(&self, now: Instant) -> bool {
+        self.next <= now || (self.interval == HOT && self.next <= now + EARLY)
+    }
+
+    /// When a busy lane's next window is asked: [`HOT`] after its last
+    /// answer, or [`FOLLOW`] after its reader's last hand-over came, where
+    /// that is later, up to [`SLOWEST`]. One ask, from one wake-up, finds
+    /// the window there, and its end most often reached.
+    fn paced(&self) -> Option<Instant> {
+        let wait = self
+            .handed_after
+            .map_or(HOT, |after| (after + FOLLOW).clamp(HOT, SLOWEST));
+        Some(self.answered? + wait)
+    }
+
+    /// When a window handed over now would be asked with no wake-up of
+    /// its own: one pending before it is asked at its planned time (a
+    /// later end is not reached sooner), and a busy lane's next window
+    /// at its pace, where its reader keeps up with it.
+    fn expects(&self, now: Instant) -> Option<Instant> {
+        if self.jobs.len() > self.waiting_apart {
+            return Some(self.next);
+        }
+        let keeps_up = self
+            .handed_after
+            .is_some_and(|after| after + FOLLOW <= SLOWEST);
+        let at = self.paced()?;
+        (keeps_up && self.busy(now) && at > now).then_some(at)
     }
 
     /// Put `job` in record order; most come last. A lane that had none
@@ -279,11 +350,14 @@ impl Track {
         if self.jobs.len() <= self.waiting_apart {
             if self.busy(now) {
                 self.interval = HOT;
-                self.next = self.answered.map_or(now, |at| at + HOT);
+                self.next = self.paced().unwrap_or(now);
             } else {
                 self.interval = FIRST;
                 self.next = now;
             }
+        }
+        if self.jobs.is_empty() {
+            self.handed_after = self.answered.map(|at| now.saturating_duration_since(at));
         }
         let at = self
             .jobs
@@ -309,12 +383,23 @@ impl Track {
             }
             match attempt(&**job) {
                 Attempt::Done => {
+                    let waited = now.saturating_duration_since(*handed);
+                    // Answered at once, handed over soon after the last
+                    // answer: a reader polling at the stream's own pace,
+                    // a moment before the window's end; not a stream gone
+                    // idle, which says so after a quiet spell.
+                    let at_pace = waited <= BEHIND_WORK
+                        && self
+                            .answered
+                            .is_some_and(|last| handed.saturating_duration_since(last) < QUIET);
                     // Counted up to two either way: all that is asked of it.
-                    self.streak = if now.saturating_duration_since(*handed) > BEHIND_WORK {
-                        (self.streak.max(0) + 1).min(2)
-                    } else {
-                        (self.streak.min(0) - 1).max(-2)
-                    };
+                    if !at_pace {
+                        self.streak = if waited > BEHIND_WORK {
+                            (self.streak.max(0) + 1).min(2)
+                        } else {
+                            (self.streak.min(0) - 1).max(-2)
+                        };
+                    }
                     if self.streak.abs() == 2 {
                         self.behind_work = self.streak > 0;
                     }
@@ -385,20 +470,10 @@ fn answer_windows() {
                 q = window_queue();
                 continue;
             }
-            // Awake again when a job comes, or idle lanes are let go.
+            // Awake again when a job comes, a busy lane's next window is
+            // due to be asked, or idle lanes are let go.
             let forget = lanes.values().filter_map(|lane| lane.answered).min();
-            q = match forget {
-                Some(at) => {
-                    let left = (at + HOT_FOR).saturating_duration_since(Instant::now());
-                    WINDOW_HANDED
-                        .wait_timeout(q, left)
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .0
-                }
-                None => WINDOW_HANDED
-                    .wait(q)
-                    .unwrap_or_else(PoisonError::into_inner),
-            };
+            q = sleep(q, &lanes, now, forget.map(|at| at + HOT_FOR));
             continue;
         }
         drop(q);
@@ -418,7 +493,7 @@ fn answer_windows() {
             return;
         };
         for lane in lanes.values_mut() {
-            if !lane.jobs.is_empty() && lane.next <= now && lane.ask(now) == Some(false) {
+            if !lane.jobs.is_empty() && lane.due(now) && lane.ask(now) == Some(false) {
                 answered_at = Some(now);
             }
         }
@@ -435,10 +510,7 @@ fn answer_windows() {
         {
             let left = until.saturating_duration_since(Instant::now());
             if left > TIGHT {
-                q = WINDOW_HANDED
-                    .wait_timeout(q, left)
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .0;
+                q = sleep(q, &lanes, now, Some(until));
             } else if !left.is_zero() {
                 drop(q);
                 std::thread::yield_now();
@@ -446,6 +518,39 @@ fn answer_windows() {
             }
         }
     }
+}
+
+/// Wait for a job, at most until `until` or the next ask planned for a
+/// busy lane's next window, whichever comes first; those lanes' windows
+/// are then handed over without waking the thread.
+fn sleep(
+    mut q: MutexGuard<'static, WindowQueue>,
+    lanes: &HashMap<LaneKey, Track>,
+    now: Instant,
+    mut until: Option<Instant>,
+) -> MutexGuard<'static, WindowQueue> {
+    q.expecting.clear();
+    for (key, lane) in lanes {
+        if let (LaneKey::Shared(id), Some(at)) = (key, lane.expects(now)) {
+            q.expecting.push(*id);
+            until = Some(until.map_or(at, |until| until.min(at)));
+        }
+    }
+    q.asleep = true;
+    let mut q = match until {
+        Some(until) => {
+            let left = until.saturating_duration_since(Instant::now());
+            WINDOW_HANDED
+                .wait_timeout(q, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0
+        }
+        None => WINDOW_HANDED
+            .wait(q)
+            .unwrap_or_else(PoisonError::into_inner),
+    };
+    q.asleep = false;
+    q
 }
 
 /// Where a lane's jobs come from.
@@ -598,13 +703,33 @@ mod tests {
         );
         answer_one(&mut lane, 1, at(200), behind);
         assert!(lane.busy(at(400)), "two in a row make the stream busy");
-        answer_one(&mut lane, 2, at(400), Duration::ZERO);
+        // Handed over after a quiet spell, each answered at once.
+        let quiet = QUIET.as_micros() as u64;
+        answer_one(&mut lane, 2, at(400 + quiet), Duration::ZERO);
         assert!(
-            lane.busy(at(600)),
+            lane.busy(at(600 + quiet)),
             "one answered at once on a busy stream ended as it was handed over"
         );
-        answer_one(&mut lane, 3, at(600), Duration::ZERO);
-        assert!(!lane.busy(at(800)), "two in a row answered at once: idle");
+        answer_one(&mut lane, 3, at(600 + 2 * quiet), Duration::ZERO);
+        assert!(
+            !lane.busy(at(800 + 2 * quiet)),
+            "two in a row answered at once after quiet spells: idle"
+        );
+    }
+
+    #[test]
+    fn a_busy_lane_whose_reader_polls_at_the_streams_pace_stays_busy() {
+        let start = Instant::now();
+        let (mut lane, answered) = busy_lane(start);
+        // Each handed over 500 µs after the last answer, a moment before
+        // its end, and answered at once: a server reading each window
+        // about as it ends.
+        let mut handed = answered;
+        for seq in 2..10 {
+            handed += Duration::from_micros(500);
+            answer_one(&mut lane, seq, handed, Duration::ZERO);
+        }
+        assert!(lane.busy(handed + Duration::from_micros(10)));
     }
 
     #[test]
@@ -625,6 +750,82 @@ mod tests {
             lane.busy(at(700)),
             "two behind work in a row, however long idle before"
         );
+    }
+
+    /// A lane made busy: two windows answered behind work, the last at
+    /// `at(200) + behind`.
+    fn busy_lane(start: Instant) -> (Track, Instant) {
+        let mut lane = Track::new(start);
+        let behind = BEHIND_WORK * 4;
+        answer_one(&mut lane, 0, start, behind);
+        let last = start + Duration::from_micros(200);
+        answer_one(&mut lane, 1, last, behind);
+        (lane, last + behind)
+    }
+
+    #[test]
+    fn a_busy_lane_whose_reader_keeps_up_plans_its_next_ask_before_the_window_comes() {
+        let start = Instant::now();
+        let (mut lane, answered) = busy_lane(start);
+        // Its reader handed the next window over soon after the answer.
+        let soon = answered + Duration::from_micros(10);
+        answer_one(&mut lane, 2, soon, BEHIND_WORK * 4);
+        let answered = soon + BEHIND_WORK * 4;
+        let now = answered + Duration::from_micros(10);
+        assert_eq!(
+            lane.expects(now),
+            Some(answered + HOT),
+            "its next window is asked at the pace, with no wake-up of its own"
+        );
+    }
+
+    #[test]
+    fn a_busy_lane_whose_reader_came_late_wakes_the_thread_for_its_next_window() {
+        let start = Instant::now();
+        let (mut lane, answered) = busy_lane(start);
+        // Handed over after the pace's ask was due: the reader lags.
+        let late = answered + HOT * 2;
+        answer_one(&mut lane, 2, late, BEHIND_WORK * 4);
+        let now = late + BEHIND_WORK * 4 + Duration::from_micros(10);
+        assert_eq!(
+            lane.expects(now),
+            None,
+            "no wake-up planned that would find nothing"
+        );
+    }
+
+    #[test]
+    fn a_window_handed_behind_one_pending_needs_no_wake_up() {
+        let start = Instant::now();
+        let mut lane = Track::new(start);
+        lane.insert(start, 0, Arc::new(Noted::default()));
+        lane.ask(start);
+        assert_eq!(
+            lane.expects(start),
+            Some(lane.next),
+            "a later end is not reached before the pending one is asked"
+        );
+    }
+
+    #[test]
+    fn a_busy_lane_due_soon_is_asked_in_another_lanes_turn() {
+        let start = Instant::now();
+        let (mut lane, answered) = busy_lane(start);
+        lane.insert(answered, 2, Arc::new(Noted::default()));
+        assert!(!lane.due(lane.next - EARLY - Duration::from_micros(1)));
+        assert!(
+            lane.due(lane.next - EARLY / 2),
+            "asked early rather than by a wake-up of its own"
+        );
+    }
+
+    #[test]
+    fn an_idle_lane_is_asked_at_its_own_time_only() {
+        let start = Instant::now();
+        let mut lane = Track::new(start);
+        lane.insert(start, 0, Arc::new(Noted::default()));
+        lane.ask(start);
+        assert!(!lane.due(lane.next - Duration::from_micros(1)));
     }
 
     #[test]
