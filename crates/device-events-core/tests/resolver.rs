@@ -350,3 +350,37 @@ fn a_thousand_windows_pending_on_one_stream_are_asked_one_at_a_time() {
         assert!(pollster::block_on(window.resolve()).is_some());
     }
 }
+
+/// A window whose start the device reached and whose end is a second
+/// away costs one driver reading per ask: the start, once found reached,
+/// is not asked again, and each "not ready" means its end is ahead.
+#[test]
+fn a_pending_window_whose_start_was_reached_is_asked_with_one_reading() {
+    let _guard = setup();
+    let s = Sim::stream_create_non_blocking().unwrap();
+    let mut profiler = EventProfiler::<Sim>::new();
+    let first = profiler.start(s);
+    pollster::block_on(profiler.stop(s, first).unwrap().resolve()).unwrap();
+    assert!(device_events_core::process::wait_for_calibrations(
+        Duration::from_secs(10)
+    ));
+    let token = profiler.start(s);
+    Sim::enqueue_work(s, Duration::from_secs(5));
+    let mut window = profiler.stop(s, token).unwrap();
+    assert!(window.try_resolve().is_none(), "five seconds of work ahead");
+    // Past the first asks, which come every few microseconds: the lane
+    // is now asked every 50 ms (the resolver's longest interval).
+    std::thread::sleep(Duration::from_millis(300));
+    let before = Sim::calls_of("simEventElapsedTime");
+    let since = std::time::Instant::now();
+    std::thread::sleep(Duration::from_secs(1));
+    let readings = Sim::calls_of("simEventElapsedTime") - before;
+    let asks = since.elapsed().as_millis() / 50 + 1;
+    assert!(
+        u128::from(readings) <= asks,
+        "{readings} readings for at most {asks} asks"
+    );
+    drop(window);
+    drop(profiler);
+    Sim::stream_destroy(s).unwrap();
+}

@@ -4,6 +4,7 @@
 use std::any::Any;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::task::{Context, Poll};
 
@@ -126,6 +127,9 @@ pub(crate) struct Pending<A: AnchorApi> {
     /// Taken by the resolver when it starts, or by the future dropped
     /// before that, which then releases the events itself.
     inputs: Mutex<Option<Inputs<A>>>,
+    /// Whether the resolver found its start reached: it stays so, and a
+    /// "not ready" reading then means its end is ahead.
+    start_reached: AtomicBool,
     answer: Answer<Option<Placement>>,
     lane: Option<Lane>,
     /// The process that handed it over: in a child made by `fork`, no
@@ -143,6 +147,7 @@ impl<A: AnchorApi> Pending<A> {
         Self {
             lane: inputs.as_ref().and_then(|inputs| inputs.lane),
             inputs: Mutex::new(inputs),
+            start_reached: AtomicBool::new(false),
             answer: Answer::new(),
             process: std::process::id(),
             pool: Arc::downgrade(pool),
@@ -184,7 +189,13 @@ impl<A: AnchorApi> Job for Pending<A> {
             // Not ready is "its end is ahead" only when the end was not
             // reached: a window whose start waits on another stream, or
             // comes after its end, holds back no later window of its lane.
-            return if matches!(why, Unread::NoAnchorYet) || end_reached(taken) {
+            if matches!(why, Unread::NoAnchorYet) {
+                return Attempt::Waiting;
+            }
+            let mut start_reached = self.start_reached.load(Ordering::Relaxed);
+            let end_reached = end_reached(taken, &mut start_reached);
+            self.start_reached.store(start_reached, Ordering::Relaxed);
+            return if end_reached {
                 Attempt::Waiting
             } else {
                 Attempt::EndAhead

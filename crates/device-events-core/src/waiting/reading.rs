@@ -123,27 +123,40 @@ pub(crate) fn read_window<A: AnchorApi>(inputs: &Inputs<A>) -> Result<Placement,
 /// can be read. Read against the window's anchor, which the device has
 /// reached (a reading's only way to ask one event alone); `false` without
 /// one, or on any failure (logged), as for an end ahead.
-pub(crate) fn end_reached<A: AnchorApi>(inputs: &Inputs<A>) -> bool {
-    match inputs.anchor.get() {
-        Some(Ok(anchor)) => match inputs.end.lend() {
-            // Out for the next window's reading: asked again later.
-            None => false,
-            Some(end) => match A::event_elapsed(anchor.event(), end.raw()) {
-                Ok(_) => true,
-                Err(err) => {
-                    if !err.is_not_ready() {
-                        // Not the window's reading: asked again, it says its own.
-                        log::warn!(
-                            "{}: could not ask whether a window's end was reached: {err}",
-                            A::BACKEND
-                        );
-                    }
-                    false
-                }
-            },
-        },
-        _ => false,
+///
+/// Its start is asked first, once: a start once reached stays reached, so
+/// `start_reached` remembers it and each later "not ready" reading means
+/// its end is ahead, with no second driver call (a busy stream's every
+/// ask but the first). Only a start not reached asks the end as well.
+pub(crate) fn end_reached<A: AnchorApi>(inputs: &Inputs<A>, start_reached: &mut bool) -> bool {
+    let Some(Ok(anchor)) = inputs.anchor.get() else {
+        return false;
+    };
+    let reached = |point: &Point<A>| {
+        // Out for the next window's reading: asked again later.
+        let event = point.lend()?;
+        match A::event_elapsed(anchor.event(), event.raw()) {
+            Ok(_) => Some(true),
+            Err(err) if err.is_not_ready() => Some(false),
+            Err(err) => {
+                // Not the window's reading: asked again, it says its own.
+                log::warn!(
+                    "{}: could not ask whether a window's end was reached: {err}",
+                    A::BACKEND
+                );
+                None
+            }
+        }
+    };
+    if !*start_reached {
+        match reached(&inputs.start) {
+            Some(true) => *start_reached = true,
+            Some(false) => {}
+            None => return false,
+        }
     }
+    // With its start reached, the reading's "not ready" was its end's.
+    !*start_reached && reached(&inputs.end) == Some(true)
 }
 
 /// What a window's reading needs.
