@@ -123,6 +123,26 @@ struct Details {
     detail: Option<Cow<'static, str>>,
 }
 
+impl Details {
+    /// `==`, the numbers first and a name by its address where that is
+    /// the same (a `'static` name is most often the same literal): the
+    /// "not ready" met at every ask is found without comparing words.
+    fn same(&self, other: &Self) -> bool {
+        fn same_str(a: &str, b: &str) -> bool {
+            std::ptr::eq(a, b) || a == b
+        }
+        self.status == other.status
+            && self.kind == other.kind
+            && same_str(self.call, other.call)
+            && same_str(self.backend, other.backend)
+            && match (&self.name, &other.name) {
+                (Some(a), Some(b)) => same_str(a, b),
+                (a, b) => a == b,
+            }
+            && self.detail == other.detail
+    }
+}
+
 impl DriverError {
     /// An error the driver returned: its numeric status and, where the driver
     /// has one, the status's symbolic name.
@@ -151,13 +171,41 @@ impl DriverError {
     /// waits: with the table busy (or left locked by a thread of the
     /// parent of a process made by `fork`), or full, it is made anew.
     fn shared(details: Details) -> Self {
+        static MADE: Mutex<Vec<Arc<Details>>> = Mutex::new(Vec::new());
+        thread_local! {
+            /// The last one this thread made: a thread asking windows (the
+            /// resolver) meets the same "not ready" at every ask, found
+            /// here without the table's lock.
+            static LAST: std::cell::RefCell<Option<Arc<Details>>> =
+                const { std::cell::RefCell::new(None) };
+        }
+        let last = LAST.try_with(|last| {
+            let last = last.try_borrow().ok()?;
+            last.as_ref()
+                .filter(|last| last.same(&details))
+                .map(Arc::clone)
+        });
+        if let Ok(Some(same)) = last {
+            return Self(same);
+        }
+        let made = Self::shared_in(&MADE, details);
+        // A thread being torn down keeps none.
+        let _ = LAST.try_with(|last| {
+            if let Ok(mut last) = last.try_borrow_mut() {
+                *last = Some(Arc::clone(&made.0));
+            }
+        });
+        made
+    }
+
+    /// `details` from the table `made`, or made anew and kept there.
+    fn shared_in(made: &Mutex<Vec<Arc<Details>>>, details: Details) -> Self {
         /// More than the not-ready statuses of every call of every backend.
         const MOST: usize = 64;
-        static MADE: Mutex<Vec<Arc<Details>>> = Mutex::new(Vec::new());
-        let Ok(mut made) = MADE.try_lock() else {
+        let Ok(mut made) = made.try_lock() else {
             return Self(Arc::new(details));
         };
-        if let Some(same) = made.iter().find(|made| ***made == details) {
+        if let Some(same) = made.iter().find(|made| made.same(&details)) {
             return Self(Arc::clone(same));
         }
         let details = Arc::new(details);
@@ -452,5 +500,31 @@ impl<R, F: FnOnce() -> R> Undo<R, F> {
 impl<R, F: FnOnce() -> R> Drop for Undo<R, F> {
     fn drop(&mut self) {
         self.run();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn not_ready(call: &'static str, status: i64) -> DriverError {
+        DriverError::from_status("test", call, status, Some("NOT_READY"), ErrorKind::NotReady)
+    }
+
+    #[test]
+    fn a_not_ready_status_met_again_is_the_one_made_before() {
+        let (first, again) = (not_ready("ask", 600), not_ready("ask", 600));
+        assert!(Arc::ptr_eq(&first.0, &again.0), "made anew");
+    }
+
+    #[test]
+    fn a_shared_not_ready_status_names_its_own_call_and_status() {
+        let _ = not_ready("first", 600);
+        let other = not_ready("second", 34);
+        assert_eq!((other.call(), other.status()), ("second", Some(34)));
+        // Equal words at another address are the same error.
+        let copied: &'static str = String::from("second").leak();
+        let again = not_ready(copied, 34);
+        assert!(Arc::ptr_eq(&other.0, &again.0));
     }
 }
