@@ -508,9 +508,10 @@ fn answer_windows() {
         if q.jobs.is_empty()
             && let Some(until) = until
         {
-            let left = until.saturating_duration_since(Instant::now());
+            let asked = Instant::now();
+            let left = until.saturating_duration_since(asked);
             if left > TIGHT {
-                q = sleep(q, &lanes, now, Some(until));
+                q = sleep(q, &lanes, asked, Some(until));
             } else if !left.is_zero() {
                 drop(q);
                 std::thread::yield_now();
@@ -522,7 +523,8 @@ fn answer_windows() {
 
 /// Wait for a job, at most until `until` or the next ask planned for a
 /// busy lane's next window, whichever comes first; those lanes' windows
-/// are then handed over without waking the thread.
+/// are then handed over without waking the thread. `now` was read just
+/// before (no driver call since): the clock is not read again.
 fn sleep(
     mut q: MutexGuard<'static, WindowQueue>,
     lanes: &HashMap<LaneKey, Track>,
@@ -539,7 +541,7 @@ fn sleep(
     q.asleep = true;
     let mut q = match until {
         Some(until) => {
-            let left = until.saturating_duration_since(Instant::now());
+            let left = until.saturating_duration_since(now);
             WINDOW_HANDED
                 .wait_timeout(q, left)
                 .unwrap_or_else(PoisonError::into_inner)
