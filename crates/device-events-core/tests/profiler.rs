@@ -762,7 +762,9 @@ impl device_events_core::backend::ThreadApi for Unbound {
             .is_ok();
         let kind = match BIND_FAILS_AS.load(Ordering::Acquire) {
             _ if !failing => {
-                return <Sim as device_events_core::backend::ThreadApi>::in_context_of(stream, call);
+                return <Sim as device_events_core::backend::ThreadApi>::in_context_of(
+                    stream, call,
+                );
             }
             1 => ErrorKind::OutOfResources,
             _ => ErrorKind::DevicePoisoned,
