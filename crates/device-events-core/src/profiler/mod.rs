@@ -416,6 +416,27 @@ impl<A: AnchorApi> EventProfiler<A> {
         })
     }
 
+    /// The token of this profiler's window whose [`key`](ProfileToken::key)
+    /// is `key`. Any word makes a token: one that names no open window
+    /// (spent, or never this profiler's) is refused where it is used, as
+    /// a stale token.
+    pub fn token(&self, key: u64) -> ProfileToken {
+        ProfileToken {
+            profiler: self.id,
+            key: crate::arena::Key::from_bits(key),
+        }
+    }
+
+    /// The tokens of every window open now, for a caller that keeps a
+    /// state of its own beside some of them (CubeCL's, which marks each
+    /// open window failed when a launch fails).
+    pub fn open_tokens(&self) -> impl Iterator<Item = ProfileToken> + '_ {
+        self.windows.keys().map(|key| ProfileToken {
+            profiler: self.id,
+            key,
+        })
+    }
+
     fn take(&mut self, token: ProfileToken) -> Result<Window<A>, ProfileError> {
         if token.profiler != self.id {
             return Err(ProfileError::ForeignToken);
