@@ -52,6 +52,12 @@ impl<A: FenceApi> CubeFence<A> {
     /// the driver refuses, synchronize `stream` instead where that is sound.
     /// A raw stream never admitted, or forgotten, is an error its waits
     /// return.
+    ///
+    /// On CubeCL's contract, as [`CubeProfiler`](crate::CubeProfiler)'s:
+    /// the stream's context is current on the calling thread (a CubeCL
+    /// server's every command makes it so), so on CUDA the record skips
+    /// asking the driver which context is, and a fence costs its one
+    /// record ([`EventFence::new_in_current`]).
     pub fn new(stream: impl StreamOf<A>) -> Self {
         let stream = match stream.stream() {
             Ok(stream) => stream,
@@ -61,7 +67,7 @@ impl<A: FenceApi> CubeFence<A> {
                 };
             }
         };
-        let fence = EventFence::new(stream);
+        let fence = EventFence::new_in_current(stream);
         let point = match fence.error() {
             None => Point::Recorded(fence),
             Some(err) if falls_back(err) => {

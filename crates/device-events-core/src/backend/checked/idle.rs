@@ -136,16 +136,12 @@ fn register<R: RawApi>() {
 pub(super) fn fence_event<R: RawApi>(
     stream: CheckedStream<R>,
 ) -> Result<CheckedEvent<R>, DriverError> {
-    let state = R::state();
     // A dead stream is refused as the fence's record on it would be.
     let context = stream
         .context()
         .ok_or_else(|| dead::<R>(R::CALLS.record_event, "stream"))?;
-    {
-        let mut idle = state.idle.events();
-        if let Some(at) = idle.iter().rposition(|e| e.context() == context) {
-            return Ok(idle.swap_remove(at));
-        }
+    if let Some(event) = idle_event_of::<R>(context) {
+        return Ok(event);
     }
     let held = stream.held(R::CALLS.record_event)?;
     // Without timing: a fence's event is only recorded, asked and waited on.
@@ -155,15 +151,17 @@ pub(super) fn fence_event<R: RawApi>(
 /// An idle event of `live`'s context, else a new one made in it; the
 /// caller has that context bound.
 pub(super) fn fence_event_of<R: RawApi>(live: &Live<R>) -> Result<CheckedEvent<R>, DriverError> {
-    let context = R::context_of(&live.held);
-    {
-        let mut idle = R::state().idle.events();
-        if let Some(at) = idle.iter().rposition(|e| e.context() == context) {
-            return Ok(idle.swap_remove(at));
-        }
+    match idle_event_of::<R>(R::context_of(&live.held)) {
+        Some(event) => Ok(event),
+        None => CheckedEvent::create(live.held.clone(), false),
     }
-    // Without timing: a fence's event is only recorded, asked and waited on.
-    CheckedEvent::create(live.held.clone(), false)
+}
+
+/// An idle event of `context`, if one is kept.
+pub(super) fn idle_event_of<R: RawApi>(context: R::Context) -> Option<CheckedEvent<R>> {
+    let mut idle = R::state().idle.events();
+    let at = idle.iter().rposition(|e| e.context() == context)?;
+    Some(idle.swap_remove(at))
 }
 
 /// Keep `event` while there is room; else give it back.
