@@ -17,6 +17,15 @@ pub(crate) struct Limits {
     pub(crate) resolution: Duration,
 }
 
+impl Limits {
+    /// For a pool whose events no window is read with (a fence pool's, an
+    /// anchor's): none is placed under them.
+    pub(crate) const NONE: Self = Self {
+        max_distance: Duration::ZERO,
+        resolution: Duration::ZERO,
+    };
+}
+
 /// A window's reading: what the device measured, placed on the host clock.
 ///
 /// The crate's own type, so that a runtime takes no profiling framework to

@@ -114,7 +114,6 @@ pub struct EventProfiler<A: AnchorApi> {
     /// The pool's idle events this profiler holds aside, taken without a
     /// lock.
     spare: Vec<OwnedEvent<A>>,
-    limits: Limits,
     /// [`ProfilerConfig::context_current`].
     context_current: bool,
     /// Keeps the resolver thread up between windows while this lives.
@@ -147,7 +146,13 @@ impl<A: AnchorApi> EventProfiler<A> {
 
     /// A profiler with the given configuration.
     pub fn with_config(config: ProfilerConfig) -> Self {
-        let pool = EventPool::new(config.max_idle_events);
+        let pool = EventPool::for_windows(
+            config.max_idle_events,
+            Limits {
+                max_distance: config.anchor.max_anchor_distance,
+                resolution: config.timer_resolution,
+            },
+        );
         Self {
             id: NEXT_PROFILER.fetch_add(1, Ordering::Relaxed),
             ends: 0,
@@ -155,10 +160,6 @@ impl<A: AnchorApi> EventProfiler<A> {
             anchoring: Anchoring::new(config),
             pool,
             spare: Vec::new(),
-            limits: Limits {
-                max_distance: config.anchor.max_anchor_distance,
-                resolution: config.timer_resolution,
-            },
             context_current: config.context_current,
             _resolver: resolver::KeepAlive::new(),
         }
@@ -313,7 +314,6 @@ impl<A: AnchorApi> EventProfiler<A> {
             anchor: opened.anchor,
             start: opened.start,
             end,
-            limits: self.limits,
             pool: Arc::clone(&self.pool),
             lane,
         })
