@@ -63,6 +63,7 @@ impl<A: EventApi> KeptEvent<A> {
 }
 
 impl<A: EventApi> Drop for KeptEvent<A> {
+    #[inline]
     fn drop(&mut self) {
         if let Some(raw) = self.raw.take()
             && let Some(raw) = (self.keep)(raw)
