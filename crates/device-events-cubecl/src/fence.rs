@@ -44,7 +44,9 @@ enum Point<A: FenceApi> {
     Recorded(EventFence<A>),
     /// The record was refused, and the stream synchronized instead.
     Reached,
-    Failed(ServerError),
+    /// Boxed: CubeCL's error is several words, and a fence is made and
+    /// moved on every flush, where it is rare.
+    Failed(Box<ServerError>),
 }
 
 impl<A: FenceApi> CubeFence<A> {
@@ -63,7 +65,7 @@ impl<A: FenceApi> CubeFence<A> {
             Ok(stream) => stream,
             Err(err) => {
                 return Self {
-                    point: Point::Failed(err),
+                    point: Point::Failed(Box::new(err)),
                 };
             }
         };
@@ -77,10 +79,10 @@ impl<A: FenceApi> CubeFence<A> {
                 );
                 match A::stream_synchronize(stream) {
                     Ok(()) => Point::Reached,
-                    Err(err) => Point::Failed(server_error(&err)),
+                    Err(err) => Point::Failed(Box::new(server_error(&err))),
                 }
             }
-            Some(err) => Point::Failed(server_error(err)),
+            Some(err) => Point::Failed(Box::new(server_error(err))),
         };
         Self { point }
     }
@@ -131,7 +133,7 @@ impl<A: FenceApi> CubeFence<A> {
                 Err(err) => Err(server_error(&err)),
             },
             Point::Reached => Ok(()),
-            Point::Failed(err) => Err(err),
+            Point::Failed(err) => Err(*err),
         }
     }
 
@@ -145,7 +147,7 @@ impl<A: FenceApi> CubeFence<A> {
         match self.point {
             Point::Recorded(fence) => fence.wait_sync().map_err(|err| server_error(&err)),
             Point::Reached => Ok(()),
-            Point::Failed(err) => Err(err),
+            Point::Failed(err) => Err(*err),
         }
     }
 
@@ -161,7 +163,7 @@ impl<A: FenceApi> CubeFence<A> {
         match &self.point {
             Point::Recorded(fence) => fence.is_complete().map_err(|err| server_error(&err)),
             Point::Reached => Ok(true),
-            Point::Failed(err) => Err(err.clone()),
+            Point::Failed(err) => Err(ServerError::clone(err)),
         }
     }
 }
