@@ -13,7 +13,7 @@ use parking_lot::{Mutex, MutexGuard};
 use crate::EventApi;
 use crate::driver::DriverError;
 use crate::events::owned::OwnedEvent;
-use crate::placement::Limits;
+use crate::limits::Limits;
 
 /// Idle events waiting to be reused, shared by a profiler and the futures it
 /// hands out; it outlives both until the last of them is gone.

@@ -9,22 +9,7 @@ use std::time::{Duration, Instant};
 pub(crate) mod clock_placer;
 
 use crate::anchoring::line::{HostLine, nanos, reading_error};
-
-/// What a window's reading is checked against.
-#[derive(Clone, Copy)]
-pub(crate) struct Limits {
-    pub(crate) max_distance: Duration,
-    pub(crate) resolution: Duration,
-}
-
-impl Limits {
-    /// For a pool whose events no window is read with (a fence pool's, an
-    /// anchor's): none is placed under them.
-    pub(crate) const NONE: Self = Self {
-        max_distance: Duration::ZERO,
-        resolution: Duration::ZERO,
-    };
-}
+use crate::limits::Limits;
 
 /// A window's reading: what the device measured, placed on the host clock.
 ///

@@ -17,7 +17,7 @@ use crate::errors::ProfileError;
 use crate::events::owned::OwnedEvent;
 use crate::events::point::Point;
 use crate::events::pool::EventPool;
-use crate::placement::Limits;
+use crate::limits::Limits;
 use crate::profiler::token::ProfileToken;
 use crate::waiting::placed_window::{PlacedWindow, Resolving};
 use crate::waiting::reading::Inputs;
@@ -420,6 +420,20 @@ impl<A: AnchorApi> EventProfiler<A> {
     /// is `key`. Any word makes a token: one that names no open window
     /// (spent, or never this profiler's) is refused where it is used, as
     /// a stale token.
+    ///
+    /// ```
+    /// use device_events_core::{EventProfiler, OwnedStream, ProfileError, sim::Sim};
+    ///
+    /// let stream = OwnedStream::<Sim>::new()?;
+    /// let mut profiler = EventProfiler::<Sim>::new();
+    /// let token = profiler.start(stream.get());
+    /// assert_eq!(profiler.token(token.key()), token);
+    /// // A word that names no open window is refused where it is used.
+    /// let never = profiler.token(token.key() ^ 1);
+    /// assert!(matches!(profiler.abandon(never), Err(ProfileError::StaleToken)));
+    /// # profiler.abandon(token)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn token(&self, key: u64) -> ProfileToken {
         ProfileToken {
             profiler: self.id,
@@ -430,6 +444,18 @@ impl<A: AnchorApi> EventProfiler<A> {
     /// The tokens of every window open now, for a caller that keeps a
     /// state of its own beside some of them (CubeCL's, which marks each
     /// open window failed when a launch fails).
+    ///
+    /// ```
+    /// use device_events_core::{EventProfiler, OwnedStream, sim::Sim};
+    ///
+    /// let stream = OwnedStream::<Sim>::new()?;
+    /// let mut profiler = EventProfiler::<Sim>::new();
+    /// let (a, b) = (profiler.start(stream.get()), profiler.start(stream.get()));
+    /// let open: Vec<_> = profiler.open_tokens().collect();
+    /// assert!(open.contains(&a) && open.contains(&b) && open.len() == 2);
+    /// # for token in open { profiler.abandon(token)?; }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn open_tokens(&self) -> impl Iterator<Item = ProfileToken> + '_ {
         self.windows.keys().map(|key| ProfileToken {
             profiler: self.id,
