@@ -463,6 +463,7 @@ impl<A: AnchorApi> EventProfiler<A> {
         })
     }
 
+    #[inline]
     fn take(&mut self, token: ProfileToken) -> Result<Window<A>, ProfileError> {
         if token.profiler != self.id {
             return Err(ProfileError::ForeignToken);
