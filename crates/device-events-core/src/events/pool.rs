@@ -140,6 +140,7 @@ impl<A: EventApi> EventPool<A> {
 
     /// `event`, held by `holders` at once: it goes back to the idle
     /// events as the last lets go ([`release`](Self::release)).
+    #[inline]
     pub(crate) fn share(&self, event: OwnedEvent<A>, holders: u32) -> u32 {
         let mut shared = self.shared.lock();
         let slot = Slot {
