@@ -291,6 +291,7 @@ impl<A: AnchorApi> EventProfiler<A> {
         Ok(self.resolving(opened, Point::Own(end), stream))
     }
     /// An event of the pool, recorded on `stream`.
+    #[inline]
     fn recorded(&mut self, stream: A::Stream) -> Result<OwnedEvent<A>, DriverError> {
         let event = self.event().and_then(|event| {
             self.record(&event, stream)?;
