@@ -2,10 +2,12 @@
 //! own backends. The published `cubecl-cuda`, `cubecl-hip` and
 //! `cubecl-wgpu` sources are fetched through cargo, `ci/cubecl/*.patch`
 //! swaps their `device_events` (wgpu: its timestamps' placement) for ours,
-//! and each is checked as a CubeCL user builds it. Then, on lavapipe,
-//! cubecl-wgpu published and patched: CubeCL's own profiling tests and
-//! cubecl-wgpu's `tests/`, each test in a process of its own, compared test
-//! by test; and CubeCL kernels whose windows' placed ends are held against
+//! and each is checked as a CubeCL user builds it; `cubecl-runtime` is
+//! patched too, its `profile-tracy` writing a Tracy GPU context per stream
+//! through `device-events-trace`. Then, on lavapipe, cubecl-wgpu published
+//! and patched: CubeCL's own profiling tests and cubecl-wgpu's `tests/`,
+//! each test in a process of its own, compared test by test; and CubeCL
+//! kernels whose windows' placed ends are held against
 //! lavapipe's exact clock (`ci/cubecl/wgpu-check`), built in release.
 
 use std::collections::BTreeMap;
@@ -21,7 +23,7 @@ use crate::{cargo, root, run};
 /// The CubeCL release the patches are written against.
 pub(crate) const VERSION: &str = "0.12.0-pre.1";
 /// The patched crates, each with its patch under `ci/cubecl/`.
-const CRATES: [&str; 3] = ["cubecl-cuda", "cubecl-hip", "cubecl-wgpu"];
+const CRATES: [&str; 4] = ["cubecl-cuda", "cubecl-hip", "cubecl-wgpu", "cubecl-runtime"];
 /// The crate whose tests run on lavapipe, published and patched.
 const WGPU: &str = "cubecl-wgpu";
 /// The program that runs CubeCL kernels through cubecl-wgpu on lavapipe,
@@ -32,20 +34,25 @@ const WINDOWS: &str = "300";
 /// The longest one CubeCL test may run on lavapipe.
 const TEST_LIMIT: Duration = Duration::from_secs(300);
 /// The crates the patched ones take from this workspace.
-const OURS: [&str; 4] = [
+const OURS: [&str; 5] = [
     "device-events-core",
     "device-events-cuda",
     "device-events-hip",
     "device-events-cubecl",
+    "device-events-trace",
 ];
+/// What turns on CubeCL's `profile-tracy` in a backend: `cubecl-server`'s
+/// feature, which takes `cubecl-runtime`'s (cubecl-wgpu has its own too).
+const TRACY_FEATURES: &str = "cubecl-server/profile-tracy";
 
 pub(crate) fn cubecl() -> Result<()> {
     let patched = patched()?;
     // Their build scripts download LLVM unless told it is a docs build.
-    let check = |name: &str, cuda_version: Option<&str>| -> Result<()> {
+    let check = |name: &str, cuda_version: Option<&str>, features: Option<&str>| -> Result<()> {
         let mut cmd = cargo();
         cmd.current_dir(&patched.dir)
             .args(["check", "--package", name])
+            .args(features.map(|f| format!("--features={f}")))
             .env("DOCS_RS", "1")
             .env("CARGO_TARGET_DIR", &patched.target);
         match cuda_version {
@@ -54,13 +61,25 @@ pub(crate) fn cubecl() -> Result<()> {
             None => cmd.env_remove("CUDARC_CUDA_VERSION"),
         };
         let level = cuda_version.map_or_else(String::new, |v| format!(", CUDARC_CUDA_VERSION={v}"));
-        run(&format!("cargo check {name} (patched{level})"), &mut cmd)
+        let features = features.map_or_else(String::new, |f| format!(", {f}"));
+        run(
+            &format!("cargo check {name} (patched{level}{features})"),
+            &mut cmd,
+        )
     };
-    check("cubecl-cuda", None)?;
-    check("cubecl-cuda", Some("13000"))?;
-    check("cubecl-hip", None)?;
-    check("cubecl-wgpu", None)?;
-    eprintln!("xtask: CubeCL {VERSION}'s CUDA, HIP and wgpu backends build on device-events");
+    check("cubecl-cuda", None, None)?;
+    check("cubecl-cuda", Some("13000"), None)?;
+    check("cubecl-hip", None, None)?;
+    check("cubecl-wgpu", None, None)?;
+    check(
+        "cubecl-wgpu",
+        None,
+        Some(&format!("profile-tracy,{TRACY_FEATURES}")),
+    )?;
+    check("cubecl-cuda", None, Some(TRACY_FEATURES))?;
+    eprintln!(
+        "xtask: CubeCL {VERSION}'s CUDA, HIP and wgpu backends build on device-events, with profile-tracy's zones per stream"
+    );
     crate::ensure_lavapipe()?;
     let published = build("unpatched", &published()?)?;
     let patched = build("patched", &patched)?;
@@ -125,8 +144,10 @@ fn patched() -> Result<Workspace> {
         "# Written by `cargo xtask cubecl`.\n[workspace]\nmembers = [{}, \"{WGPU_CHECK}\"]\nresolver = \"2\"\n\n[patch.crates-io]\n",
         CRATES.map(|c| format!("\"{c}\"")).join(", ")
     );
-    // wgpu-check takes the patched cubecl-wgpu.
+    // wgpu-check takes the patched cubecl-wgpu; every crate, the patched
+    // cubecl-runtime.
     manifest.push_str("cubecl-wgpu = { path = \"cubecl-wgpu\" }\n");
+    manifest.push_str("cubecl-runtime = { path = \"cubecl-runtime\" }\n");
     for ours in OURS {
         let path = root().join("crates").join(ours);
         manifest.push_str(&format!(

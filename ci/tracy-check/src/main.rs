@@ -31,12 +31,23 @@ const PORT: &str = "TRACY_PORT";
 const PATIENCE: Duration = Duration::from_secs(60);
 
 /// A window as it was placed: its stream, its label, its placement
-/// (`None`: no timing).
+/// (`None`: no timing), and whether it must make a zone (a window
+/// starting before an earlier-closed one of its stream ended makes none).
 struct Placed {
     stream: &'static str,
     label: &'static str,
     placed: Option<Placement>,
+    zone: bool,
 }
+
+/// The streams, and the `Instant`s just before and after each was made.
+const STREAMS: [&str; 3] = ["stream A", "stream B", "stream C"];
+
+/// How far (per second between two pairings, plus a fixed part for a
+/// retaken one) Tracy's clock may drift from `Instant`'s: its rate is
+/// measured once, over 200 ms, at its start.
+const DRIFT_PPM: f64 = 500.0;
+const DRIFT_FIXED_NS: f64 = 20_000.0;
 
 fn main() -> ExitCode {
     match check() {
@@ -88,9 +99,16 @@ fn check() -> Result<(), Error> {
         .map_err(|err| format!("could not start {capture}: {err}"))?;
     relay_once(relay, client_port, Arc::clone(&wire))?;
 
-    let windows = pipeline(&tracy)?;
+    let (windows, made) = pipeline(&tracy)?;
     let dropped = tracy.finish();
-    let expected = windows.iter().filter(|w| w.placed.is_some()).count();
+    let expected = windows
+        .iter()
+        .filter(|w| w.placed.is_some() && w.zone)
+        .count();
+    let refused = windows
+        .iter()
+        .filter(|w| w.placed.is_some() && !w.zone)
+        .count();
 
     // Everything on the wire, then the capture told to stop and save.
     let deadline = Instant::now() + PATIENCE;
@@ -114,9 +132,12 @@ fn check() -> Result<(), Error> {
     let wire = lock(&wire);
     report(&windows, &wire);
     let mut problems = compare(&windows, &wire);
+    problems.extend(pairings(&windows, &wire, &made));
     problems.extend(wire.faults.iter().cloned());
-    if dropped != 0 {
-        problems.push(format!("the writer dropped {dropped} zones"));
+    if dropped != refused as u64 {
+        problems.push(format!(
+            "the writer dropped {dropped} zones, {refused} windows overlapping an earlier-closed one"
+        ));
     }
     let text = format!("{out}{err_out}");
     // Its progress line rewrites itself with carriage returns: the last.
@@ -134,8 +155,8 @@ fn check() -> Result<(), Error> {
     }
     if problems.is_empty() {
         println!(
-            "tracy-check: {expected} zones on {} contexts, each end its placed time to the ns; \
-             capture saved to {file} ({saved} bytes)",
+            "tracy-check: {expected} zones on {} contexts, each end its placed time to the ns, \
+             {refused} overlapping windows dropped and counted; capture saved to {file} ({saved} bytes)",
             wire.contexts.len()
         );
         Ok(())
@@ -194,13 +215,22 @@ fn relay_once(
 
 /// The demo's shape on the simulated device: stream A a chain of kernels
 /// (each boundary one record), stream B separate windows, one without
-/// timing; each stream's zones placed last first, so that the earlier
-/// ones, still pending, must hold the later ones back.
-fn pipeline(tracy: &device_events_trace::TracyWriter) -> Result<Vec<Placed>, Error> {
+/// timing, stream C nested and overlapping windows; each stream's zones
+/// placed last first, so that the earlier ones, still pending, must hold
+/// the later ones back. Also returns each stream's name with the
+/// `Instant`s read just before and after it was made.
+fn pipeline(tracy: &device_events_trace::TracyWriter) -> Result<(Vec<Placed>, Made), Error> {
     let a = OwnedStream::<Sim>::new()?;
     let b = OwnedStream::<Sim>::new()?;
-    let track_a = tracy.stream("stream A");
-    let track_b = tracy.stream("stream B");
+    let c = OwnedStream::<Sim>::new()?;
+    let mut made = Vec::new();
+    let mut tracks = Vec::new();
+    for name in STREAMS {
+        let before = Instant::now();
+        tracks.push(tracy.stream(name));
+        made.push((name, before, Instant::now()));
+    }
+    let (track_a, track_b, track_c) = (tracks[0], tracks[1], tracks[2]);
     let mut profiler = EventProfiler::<Sim>::new();
     let mut pending = Vec::new();
 
@@ -213,6 +243,7 @@ fn pipeline(tracy: &device_events_trace::TracyWriter) -> Result<Vec<Placed>, Err
             kernel,
             tracy.zone(track_a, kernel),
             Some(closed),
+            true,
         ));
         token = next;
     }
@@ -223,7 +254,7 @@ fn pipeline(tracy: &device_events_trace::TracyWriter) -> Result<Vec<Placed>, Err
     {
         let zone = tracy.zone(track_b, label);
         if label == "untimed" {
-            pending.push(("stream B", label, zone, None));
+            pending.push(("stream B", label, zone, None, true));
             continue;
         }
         let window = profiler.start(b.get());
@@ -233,18 +264,77 @@ fn pipeline(tracy: &device_events_trace::TracyWriter) -> Result<Vec<Placed>, Err
             label,
             zone,
             Some(profiler.stop(b.get(), window)?),
+            true,
         ));
     }
 
+    // Stream C: an inner window closes (and is reserved) before the one
+    // enclosing it, then two windows overlap, then one stands alone.
+    let c = c.get();
+    let work = |micros| Sim::enqueue_work(c, Duration::from_micros(micros));
+    let outer = profiler.start(c);
+    work(100);
+    let inner = profiler.start(c);
+    work(100);
+    let inner = profiler.stop(c, inner)?;
+    pending.push((
+        "stream C",
+        "inner",
+        tracy.zone(track_c, "inner"),
+        Some(inner),
+        true,
+    ));
+    work(100);
+    let outer = profiler.stop(c, outer)?;
+    pending.push((
+        "stream C",
+        "outer",
+        tracy.zone(track_c, "outer"),
+        Some(outer),
+        false,
+    ));
+    let first = profiler.start(c);
+    work(100);
+    let second = profiler.start(c);
+    work(100);
+    let first = profiler.stop(c, first)?;
+    pending.push((
+        "stream C",
+        "first",
+        tracy.zone(track_c, "first"),
+        Some(first),
+        true,
+    ));
+    work(100);
+    let second = profiler.stop(c, second)?;
+    pending.push((
+        "stream C",
+        "second",
+        tracy.zone(track_c, "second"),
+        Some(second),
+        false,
+    ));
+    let alone = profiler.start(c);
+    work(100);
+    let alone = profiler.stop(c, alone)?;
+    pending.push((
+        "stream C",
+        "alone",
+        tracy.zone(track_c, "alone"),
+        Some(alone),
+        true,
+    ));
+
     let mut resolved: Vec<(Placed, TracyZone)> = pending
         .into_iter()
-        .map(|(stream, label, zone, window)| {
+        .map(|(stream, label, zone, window, makes_zone)| {
             let placed = window.and_then(pollster::block_on);
             (
                 Placed {
                     stream,
                     label,
                     placed,
+                    zone: makes_zone,
                 },
                 zone,
             )
@@ -269,7 +359,78 @@ fn pipeline(tracy: &device_events_trace::TracyWriter) -> Result<Vec<Placed>, Err
     }
     windows.reverse();
     drop(profiler);
-    Ok(windows)
+    Ok((windows, made))
+}
+
+/// Each stream's name, with the `Instant`s just before and after it was
+/// made.
+type Made = Vec<(&'static str, Instant, Instant)>;
+
+/// Every context's first pairing must give the GPU time of a moment after
+/// its stream was asked for and before the relay read it (`Instant`s
+/// turned into the writer's ticks through the first zone), and its later
+/// pairings must agree with the first to within Tracy's clock's drift.
+fn pairings(windows: &[Placed], wire: &Wire, made: &Made) -> Vec<String> {
+    let mut problems = Vec::new();
+    let (Some(first), Some(first_zone)) = (
+        windows.iter().find_map(|w| w.placed),
+        first_zone(windows, wire),
+    ) else {
+        return vec!["no zone to read the writer's clock from".into()];
+    };
+    let tick = |at: Instant| first_zone + ns(first, at);
+    for &(name, before, after) in made {
+        let Some(context) = wire
+            .contexts
+            .values()
+            .find(|c| c.name.as_deref() == Some(name))
+        else {
+            continue;
+        };
+        let (Some(&(gpu, _)), Some(seen)) = (context.pairings.first(), context.seen) else {
+            continue;
+        };
+        let (low, high) = (tick(before), tick(seen.max(after)));
+        println!(
+            "{name}: first pairing's GPU time {} ns after its stream was asked for, {} ns before \
+             the relay read it (stream() itself took {} ns)",
+            gpu - low,
+            high - gpu,
+            tick(after) - low
+        );
+        if !(low..=high).contains(&gpu) {
+            problems.push(format!(
+                "{name}: first pairing's GPU time {gpu} outside [{low}, {high}]"
+            ));
+        }
+        for pair in context.pairings.windows(2) {
+            let (gpu, cpu) = (
+                (pair[1].0 - pair[0].0) as f64,
+                (pair[1].1 - pair[0].1) as f64,
+            );
+            let off = cpu * wire.timer_mul - gpu;
+            let bound = DRIFT_FIXED_NS + gpu.abs() * DRIFT_PPM / 1e6;
+            if off.abs() > bound {
+                problems.push(format!(
+                    "{name}: two pairings {:.6} s apart disagree by {:.1} µs (bound {:.1} µs)",
+                    gpu / 1e9,
+                    off / 1e3,
+                    bound / 1e3
+                ));
+            }
+        }
+    }
+    problems
+}
+
+/// The first window's zone's start, in the writer's ticks.
+fn first_zone(windows: &[Placed], wire: &Wire) -> Option<i64> {
+    let stream = windows.first()?.stream;
+    wire.contexts
+        .values()
+        .find(|c| c.name.as_deref() == Some(stream))
+        .and_then(|c| c.zones.first())
+        .and_then(|z| z.start)
 }
 
 /// Nanoseconds from `origin` to `at`.
@@ -299,7 +460,7 @@ fn compare(windows: &[Placed], wire: &Wire) -> Vec<String> {
     else {
         return vec!["the first window's zone never arrived".into()];
     };
-    for stream in ["stream A", "stream B"] {
+    for stream in STREAMS {
         let Some(context) = context_of(stream) else {
             problems.push(format!("no context named {stream}"));
             continue;
@@ -312,7 +473,7 @@ fn compare(windows: &[Placed], wire: &Wire) -> Vec<String> {
         }
         let placed: Vec<&Placed> = windows
             .iter()
-            .filter(|w| w.stream == stream && w.placed.is_some())
+            .filter(|w| w.stream == stream && w.placed.is_some() && w.zone)
             .collect();
         if placed.len() != context.zones.len() {
             problems.push(format!(
@@ -361,6 +522,16 @@ fn report(windows: &[Placed], wire: &Wire) {
             );
             continue;
         };
+        if !window.zone {
+            println!(
+                "{:<9} {:<8} {:>14} {:>14}   (starts before an earlier-closed window ended: no zone, counted)",
+                window.stream,
+                window.label,
+                ns(first, p.start),
+                ns(first, p.end),
+            );
+            continue;
+        }
         let context = wire
             .contexts
             .values()

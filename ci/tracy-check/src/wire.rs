@@ -59,7 +59,13 @@ pub struct Context {
     /// Each pairing of its GPU time with Tracy's clock (raw ticks): at
     /// its creation, then at each sync.
     pub pairings: Vec<(i64, i64)>,
+    /// When this process read the context's creation off the wire: its
+    /// first pairing was taken before.
+    pub seen: Option<std::time::Instant>,
     pub zones: Vec<GpuZone>,
+    /// The last GPU time, as the server keeps it for its wrap check
+    /// (0 at the context's creation and at each sync).
+    last_gpu: i64,
     stack: Vec<usize>,
     queries: BTreeMap<u16, usize>,
 }
@@ -182,6 +188,7 @@ impl Wire {
                 let context = Context {
                     period: f32::from_le_bytes(f.get(20..24)?.try_into().ok()?),
                     pairings: vec![(gpu, cpu)],
+                    seen: Some(std::time::Instant::now()),
                     ..Context::default()
                 };
                 self.contexts.insert(*f.get(24)?, context);
@@ -202,7 +209,10 @@ impl Wire {
                 if kind == GPU_ZONE_END_SERIAL {
                     match context.stack.pop() {
                         Some(zone) => {
-                            context.queries.insert(query, zone);
+                            if context.queries.insert(query, zone).is_some() {
+                                self.faults
+                                    .push(format!("query {query} reused while still open"));
+                            }
                         }
                         None => self.faults.push("a zone end with none open".into()),
                     }
@@ -213,7 +223,10 @@ impl Wire {
                     });
                     let zone = context.zones.len() - 1;
                     context.stack.push(zone);
-                    context.queries.insert(query, zone);
+                    if context.queries.insert(query, zone).is_some() {
+                        self.faults
+                            .push(format!("query {query} reused while still open"));
+                    }
                 }
             }
             GPU_TIME => {
@@ -221,10 +234,18 @@ impl Wire {
                 self.times += 1;
                 let query = u16::from_le_bytes(f.get(8..10)?.try_into().ok()?);
                 let time = self.ref_gpu;
+                let mut wrapped = false;
                 let zone = self.contexts.get_mut(f.get(10)?).and_then(|context| {
+                    // `ProcessGpuTime`: a time this far back is a wrap.
+                    wrapped = time < context.last_gpu - (1 << 31);
+                    context.last_gpu = time;
                     let zone = context.queries.remove(&query)?;
                     context.zones.get_mut(zone)
                 });
+                if wrapped {
+                    self.faults
+                        .push(format!("GPU time {time} read as a wrap (query {query})"));
+                }
                 match zone {
                     Some(zone) if zone.start.is_none() => zone.start = Some(time),
                     Some(zone) => zone.end = Some(time),
@@ -239,6 +260,7 @@ impl Wire {
                 match self.contexts.get_mut(f.get(16)?) {
                     Some(context) => {
                         context.syncs += 1;
+                        context.last_gpu = 0;
                         context.pairings.push((gpu, cpu));
                     }
                     None => self.faults.push("a sync of no context".into()),

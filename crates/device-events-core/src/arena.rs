@@ -12,6 +12,23 @@ pub(crate) struct Key {
     pub(crate) generation: u32,
 }
 
+impl Key {
+    /// The key as one word.
+    pub(crate) fn to_bits(self) -> u64 {
+        (u64::from(self.index) << 32) | u64::from(self.generation)
+    }
+
+    /// A key from [`to_bits`](Self::to_bits); any word is some key, live
+    /// or not.
+    #[allow(clippy::cast_possible_truncation)]
+    pub(crate) fn from_bits(bits: u64) -> Self {
+        Self {
+            index: (bits >> 32) as u32,
+            generation: bits as u32,
+        }
+    }
+}
+
 struct Slot<T> {
     generation: u32,
     value: Option<T>,
@@ -73,6 +90,16 @@ impl<T> Arena<T> {
             self.free.push(key.index);
         }
         Some(value)
+    }
+
+    /// The key of every value held.
+    pub(crate) fn keys(&self) -> impl Iterator<Item = Key> + '_ {
+        (0u32..).zip(&self.slots).filter_map(|(index, slot)| {
+            slot.value.as_ref().map(|_| Key {
+                index,
+                generation: slot.generation,
+            })
+        })
     }
 
     /// Every value held, mutably.

@@ -65,6 +65,7 @@ mod errors;
 mod events;
 mod fence;
 mod fork_gate;
+mod limits;
 mod owned_stream;
 mod placement;
 pub mod process;

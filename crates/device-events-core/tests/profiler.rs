@@ -668,7 +668,7 @@ fn an_anchor_stream_that_cannot_be_drained_is_left_to_the_process() {
     let window = profiler.stop(s, token).unwrap();
     assert!(resolve(window).is_some());
     // The release's drain records behind the stream's work: refused.
-    Sim::fail_every("simEventRecord", ErrorKind::DevicePoisoned);
+    Sim::fail_every("simEventRecord", ErrorKind::Other);
     let destroyed = Sim::calls_of("simStreamDestroy");
     drop(profiler);
     settle();
@@ -683,6 +683,24 @@ fn an_anchor_stream_that_cannot_be_drained_is_left_to_the_process() {
         "the caller's stream, and the anchor stream left to the process"
     );
     assert!(logged(&["left to the process"]), "not said");
+}
+
+/// A drain refused because the device is lost: its stream has no work
+/// left to wait for, and is destroyed.
+#[test]
+fn an_anchor_stream_whose_drain_finds_the_device_lost_is_destroyed() {
+    let _sim = setup();
+    let s = stream();
+    let mut profiler = on_sim_clock();
+    let token = profiler.start(s);
+    let window = profiler.stop(s, token).unwrap();
+    assert!(resolve(window).is_some());
+    settle();
+    Sim::fail_every("simEventRecord", ErrorKind::DevicePoisoned);
+    drop(profiler);
+    settle();
+    assert_eq!(Sim::counts().live_streams, 1, "only the caller's stream");
+    assert!(logged(&["lost device", "destroyed undrained"]), "not said");
 }
 
 /// A drain that fails once (an error the driver recovers from) is tried

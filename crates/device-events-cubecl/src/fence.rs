@@ -44,7 +44,9 @@ enum Point<A: FenceApi> {
     Recorded(EventFence<A>),
     /// The record was refused, and the stream synchronized instead.
     Reached,
-    Failed(ServerError),
+    /// Boxed: CubeCL's error is several words, and a fence is made and
+    /// moved on every flush, where it is rare.
+    Failed(Box<ServerError>),
 }
 
 impl<A: FenceApi> CubeFence<A> {
@@ -52,16 +54,22 @@ impl<A: FenceApi> CubeFence<A> {
     /// the driver refuses, synchronize `stream` instead where that is sound.
     /// A raw stream never admitted, or forgotten, is an error its waits
     /// return.
+    ///
+    /// On CubeCL's contract, as [`CubeProfiler`](crate::CubeProfiler)'s:
+    /// the stream's context is current on the calling thread (a CubeCL
+    /// server's every command makes it so), so on CUDA the record skips
+    /// asking the driver which context is, and a fence costs its one
+    /// record ([`EventFence::new_in_current`]).
     pub fn new(stream: impl StreamOf<A>) -> Self {
         let stream = match stream.stream() {
             Ok(stream) => stream,
             Err(err) => {
                 return Self {
-                    point: Point::Failed(err),
+                    point: Point::Failed(Box::new(err)),
                 };
             }
         };
-        let fence = EventFence::new(stream);
+        let fence = EventFence::new_in_current(stream);
         let point = match fence.error() {
             None => Point::Recorded(fence),
             Some(err) if falls_back(err) => {
@@ -71,10 +79,10 @@ impl<A: FenceApi> CubeFence<A> {
                 );
                 match A::stream_synchronize(stream) {
                     Ok(()) => Point::Reached,
-                    Err(err) => Point::Failed(server_error(&err)),
+                    Err(err) => Point::Failed(Box::new(server_error(&err))),
                 }
             }
-            Some(err) => Point::Failed(server_error(err)),
+            Some(err) => Point::Failed(Box::new(server_error(err))),
         };
         Self { point }
     }
@@ -125,7 +133,7 @@ impl<A: FenceApi> CubeFence<A> {
                 Err(err) => Err(server_error(&err)),
             },
             Point::Reached => Ok(()),
-            Point::Failed(err) => Err(err),
+            Point::Failed(err) => Err(*err),
         }
     }
 
@@ -139,7 +147,7 @@ impl<A: FenceApi> CubeFence<A> {
         match self.point {
             Point::Recorded(fence) => fence.wait_sync().map_err(|err| server_error(&err)),
             Point::Reached => Ok(()),
-            Point::Failed(err) => Err(err),
+            Point::Failed(err) => Err(*err),
         }
     }
 
@@ -155,7 +163,7 @@ impl<A: FenceApi> CubeFence<A> {
         match &self.point {
             Point::Recorded(fence) => fence.is_complete().map_err(|err| server_error(&err)),
             Point::Reached => Ok(true),
-            Point::Failed(err) => Err(err.clone()),
+            Point::Failed(err) => Err(ServerError::clone(err)),
         }
     }
 }

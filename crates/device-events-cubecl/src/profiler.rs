@@ -1,8 +1,5 @@
 //! CubeCL's profiling calls over an [`EventProfiler`].
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
-
 use cubecl_common::profile::ProfileDuration;
 use cubecl_runtime::server::{ProfileError, ProfilingToken, ServerError};
 use device_events_core::backend::AnchorApi;
@@ -13,30 +10,13 @@ use crate::StreamOf;
 use crate::errors::{not_registered, profile_error, server_error};
 use crate::ticks::profile_duration;
 
-/// The windows' hasher: their ids are this profiler's own count, never an
-/// adversary's, so a multiply spreads them for the map, where SipHash cost
-/// a window more than the rest of its bookkeeping.
-#[derive(Default)]
-struct Ids(u64);
+/// Set in the id of a window kept beside the core's (the profiler's
+/// `beside`); an open window's id is the core's key, whose
+/// index would need 2^31 windows open to reach it (such a key is kept
+/// beside too).
+const BESIDE: u64 = 1 << 63;
 
-impl Hasher for Ids {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &byte in bytes {
-            self.write_u64(u64::from(byte));
-        }
-    }
-
-    fn write_u64(&mut self, id: u64) {
-        // Fibonacci hashing: the high bits, which the map's tags take, vary.
-        self.0 = (self.0 ^ id).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-}
-
-/// A window, by CubeCL token.
+/// A window that is not simply open in the core, by CubeCL token.
 enum Window<S> {
     /// Opened where its stream was.
     Open(ProfileToken),
@@ -84,9 +64,14 @@ enum Window<S> {
 /// ```
 pub struct CubeProfiler<A: AnchorApi> {
     profiler: EventProfiler<A>,
-    windows: HashMap<u64, Window<A::Stream>, BuildHasherDefault<Ids>>,
-    /// Tokens waiting for a launch; usually none, so a launch costs a check.
-    at_launch: Vec<u64>,
+    /// Windows the core's key does not stand for alone: waiting for a
+    /// launch, failed, or of a key with [`BESIDE`] set; each under an id
+    /// with [`BESIDE`]. Usually none: an open window's CubeCL token is its
+    /// core token's key, so a window costs no map of its own.
+    beside: Vec<(u64, Window<A::Stream>)>,
+    /// How many of `beside` wait for a launch; usually none, so a launch
+    /// costs a check.
+    at_launch: usize,
     next: u64,
 }
 
@@ -116,16 +101,40 @@ where
                 context_current: true,
                 ..config
             }),
-            windows: HashMap::default(),
-            at_launch: Vec::new(),
+            beside: Vec::new(),
+            at_launch: 0,
             next: 0,
         }
     }
 
-    fn insert(&mut self, window: Window<A::Stream>) -> ProfilingToken {
+    /// Keep `window` beside the core's, under an id of its own.
+    fn keep_beside(&mut self, window: Window<A::Stream>) -> ProfilingToken {
         self.next += 1;
-        self.windows.insert(self.next, window);
-        ProfilingToken { id: self.next }
+        let id = BESIDE | self.next;
+        self.beside.push((id, window));
+        ProfilingToken { id }
+    }
+
+    /// The CubeCL token of a window open in the core: its key, or where
+    /// that key has [`BESIDE`] set, an id beside.
+    fn open(&mut self, token: ProfileToken) -> ProfilingToken {
+        match token.key() {
+            key if key & BESIDE == 0 => ProfilingToken { id: key },
+            _ => self.keep_beside(Window::Open(token)),
+        }
+    }
+
+    /// The window `id` names, taken out; `None` for one this profiler does
+    /// not hold (a spent core key is refused where it is used).
+    fn take(&mut self, id: u64) -> Option<Window<A::Stream>> {
+        if let Some(at) = self.beside.iter().position(|(kept, _)| *kept == id) {
+            let (_, window) = self.beside.swap_remove(at);
+            if matches!(window, Window::AtLaunch(_)) {
+                self.at_launch -= 1;
+            }
+            return Some(window);
+        }
+        (id & BESIDE == 0).then(|| Window::Open(self.profiler.token(id)))
     }
 
     /// Open a window where `stream` is.
@@ -142,7 +151,7 @@ where
             .profiler
             .try_start(stream)
             .map_err(|err| server_error(&err))?;
-        Ok(self.insert(Window::Open(token)))
+        Ok(self.open(token))
     }
 
     /// Open a window at `stream`'s next launch ([`launching`](Self::launching)),
@@ -160,38 +169,29 @@ where
         stream: impl StreamOf<A>,
     ) -> Result<ProfilingToken, ServerError> {
         let stream = stream.stream()?;
-        let token = self.insert(Window::AtLaunch(stream));
-        self.at_launch.push(token.id);
-        Ok(token)
+        self.at_launch += 1;
+        Ok(self.keep_beside(Window::AtLaunch(stream)))
     }
 
     /// The server is about to enqueue a kernel on `stream`: windows waiting
     /// for its next launch open here.
     pub fn launching(&mut self, stream: impl StreamOf<A>) {
-        if self.at_launch.is_empty() {
+        if self.at_launch == 0 {
             return;
         }
         // Not admitted: no window waits for it.
         let Ok(stream) = stream.stream() else {
             return;
         };
-        let (profiler, windows) = (&mut self.profiler, &mut self.windows);
-        self.at_launch.retain(|id| {
-            let Some(window) = windows.get_mut(id) else {
-                return false;
-            };
-            match window {
-                Window::AtLaunch(s) if *s == stream => {
-                    *window = match profiler.try_start(stream) {
-                        Ok(token) => Window::Open(token),
-                        Err(err) => Window::Failed(server_error(&err)),
-                    };
-                    false
-                }
-                Window::AtLaunch(_) => true,
-                _ => false,
+        for (_, window) in &mut self.beside {
+            if matches!(window, Window::AtLaunch(s) if *s == stream) {
+                *window = match self.profiler.try_start(stream) {
+                    Ok(token) => Window::Open(token),
+                    Err(err) => Window::Failed(server_error(&err)),
+                };
+                self.at_launch -= 1;
             }
-        });
+        }
     }
 
     /// Close the window `token` opened, on `stream`.
@@ -209,25 +209,22 @@ where
         stream: impl StreamOf<A>,
         token: ProfilingToken,
     ) -> Result<ProfileDuration, ProfileError> {
-        let window = self.windows.remove(&token.id).ok_or_else(not_registered)?;
+        let window = self.take(token.id).ok_or_else(not_registered)?;
         let stream = match stream.stream() {
             Ok(stream) => stream,
             Err(err) => {
                 if let Window::Open(open) = window {
                     let _ = self.profiler.abandon(open);
                 }
-                self.at_launch.retain(|id| *id != token.id);
                 return Err(ProfileError::from(&err));
             }
         };
         let open = match window {
             Window::Open(open) => open,
-            Window::AtLaunch(_) => {
-                self.at_launch.retain(|id| *id != token.id);
-                self.profiler
-                    .try_start(stream)
-                    .map_err(|err| profile_error(&err))?
-            }
+            Window::AtLaunch(_) => self
+                .profiler
+                .try_start(stream)
+                .map_err(|err| profile_error(&err))?,
             Window::Failed(err) => return Err(ProfileError::from(&err)),
         };
         match self.profiler.stop(stream, open) {
@@ -240,11 +237,11 @@ where
     /// Drop the window `token` opened, unmeasured: no driver wait, and its
     /// events go back to the pool.
     pub fn abandon(&mut self, token: ProfilingToken) {
-        if let Some(Window::Open(open)) = self.windows.remove(&token.id) {
-            // A token this profiler made and still holds: nothing to report.
+        if let Some(Window::Open(open)) = self.take(token.id) {
+            // A spent or foreign token: nothing to abandon, and nothing to
+            // report, as before.
             let _ = self.profiler.abandon(open);
         }
-        self.at_launch.retain(|id| *id != token.id);
     }
 
     /// The server failed (a launch, a write): every open window reads as
@@ -252,18 +249,26 @@ where
     /// servers report it. Logged once.
     pub fn failure(&mut self, error: &ServerError) {
         let mut failed = 0;
-        for window in self.windows.values_mut() {
+        for (_, window) in &mut self.beside {
             match std::mem::replace(window, Window::Failed(error.clone())) {
-                Window::Open(open) => {
-                    let _ = self.profiler.abandon(open);
-                    failed += 1;
-                }
-                Window::AtLaunch(_) => failed += 1,
+                // Abandoned in the core below, with the rest.
+                Window::Open(_) | Window::AtLaunch(_) => failed += 1,
                 // The latest failure stands, as in CubeCL's own profiler.
                 Window::Failed(_) => {}
             }
         }
-        self.at_launch.clear();
+        self.at_launch = 0;
+        // Every window open in the core, each kept beside as failed under
+        // its id: the key for one that had no id beside.
+        let open: Vec<ProfileToken> = self.profiler.open_tokens().collect();
+        for token in open {
+            let _ = self.profiler.abandon(token);
+            if token.key() & BESIDE == 0 {
+                self.beside
+                    .push((token.key(), Window::Failed(error.clone())));
+                failed += 1;
+            }
+        }
         if failed > 0 {
             log::warn!(
                 "{}: {failed} profiling window(s) not measured: {error}",
@@ -274,7 +279,12 @@ where
 
     /// Windows open now, waiting for a launch included.
     pub fn open_windows(&self) -> usize {
-        self.windows.len()
+        let beside_only = self
+            .beside
+            .iter()
+            .filter(|(_, window)| !matches!(window, Window::Open(_)))
+            .count();
+        self.profiler.open_windows() + beside_only
     }
 }
 
@@ -282,7 +292,7 @@ impl<A: AnchorApi> std::fmt::Debug for CubeProfiler<A> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CubeProfiler")
             .field("profiler", &self.profiler)
-            .field("windows", &self.windows.len())
+            .field("beside", &self.beside.len())
             .finish_non_exhaustive()
     }
 }

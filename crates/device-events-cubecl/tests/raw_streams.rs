@@ -362,3 +362,24 @@ fn a_forget_in_progress_blocks_no_lookup() {
     }
     assert_eq!(soft.counts().misuses, 0);
 }
+
+/// A fence on CubeCL's contract, made with another context current (a
+/// wrong word): its event is still its stream's context's, so the record
+/// the driver gets is of one context, and the fence holds.
+#[test]
+fn a_cubecl_fence_on_a_wrong_word_records_in_its_streams_context() {
+    let soft = SoftDriver::exclusive();
+    let (own, other) = (cuda_context(0), cuda_context(1));
+    // SAFETY: retained primary contexts.
+    unsafe { result::ctx::set_current(own).unwrap() };
+    let s = Cuda::stream_create_non_blocking().unwrap();
+    // SAFETY: as above.
+    unsafe { result::ctx::set_current(other).unwrap() };
+    for _ in 0..2 {
+        // The first makes its event, the second reuses it.
+        CubeFence::<Cuda>::new(s).wait_sync().unwrap();
+    }
+    device_events_core::process::release_idle_events();
+    Cuda::stream_destroy(s).unwrap();
+    assert_eq!(soft.counts().misuses, 0);
+}

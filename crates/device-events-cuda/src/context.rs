@@ -40,6 +40,7 @@ impl Drop for Context {
 static RETAINED: Mutex<Vec<Weak<Context>>> = Mutex::new(Vec::new());
 
 /// The calling thread's current context.
+#[inline]
 pub(crate) fn current() -> Result<Option<CUcontext>, DriverError> {
     let mut ctx = std::ptr::null_mut();
     // SAFETY: `ctx` is writable.

@@ -164,6 +164,7 @@ pub fn check<T>(
 
 /// A status as `Ok` or a classified [`DriverError`] naming `call`; the
 /// name comes from the driver, and a code it does not know keeps its number.
+#[inline]
 pub(crate) fn check_status(call: &'static str, status: u32) -> Result<(), DriverError> {
     if status == 0 {
         return Ok(());

@@ -91,6 +91,7 @@ impl RawApi for Cuda {
         &STATE
     }
 
+    #[inline]
     fn current(_: Permit<Self>) -> Result<Option<usize>, DriverError> {
         crate::context::current().map(|ctx| ctx.map(|ctx| ctx as usize))
     }
@@ -134,6 +135,7 @@ impl RawApi for Cuda {
         cu!(cuEventDestroy_v2(event.0))
     }
 
+    #[inline]
     fn record_event(
         _: Permit<Self>,
         event: &RawEvent,

@@ -46,17 +46,20 @@ fn allocations() -> u64 {
 fn reserving_and_placing_zones_allocates_nothing_on_the_submitting_thread() -> std::io::Result<()> {
     let tracy = Tracy::new().start()?;
     let stream = tracy.stream("stream A");
+    // One after the other, as one stream's windows are.
     let t0 = Instant::now();
-    let placed = Placement {
-        duration: Duration::from_micros(10),
-        start: t0,
-        end: t0 + Duration::from_micros(10),
-        uncertainty: Duration::from_micros(1),
-    };
+    let placed: Vec<Placement> = (0..1000u32)
+        .map(|i| Placement {
+            duration: Duration::from_micros(10),
+            start: t0 + Duration::from_micros(10) * i,
+            end: t0 + Duration::from_micros(10) * (i + 1),
+            uncertainty: Duration::from_micros(1),
+        })
+        .collect();
     let before = allocations();
-    for _ in 0..1000 {
+    for placed in &placed {
         let zone = tracy.zone(stream, "kernel");
-        assert!(zone.place(Some(&placed)));
+        assert!(zone.place(Some(placed)));
         let unplaced = tracy.zone(stream, "no timing");
         drop(unplaced);
     }

@@ -21,7 +21,7 @@ use crate::driver::{DriverError, ErrorKind};
 use crate::events::pool::{EventPool, PooledEvent};
 use crate::owned_stream::OwnedStream;
 use crate::tunables::calibrator::{
-    FIRST_RETRY, LAST_RETRY, NO_EVENT_FIRST_PAUSE, NO_EVENT_LAST_PAUSE,
+    DRAIN_SLEEP_UP_TO, FIRST_RETRY, LAST_RETRY, NO_EVENT_FIRST_PAUSE, NO_EVENT_LAST_PAUSE,
 };
 use crate::tunables::drift::MAX_GAP;
 
@@ -429,9 +429,8 @@ impl<A: AnchorApi> Drop for Release<A> {
         while let Err(err) = &drained
             && !lost(err)
             && pause <= NO_EVENT_LAST_PAUSE
-            && !crate::threads::stopping()
+            && paused_unless_stopping(pause)
         {
-            crate::fork_gate::outside_library_work(|| std::thread::sleep(pause));
             pause *= 4;
             drained = drain();
         }
@@ -439,6 +438,13 @@ impl<A: AnchorApi> Drop for Release<A> {
             // The process is exiting: the destroy could wait in the driver.
             Ok(Ok(Some(false))) => std::mem::forget(stream),
             Ok(Ok(_)) => drop(stream),
+            Ok(Err(err)) if lost(&err) => {
+                log::warn!(
+                    "{}: an anchor stream of a lost device is destroyed undrained: {err}",
+                    A::BACKEND
+                );
+                drop(stream);
+            }
             // An undrained stream's destroy could wait for its work in the
             // driver (`hipStreamDestroy` does), inside this round of work,
             // or past the process's exit.
@@ -478,12 +484,27 @@ impl<A: AnchorApi> Drop for Release<A> {
 }
 
 /// A device whose every call fails: a stream's destroy there has no work
-/// to wait for.
+/// to wait for. Not `Unavailable`: a device taken by another process, or
+/// a driver not initialised, may still have the stream's work to finish.
 fn lost(err: &DriverError) -> bool {
-    matches!(
-        err.kind(),
-        ErrorKind::DevicePoisoned | ErrorKind::NoDevice | ErrorKind::Unavailable
-    )
+    matches!(err.kind(), ErrorKind::DevicePoisoned | ErrorKind::NoDevice)
+}
+
+/// Sleep `pause` outside the round of work, in slices no longer than a
+/// drain's sleep, so that the process's exit waits for it no longer than
+/// for a drain; `false` once the process is exiting.
+fn paused_unless_stopping(pause: Duration) -> bool {
+    let until = Instant::now() + pause;
+    loop {
+        if crate::threads::stopping() {
+            return false;
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return true;
+        }
+        crate::fork_gate::outside_library_work(|| std::thread::sleep(left.min(DRAIN_SLEEP_UP_TO)));
+    }
 }
 
 /// Device time from the start of the anchor chain to `bracket`'s event,

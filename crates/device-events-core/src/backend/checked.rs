@@ -475,6 +475,40 @@ impl<R: RawApi> FenceApi for R {
         })
     }
 
+    fn fence_recorded_in_current(
+        stream: CheckedStream<R>,
+    ) -> Result<(CheckedEvent<R>, Result<(), DriverError>), DriverError> {
+        let call = R::CALLS.record_event;
+        R::state()
+            .streams
+            .with(stream.handle, |live| {
+                if !R::records_in_own_context(&live.raw) {
+                    // A handle the current context resolves: bound, as
+                    // without the word.
+                    return bound::<R, _>(&live.held, || {
+                        let event = idle::fence_event_of(live)?;
+                        let recorded = event
+                            .live(call)
+                            .and_then(|raw| record(&event, raw, stream, live));
+                        Ok((event, recorded))
+                    });
+                }
+                // An idle event of the stream's context, or a new one made
+                // with that context bound: the word covers the record.
+                let event = match idle::idle_event_of::<R>(R::context_of(&live.held)) {
+                    Some(event) => event,
+                    None => bound::<R, _>(&live.held, || {
+                        CheckedEvent::create(live.held.clone(), false)
+                    })?,
+                };
+                let recorded = event
+                    .live(call)
+                    .and_then(|raw| record(&event, raw, stream, live));
+                Ok((event, recorded))
+            })
+            .ok_or_else(|| dead::<R>(call, "stream"))?
+    }
+
     fn keep_event(event: CheckedEvent<R>) -> Option<CheckedEvent<R>> {
         idle::keep_event(event)
     }

@@ -29,6 +29,7 @@ pub(crate) struct SharedEvent<A: EventApi> {
 impl<A: EventApi> SharedEvent<A> {
     /// `event` shared by two holders: the window it closes and the one it
     /// opens.
+    #[inline]
     pub(crate) fn pair(pool: &Arc<EventPool<A>>, event: OwnedEvent<A>) -> (Self, Self) {
         let slot = pool.share(event, 2);
         let hold = || Self {

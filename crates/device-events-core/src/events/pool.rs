@@ -13,6 +13,7 @@ use parking_lot::{Mutex, MutexGuard};
 use crate::EventApi;
 use crate::driver::DriverError;
 use crate::events::owned::OwnedEvent;
+use crate::limits::Limits;
 
 /// Idle events waiting to be reused, shared by a profiler and the futures it
 /// hands out; it outlives both until the last of them is gone.
@@ -29,10 +30,19 @@ pub(crate) struct EventPool<A: EventApi> {
     /// for the next such window: once warm, handing one over allocates
     /// nothing. Of the waiting layer's type, named here by [`Any`].
     spares: Mutex<Vec<Arc<dyn Any + Send + Sync>>>,
+    /// What a profiler's windows are read under: kept here, which every
+    /// window holds already, rather than in each window, so a window is
+    /// small enough to move without a copy loop.
+    pub(crate) limits: Limits,
 }
 
 impl<A: EventApi> EventPool<A> {
     pub(crate) fn new(max_idle: usize) -> Arc<Self> {
+        Self::for_windows(max_idle, Limits::NONE)
+    }
+
+    /// A profiler's pool, its windows read under `limits`.
+    pub(crate) fn for_windows(max_idle: usize, limits: Limits) -> Arc<Self> {
         Arc::new(Self {
             idle: Mutex::new(Vec::new()),
             shared: Mutex::new(Shares {
@@ -42,6 +52,7 @@ impl<A: EventApi> EventPool<A> {
             aside: AtomicUsize::new(0),
             max_idle,
             spares: Mutex::new(Vec::new()),
+            limits,
         })
     }
 
@@ -129,6 +140,7 @@ impl<A: EventApi> EventPool<A> {
 
     /// `event`, held by `holders` at once: it goes back to the idle
     /// events as the last lets go ([`release`](Self::release)).
+    #[inline]
     pub(crate) fn share(&self, event: OwnedEvent<A>, holders: u32) -> u32 {
         let mut shared = self.shared.lock();
         let slot = Slot {

@@ -65,9 +65,36 @@ impl<A: FenceApi> EventFence<A> {
     /// number per backend; see
     /// [`release_idle_events`](crate::process::release_idle_events)), else a new one.
     pub fn new(stream: A::Stream) -> Self {
-        // The event kept whatever the record's outcome: dropped with the
-        // fence, it goes back to the backend's idle events, as before.
-        let point = match KeptEvent::recorded(stream) {
+        Self::kept(KeptEvent::recorded(stream))
+    }
+
+    /// As [`new`](Self::new), on the caller's word that `stream`'s context
+    /// is current on this thread, as a CubeCL server's is (each of its
+    /// commands makes its context current first): where the backend can
+    /// rely on it (CUDA), the record skips asking the driver which context
+    /// is current, one driver call fewer. The event is the stream's
+    /// context's whatever the word, so a wrong one still gives the driver
+    /// a record of an event and a stream of one context, which CUDA's
+    /// documentation allows; a driver that refuses it leaves the error in
+    /// the fence.
+    ///
+    /// ```
+    /// use device_events_core::{EventApi, EventFence, sim::Sim};
+    ///
+    /// let stream = Sim::stream_create_non_blocking()?;
+    /// Sim::enqueue_work(stream, std::time::Duration::from_micros(200));
+    /// EventFence::<Sim>::new_in_current(stream).wait_sync()?;
+    /// # Sim::stream_destroy(stream)?;
+    /// # Ok::<(), device_events_core::DriverError>(())
+    /// ```
+    pub fn new_in_current(stream: A::Stream) -> Self {
+        Self::kept(KeptEvent::recorded_in_current(stream))
+    }
+
+    /// The fence of an event kept whatever the record's outcome: dropped
+    /// with the fence, it goes back to the backend's idle events.
+    fn kept(made: Result<(KeptEvent<A>, Result<(), DriverError>), DriverError>) -> Self {
+        let point = match made {
             Ok((event, Ok(()))) => Ok(FenceEvent::Owned(event)),
             Ok((_, Err(err))) | Err(err) => Err(err),
         };

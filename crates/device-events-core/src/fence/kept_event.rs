@@ -23,7 +23,27 @@ impl<A: EventApi> KeptEvent<A> {
     where
         A: FenceApi,
     {
-        A::fence_recorded(stream).map(|(raw, recorded)| {
+        Self::kept(A::fence_recorded(stream))
+    }
+
+    /// As [`recorded`](Self::recorded), on the caller's word that the
+    /// stream's context is current ([`FenceApi::fence_recorded_in_current`]).
+    pub(crate) fn recorded_in_current(
+        stream: A::Stream,
+    ) -> Result<(Self, Result<(), DriverError>), DriverError>
+    where
+        A: FenceApi,
+    {
+        Self::kept(A::fence_recorded_in_current(stream))
+    }
+
+    fn kept(
+        made: Result<(A::Event, Result<(), DriverError>), DriverError>,
+    ) -> Result<(Self, Result<(), DriverError>), DriverError>
+    where
+        A: FenceApi,
+    {
+        made.map(|(raw, recorded)| {
             (
                 Self {
                     raw: Some(raw),
@@ -43,6 +63,7 @@ impl<A: EventApi> KeptEvent<A> {
 }
 
 impl<A: EventApi> Drop for KeptEvent<A> {
+    #[inline]
     fn drop(&mut self) {
         if let Some(raw) = self.raw.take()
             && let Some(raw) = (self.keep)(raw)

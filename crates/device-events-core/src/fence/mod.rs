@@ -58,6 +58,24 @@ pub trait FenceApi: EventApi {
         Ok((event, recorded))
     }
 
+    /// [`fence_recorded`](Self::fence_recorded), on the caller's word that
+    /// `stream`'s context is current on this thread, as
+    /// [`ThreadApi::event_record_in_current`](crate::backend::ThreadApi::event_record_in_current)
+    /// takes it: where the backend can rely on it, the record skips asking
+    /// the driver which context is current (one driver call). The event is
+    /// the stream's context's either way, so even a wrong word gives the
+    /// driver a record of an event and a stream of one context. The
+    /// default is [`fence_recorded`](Self::fence_recorded).
+    ///
+    /// # Errors
+    ///
+    /// As [`fence_recorded`](Self::fence_recorded).
+    fn fence_recorded_in_current(
+        stream: Self::Stream,
+    ) -> Result<(Self::Event, Result<(), DriverError>), DriverError> {
+        Self::fence_recorded(stream)
+    }
+
     /// Keep a dropped fence's event for [`fence_event`](Self::fence_event);
     /// `Some` gives it back, to be destroyed. The default keeps none.
     fn keep_event(event: Self::Event) -> Option<Self::Event> {

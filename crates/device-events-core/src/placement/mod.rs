@@ -9,13 +9,7 @@ use std::time::{Duration, Instant};
 pub(crate) mod clock_placer;
 
 use crate::anchoring::line::{HostLine, nanos, reading_error};
-
-/// What a window's reading is checked against.
-#[derive(Clone, Copy)]
-pub(crate) struct Limits {
-    pub(crate) max_distance: Duration,
-    pub(crate) resolution: Duration,
-}
+use crate::limits::Limits;
 
 /// A window's reading: what the device measured, placed on the host clock.
 ///

@@ -17,7 +17,7 @@ use crate::errors::ProfileError;
 use crate::events::owned::OwnedEvent;
 use crate::events::point::Point;
 use crate::events::pool::EventPool;
-use crate::placement::Limits;
+use crate::limits::Limits;
 use crate::profiler::token::ProfileToken;
 use crate::waiting::placed_window::{PlacedWindow, Resolving};
 use crate::waiting::reading::Inputs;
@@ -114,7 +114,6 @@ pub struct EventProfiler<A: AnchorApi> {
     /// The pool's idle events this profiler holds aside, taken without a
     /// lock.
     spare: Vec<OwnedEvent<A>>,
-    limits: Limits,
     /// [`ProfilerConfig::context_current`].
     context_current: bool,
     /// Keeps the resolver thread up between windows while this lives.
@@ -147,7 +146,13 @@ impl<A: AnchorApi> EventProfiler<A> {
 
     /// A profiler with the given configuration.
     pub fn with_config(config: ProfilerConfig) -> Self {
-        let pool = EventPool::new(config.max_idle_events);
+        let pool = EventPool::for_windows(
+            config.max_idle_events,
+            Limits {
+                max_distance: config.anchor.max_anchor_distance,
+                resolution: config.timer_resolution,
+            },
+        );
         Self {
             id: NEXT_PROFILER.fetch_add(1, Ordering::Relaxed),
             ends: 0,
@@ -155,10 +160,6 @@ impl<A: AnchorApi> EventProfiler<A> {
             anchoring: Anchoring::new(config),
             pool,
             spare: Vec::new(),
-            limits: Limits {
-                max_distance: config.anchor.max_anchor_distance,
-                resolution: config.timer_resolution,
-            },
             context_current: config.context_current,
             _resolver: resolver::KeepAlive::new(),
         }
@@ -290,6 +291,7 @@ impl<A: AnchorApi> EventProfiler<A> {
         Ok(self.resolving(opened, Point::Own(end), stream))
     }
     /// An event of the pool, recorded on `stream`.
+    #[inline]
     fn recorded(&mut self, stream: A::Stream) -> Result<OwnedEvent<A>, DriverError> {
         let event = self.event().and_then(|event| {
             self.record(&event, stream)?;
@@ -313,7 +315,6 @@ impl<A: AnchorApi> EventProfiler<A> {
             anchor: opened.anchor,
             start: opened.start,
             end,
-            limits: self.limits,
             pool: Arc::clone(&self.pool),
             lane,
         })
@@ -416,6 +417,54 @@ impl<A: AnchorApi> EventProfiler<A> {
         })
     }
 
+    /// The token of this profiler's window whose [`key`](ProfileToken::key)
+    /// is `key`. Any word makes a token: one that names no open window
+    /// (spent, or never this profiler's) is refused where it is used, as
+    /// a stale token.
+    ///
+    /// ```
+    /// use device_events_core::{EventProfiler, OwnedStream, ProfileError, sim::Sim};
+    ///
+    /// let stream = OwnedStream::<Sim>::new()?;
+    /// let mut profiler = EventProfiler::<Sim>::new();
+    /// let token = profiler.start(stream.get());
+    /// assert_eq!(profiler.token(token.key()), token);
+    /// // A word that names no open window is refused where it is used.
+    /// let never = profiler.token(token.key() ^ 1);
+    /// assert!(matches!(profiler.abandon(never), Err(ProfileError::StaleToken)));
+    /// # profiler.abandon(token)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn token(&self, key: u64) -> ProfileToken {
+        ProfileToken {
+            profiler: self.id,
+            key: crate::arena::Key::from_bits(key),
+        }
+    }
+
+    /// The tokens of every window open now, for a caller that keeps a
+    /// state of its own beside some of them (CubeCL's, which marks each
+    /// open window failed when a launch fails).
+    ///
+    /// ```
+    /// use device_events_core::{EventProfiler, OwnedStream, sim::Sim};
+    ///
+    /// let stream = OwnedStream::<Sim>::new()?;
+    /// let mut profiler = EventProfiler::<Sim>::new();
+    /// let (a, b) = (profiler.start(stream.get()), profiler.start(stream.get()));
+    /// let open: Vec<_> = profiler.open_tokens().collect();
+    /// assert!(open.contains(&a) && open.contains(&b) && open.len() == 2);
+    /// # for token in open { profiler.abandon(token)?; }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn open_tokens(&self) -> impl Iterator<Item = ProfileToken> + '_ {
+        self.windows.keys().map(|key| ProfileToken {
+            profiler: self.id,
+            key,
+        })
+    }
+
+    #[inline]
     fn take(&mut self, token: ProfileToken) -> Result<Window<A>, ProfileError> {
         if token.profiler != self.id {
             return Err(ProfileError::ForeignToken);

@@ -10,7 +10,7 @@ use crate::anchoring::refresh::WindowAnchor;
 use crate::driver::DriverError;
 use crate::events::point::Point;
 use crate::events::pool::EventPool;
-use crate::placement::{Limits, Placement, TooFar, place_window};
+use crate::placement::{Placement, TooFar, place_window};
 use crate::waiting::resolver::Lane;
 
 /// Why a window resolved to `None`, or is not read yet. Failures are
@@ -81,9 +81,10 @@ pub(crate) fn read_window<A: AnchorApi>(inputs: &Inputs<A>) -> Result<Placement,
         anchor,
         start,
         end,
-        limits,
+        pool,
         ..
     } = inputs;
+    let limits = &pool.limits;
     let anchor = match anchor.get() {
         None => return Err(Unread::NoAnchorYet),
         Some(Err(err)) => return Err(Unread::NoAnchor(Box::new(err.clone()))),
@@ -164,7 +165,6 @@ pub(crate) struct Inputs<A: AnchorApi> {
     pub(crate) anchor: WindowAnchor<A>,
     pub(crate) start: Point<A>,
     pub(crate) end: Point<A>,
-    pub(crate) limits: Limits,
     /// Where the window's own events go back, both with one lock.
     pub(crate) pool: Arc<EventPool<A>>,
     /// Its end's place among its profiler's on that stream.

@@ -17,8 +17,8 @@ use device_events_core::Placement;
 use crate::TrackId;
 use order::{Order, Sink, Zone};
 
-/// Tracy makes at most this many GPU contexts in a process, its own
-/// users' included.
+/// Tracy makes at most this many GPU contexts in a process (a `u8` id),
+/// its other users' included.
 const MAX_CONTEXTS: usize = 255;
 /// How often each context's GPU time is paired with Tracy's clock again.
 const SYNC_EVERY: Duration = Duration::from_secs(1);
@@ -136,7 +136,9 @@ impl Tracy {
 /// once it resolves, in any order and on any thread: a stream's zones go
 /// up in the order reserved, a zone still unplaced holding back the later
 /// ones of its stream and no other. Chained windows are consecutive
-/// zones. Reserving and placing allocate nothing and never wait; Tracy's
+/// zones. Tracy wants a context's times in increasing order: on one
+/// stream, a window starting before an earlier-closed one ended (one
+/// enclosing nested windows) makes no zone, and is counted. Reserving and placing allocate nothing and never wait; Tracy's
 /// own calls are made on the writer thread.
 #[derive(Debug)]
 pub struct TracyWriter {
@@ -149,21 +151,24 @@ pub struct TracyWriter {
 #[derive(Debug)]
 struct Shared {
     dropped: AtomicU64,
-    /// Zones reserved and not yet taken by the writer.
+    /// Zones reserved and not yet uploaded or dropped by the writer.
     in_flight: AtomicUsize,
     streams: AtomicUsize,
     /// Each stream's next place in its order.
     next: Box<[AtomicU64]>,
 }
 
+/// A window's label, start, end and uncertainty.
+type Placed = (Cow<'static, str>, Instant, Instant, Duration);
+
 /// What the writer thread is handed; a zone holds no heap memory but a
 /// label its caller made.
 enum Record {
-    Stream(String),
+    Stream(usize, String),
     Zone {
         stream: usize,
         seq: u64,
-        placed: Option<(Cow<'static, str>, Instant, Instant)>,
+        placed: Option<Placed>,
     },
     Finish,
 }
@@ -174,7 +179,7 @@ impl TracyWriter {
     pub fn stream(&self, name: impl Into<String>) -> TrackId {
         let index = self.shared.streams.fetch_add(1, Ordering::Relaxed);
         // A stream is waited for rather than dropped: its zones need it.
-        if index < MAX_CONTEXTS && self.tx.send(Record::Stream(name.into())).is_err() {
+        if index < MAX_CONTEXTS && self.tx.send(Record::Stream(index, name.into())).is_err() {
             log::warn!("the Tracy writer is gone: a stream made no context");
         }
         TrackId(index)
@@ -207,21 +212,26 @@ impl TracyWriter {
     }
 
     /// Write every zone placed, and stop: a zone placed after is dropped.
-    /// Returns how many windows made no zone for lack of room, of a
-    /// context, or because it started over 2.1 s before the last time its
-    /// context was given (Tracy would read that as its counter wrapping).
-    /// A window with no timing is not counted. Dropping the writer
-    /// finishes it too.
+    /// Returns how many windows with timing made no zone, so far: for
+    /// lack of room or of a context, placed after the finish, still held
+    /// back by an unplaced one, or (on one stream) starting before an
+    /// earlier-closed window ended, as a window enclosing nested ones
+    /// does. Dropping the writer finishes it too.
     pub fn finish(&self) -> u64 {
         let thread = match self.thread.lock() {
             Ok(mut guard) => guard.take(),
             Err(poisoned) => poisoned.into_inner().take(),
         };
-        let written = thread.map_or(0, |thread| {
+        if let Some(thread) = thread {
             let _ = self.tx.send(Record::Finish);
-            thread.join().unwrap_or(0)
-        });
-        written + self.shared.dropped.load(Ordering::Relaxed)
+            match thread.join() {
+                Ok(dropped) => {
+                    self.shared.dropped.fetch_add(dropped, Ordering::Relaxed);
+                }
+                Err(_) => log::error!("the Tracy writer panicked: its zones' count is lost"),
+            }
+        }
+        self.shared.dropped.load(Ordering::Relaxed)
     }
 }
 
@@ -249,13 +259,14 @@ impl TracyZone {
     /// when the zone was refused or the writer is finished.
     pub fn place(mut self, placed: Option<&Placement>) -> bool {
         let label = std::mem::take(&mut self.label);
-        self.send(placed.map(|p| (label, p.start, p.end.max(p.start))))
+        self.send(placed.map(|p| (label, p.start, p.end.max(p.start), p.uncertainty)))
     }
 
-    fn send(&mut self, placed: Option<(Cow<'static, str>, Instant, Instant)>) -> bool {
+    fn send(&mut self, placed: Option<Placed>) -> bool {
         let Some(tx) = self.tx.take() else {
             return false;
         };
+        let timed = placed.is_some();
         let record = Record::Zone {
             stream: self.stream,
             seq: self.seq,
@@ -264,7 +275,10 @@ impl TracyZone {
         match tx.try_send(record) {
             Ok(()) => true,
             Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
-                self.shared.dropped.fetch_add(1, Ordering::Relaxed);
+                // A window with no timing is no loss.
+                self.shared
+                    .dropped
+                    .fetch_add(u64::from(timed), Ordering::Relaxed);
                 false
             }
         }
@@ -287,7 +301,8 @@ fn ticks(origin: Instant, at: Instant) -> i64 {
 }
 
 /// The writer thread: contexts, zones in order, a sync every second.
-/// Returns how many zones it dropped.
+/// Returns how many zones with timing it dropped, those it had not
+/// uploaded when told to finish included.
 fn write<S: Sink>(
     mut order: Order<S>,
     origin: Instant,
@@ -299,19 +314,24 @@ fn write<S: Sink>(
     loop {
         match rx.recv_timeout(next_sync.saturating_duration_since(Instant::now())) {
             Ok(Record::Finish) | Err(RecvTimeoutError::Disconnected) => break,
-            Ok(Record::Stream(name)) => order.stream(&name, &clock),
+            Ok(Record::Stream(index, name)) => order.stream(index, &name, &clock),
             Ok(Record::Zone {
                 stream,
                 seq,
                 placed,
             }) => {
-                shared.in_flight.fetch_sub(1, Ordering::AcqRel);
-                let zone = placed.map(|(label, start, end)| Zone {
+                // A zone waiting behind an unplaced one still counts
+                // against the capacity: the waiting stay bounded.
+                let before = order.waiting();
+                let zone = placed.map(|(label, start, end, uncertainty)| Zone {
                     label,
                     start: ticks(origin, start),
                     end: ticks(origin, end),
+                    slack: ticks(origin, origin + uncertainty),
                 });
                 order.placed(stream, seq, zone);
+                let released = (before + 1).saturating_sub(order.waiting());
+                shared.in_flight.fetch_sub(released, Ordering::AcqRel);
             }
             Err(RecvTimeoutError::Timeout) => {}
         }
@@ -320,7 +340,21 @@ fn write<S: Sink>(
             next_sync = Instant::now() + SYNC_EVERY;
         }
     }
-    order.dropped()
+    // Zones queued behind the finish were placed too late.
+    let late = rx
+        .try_iter()
+        .filter(|r| {
+            matches!(
+                r,
+                Record::Zone {
+                    placed: Some(_),
+                    ..
+                }
+            )
+        })
+        .count();
+    order.finish();
+    order.dropped() + late as u64
 }
 
 #[cfg(test)]
@@ -352,16 +386,10 @@ mod tests {
         let tracy = Tracy::new().start_with(labels.clone())?;
         let stream = tracy.stream("s");
         let kernel = format!("matmul_{}x{}", 64, 32);
-        assert!(
-            tracy
-                .zone(stream, kernel)
-                .place(Some(&placement(Instant::now(), 1)))
-        );
-        assert!(
-            tracy
-                .zone(stream, "static")
-                .place(Some(&placement(Instant::now(), 1)))
-        );
+        let first = placement(Instant::now(), 1);
+        assert!(tracy.zone(stream, kernel).place(Some(&first)));
+        let second = placement(first.end, 1);
+        assert!(tracy.zone(stream, "static").place(Some(&second)));
         assert_eq!(tracy.finish(), 0);
         let written = labels.0.lock().map(|l| l.clone()).unwrap_or_default();
         assert_eq!(written, ["matmul_64x32", "static"]);
@@ -449,6 +477,57 @@ mod tests {
         );
         assert_eq!(tracy.finish(), 1);
         assert_eq!(seen.0.lock().map(|s| s.0.len()).unwrap_or(0), MAX_CONTEXTS);
+        Ok(())
+    }
+
+    #[test]
+    fn zones_held_back_at_the_finish_are_counted_as_dropped() -> io::Result<()> {
+        let seen = Seen::default();
+        let tracy = Tracy::new().start_with(seen.clone())?;
+        let stream = tracy.stream("s");
+        let first = tracy.zone(stream, "never placed before the finish");
+        assert!(
+            tracy
+                .zone(stream, "held back")
+                .place(Some(&placement(Instant::now(), 1)))
+        );
+        assert_eq!(tracy.finish(), 1);
+        assert_eq!(seen.zones().len(), 0);
+        drop(first);
+        assert_eq!(
+            tracy.finish(),
+            1,
+            "no timing is no loss, and the count stays"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn zones_held_back_count_against_the_capacity() -> io::Result<()> {
+        let seen = Seen::default();
+        let tracy = Tracy::new().capacity(3).start_with(seen.clone())?;
+        let held = tracy.stream("held");
+        let other = tracy.stream("other");
+        let first = tracy.zone(held, "unplaced");
+        assert!(
+            tracy
+                .zone(held, "waiting")
+                .place(Some(&placement(Instant::now(), 1)))
+        );
+        assert!(
+            tracy
+                .zone(other, "goes up")
+                .place(Some(&placement(Instant::now(), 1)))
+        );
+        // The writer took "waiting" before "goes up", placed after it.
+        while seen.zones().is_empty() {
+            std::thread::yield_now();
+        }
+        let third = tracy.zone(other, "third of three");
+        let refused = tracy.zone(other, "a fourth");
+        assert!(!refused.place(Some(&placement(Instant::now(), 1))));
+        drop((first, third));
+        assert_eq!(tracy.finish(), 1);
         Ok(())
     }
 

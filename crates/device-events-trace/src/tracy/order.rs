@@ -13,7 +13,9 @@ const TIGHT: i64 = 2_000;
 const TRIES: usize = 4;
 
 /// How far back (ns) a GPU time may go before Tracy's server reads it as
-/// its counter wrapping (`ProcessGpuTime`: `2^31` ticks, period 1 ns).
+/// its counter wrapping (`ProcessGpuTime`: `2^31` ticks, period 1 ns):
+/// a context's times only go forward here, so none does.
+#[cfg(test)]
 const WRAP: i64 = 1 << 31;
 
 /// Where zones go: Tracy's client, or a test's record. Times are
@@ -36,6 +38,9 @@ pub(crate) struct Zone {
     pub(crate) label: Cow<'static, str>,
     pub(crate) start: i64,
     pub(crate) end: i64,
+    /// The placement's uncertainty (ns): how far two placements of one
+    /// boundary may disagree.
+    pub(crate) slack: i64,
 }
 
 struct Stream<C> {
@@ -44,16 +49,20 @@ struct Stream<C> {
     next: u64,
     /// Zones placed ahead of `next`; `None`: a window with no timing.
     waiting: BTreeMap<u64, Option<Zone>>,
-    /// The last GPU time uploaded to the context, as the server keeps it
-    /// for its wrap check (0 after a context's creation or sync).
-    last: i64,
+    /// The end of the last zone uploaded, and its uncertainty: Tracy
+    /// wants a context's times in increasing order.
+    end: i64,
+    slack: i64,
 }
 
 /// The streams' contexts and their zones waiting for the ones before.
 pub(crate) struct Order<S: Sink> {
     sink: S,
-    streams: Vec<Stream<S::Context>>,
+    /// By the stream's index; `None`: its record has not come yet.
+    streams: Vec<Option<Stream<S::Context>>>,
     dropped: u64,
+    /// Zones waiting, on every stream.
+    waiting: usize,
 }
 
 impl<S: Sink> Order<S> {
@@ -62,13 +71,15 @@ impl<S: Sink> Order<S> {
             sink,
             streams: Vec::new(),
             dropped: 0,
+            waiting: 0,
         }
     }
 
-    /// The next stream, its context named `name` (none past Tracy's last),
+    /// Stream `index`, its context named `name` (none past Tracy's last),
     /// paired at creation and at once again where that call was wide;
-    /// `clock` reads the writer's clock.
-    pub(crate) fn stream(&mut self, name: &str, clock: &dyn Fn() -> i64) {
+    /// `clock` reads the writer's clock. Streams made on several threads
+    /// at once may come out of their indices' order.
+    pub(crate) fn stream(&mut self, index: usize, name: &str, clock: &dyn Fn() -> i64) {
         let before = clock();
         let mut context = self.sink.context(name, before);
         match &mut context {
@@ -76,11 +87,15 @@ impl<S: Sink> Order<S> {
             Some(_) => {}
             None => log::warn!("Tracy made no context for {name}: its windows make no zones"),
         }
-        self.streams.push(Stream {
+        if self.streams.len() <= index {
+            self.streams.resize_with(index + 1, || None);
+        }
+        self.streams[index] = Some(Stream {
             context,
             next: 0,
             waiting: BTreeMap::new(),
-            last: 0,
+            end: i64::MIN,
+            slack: 0,
         });
     }
 
@@ -97,41 +112,76 @@ impl<S: Sink> Order<S> {
 
     /// The zone reserved `seq`-th on `stream` was placed (`None`: it has
     /// no timing): it and every zone it held back that is placed go up.
+    ///
+    /// A zone must start where the last one ended or later: a window
+    /// closes (and is reserved) after the windows nested in it, so on one
+    /// stream a window starting before an earlier-closed one ended makes
+    /// no zone and is counted, unless it is the same boundary placed twice
+    /// (within the two placements' uncertainties), when it starts at that
+    /// end.
     pub(crate) fn placed(&mut self, stream: usize, seq: u64, zone: Option<Zone>) {
-        let Some(s) = self.streams.get_mut(stream) else {
+        let Some(s) = self.streams.get_mut(stream).and_then(Option::as_mut) else {
             self.dropped += u64::from(zone.is_some());
             return;
         };
-        s.waiting.insert(seq, zone);
+        if s.waiting.insert(seq, zone).is_none() {
+            self.waiting += 1;
+        }
         while let Some(zone) = s.waiting.remove(&s.next) {
+            self.waiting -= 1;
             s.next += 1;
-            let Some(zone) = zone else { continue };
-            // A start this far behind would read as a wrap and shift every
-            // later zone of the context.
-            let uploaded = zone.start >= s.last.saturating_sub(WRAP)
-                && s.context.as_mut().is_some_and(|context| {
-                    self.sink.zone(context, &zone.label, zone.start, zone.end)
-                });
+            let Some(mut zone) = zone else { continue };
+            if zone.start < s.end {
+                if zone.start < s.end.saturating_sub(s.slack.saturating_add(zone.slack)) {
+                    self.dropped += 1;
+                    continue;
+                }
+                zone.start = s.end;
+                zone.end = zone.end.max(zone.start);
+            }
+            // Times only going forward, none reads to the server as its
+            // counter wrapping.
+            let uploaded = s
+                .context
+                .as_mut()
+                .is_some_and(|context| self.sink.zone(context, &zone.label, zone.start, zone.end));
             if uploaded {
-                s.last = zone.end;
+                s.end = zone.end;
+                s.slack = zone.slack;
             } else {
                 self.dropped += 1;
             }
         }
     }
 
+    /// Zones placed or reserved-and-unplaced that wait for an earlier one
+    /// of their stream.
+    pub(crate) fn waiting(&self) -> usize {
+        self.waiting
+    }
+
+    /// The writer stops: every zone still waiting, with timing, is lost.
+    pub(crate) fn finish(&mut self) {
+        for s in self.streams.iter_mut().flatten() {
+            let lost = s.waiting.values().filter(|z| z.is_some()).count();
+            self.dropped += lost as u64;
+            s.waiting.clear();
+        }
+        self.waiting = 0;
+    }
+
     /// Pair every context's GPU time with Tracy's clock again, each as
     /// tightly as a few tries allow.
     pub(crate) fn sync(&mut self, clock: &dyn Fn() -> i64) {
-        for stream in &mut self.streams {
+        for stream in self.streams.iter_mut().flatten() {
             if let Some(context) = &mut stream.context {
                 Self::pair(&mut self.sink, context, clock);
-                stream.last = 0;
             }
         }
     }
 
-    /// Zones with timing that made no zone: no context, or too far back.
+    /// Zones with timing that made no zone: no context, too far back,
+    /// starting before the last one ended, or waiting at the finish.
     pub(crate) fn dropped(&self) -> u64 {
         self.dropped
     }
@@ -193,6 +243,7 @@ mod tests {
             label: Cow::Borrowed("a"),
             start,
             end: start + 10,
+            slack: 0,
         })
     }
 
@@ -211,7 +262,7 @@ mod tests {
     #[test]
     fn zones_go_up_in_the_order_reserved_whatever_the_order_placed() {
         let mut order = order(1);
-        order.stream("s", &|| 0);
+        order.stream(0, "s", &|| 0);
         order.placed(0, 2, zone(300));
         order.placed(0, 0, zone(100));
         order.placed(0, 1, zone(200));
@@ -221,7 +272,7 @@ mod tests {
     #[test]
     fn a_pending_window_holds_the_later_ones_of_its_stream_back() {
         let mut order = order(1);
-        order.stream("s", &|| 0);
+        order.stream(0, "s", &|| 0);
         order.placed(0, 1, zone(200));
         order.placed(0, 2, zone(300));
         assert_eq!(zones(&order), [], "zone 0 is still pending");
@@ -232,7 +283,7 @@ mod tests {
     #[test]
     fn a_window_with_no_timing_makes_no_zone_and_holds_nothing_back() {
         let mut order = order(1);
-        order.stream("s", &|| 0);
+        order.stream(0, "s", &|| 0);
         order.placed(0, 1, zone(200));
         order.placed(0, 0, None);
         assert_eq!(zones(&order), [(0, 200)]);
@@ -242,8 +293,8 @@ mod tests {
     #[test]
     fn each_stream_gets_a_context_named_for_it() {
         let mut order = order(2);
-        order.stream("stream A", &|| 0);
-        order.stream("stream B", &|| 0);
+        order.stream(0, "stream A", &|| 0);
+        order.stream(1, "stream B", &|| 0);
         order.placed(1, 0, zone(100));
         order.placed(0, 0, zone(50));
         let calls = &order.sink().calls;
@@ -255,8 +306,8 @@ mod tests {
     #[test]
     fn a_pending_window_holds_back_no_other_stream() {
         let mut order = order(2);
-        order.stream("A", &|| 0);
-        order.stream("B", &|| 0);
+        order.stream(0, "A", &|| 0);
+        order.stream(1, "B", &|| 0);
         order.placed(0, 1, zone(200));
         order.placed(1, 0, zone(100));
         assert_eq!(zones(&order), [(1, 100)]);
@@ -265,8 +316,8 @@ mod tests {
     #[test]
     fn a_stream_past_tracys_last_context_drops_its_zones_and_counts_them() {
         let mut order = order(1);
-        order.stream("A", &|| 0);
-        order.stream("B", &|| 0);
+        order.stream(0, "A", &|| 0);
+        order.stream(1, "B", &|| 0);
         order.placed(1, 0, zone(100));
         order.placed(1, 1, None);
         order.placed(0, 0, zone(100));
@@ -274,15 +325,93 @@ mod tests {
         assert_eq!(order.dropped(), 1);
     }
 
+    fn span(start: i64, end: i64, slack: i64) -> Option<Zone> {
+        Some(Zone {
+            label: Cow::Borrowed("a"),
+            start,
+            end,
+            slack,
+        })
+    }
+
+    fn spans(order: &Order<Record>) -> Vec<(i64, i64)> {
+        order
+            .sink()
+            .calls
+            .iter()
+            .filter_map(|c| match c {
+                Call::Zone(_, _, start, end) => Some((*start, *end)),
+                _ => None,
+            })
+            .collect()
+    }
+
     #[test]
-    fn a_zone_starting_over_2_1_s_before_the_last_time_uploaded_is_dropped() {
+    fn a_window_enclosing_an_earlier_closed_one_makes_no_zone_and_is_counted() {
         let mut order = order(1);
-        order.stream("A", &|| 0);
+        order.stream(0, "s", &|| 0);
+        // The inner window closes, and is reserved, first.
+        order.placed(0, 0, span(200, 300, 5));
+        order.placed(0, 1, span(100, 400, 5));
+        order.placed(0, 2, span(500, 600, 5));
+        assert_eq!(spans(&order), [(200, 300), (500, 600)]);
+        assert_eq!(order.dropped(), 1);
+    }
+
+    #[test]
+    fn a_window_overlapping_the_last_by_more_than_both_uncertainties_makes_no_zone() {
+        let mut order = order(1);
+        order.stream(0, "s", &|| 0);
+        order.placed(0, 0, span(100, 300, 5));
+        order.placed(0, 1, span(289, 400, 5));
+        assert_eq!(spans(&order), [(100, 300)]);
+        assert_eq!(order.dropped(), 1);
+    }
+
+    #[test]
+    fn one_boundary_placed_twice_within_its_uncertainties_starts_the_next_zone_at_the_last_end() {
+        let mut order = order(1);
+        order.stream(0, "s", &|| 0);
+        order.placed(0, 0, span(100, 300, 5));
+        order.placed(0, 1, span(291, 400, 5));
+        assert_eq!(spans(&order), [(100, 300), (300, 400)]);
+        assert_eq!(order.dropped(), 0);
+    }
+
+    #[test]
+    fn streams_made_out_of_their_indices_order_keep_their_names() {
+        let mut order = order(2);
+        order.stream(1, "B", &|| 0);
+        order.placed(1, 0, zone(100));
+        order.stream(0, "A", &|| 0);
+        order.placed(0, 0, zone(50));
+        let calls = &order.sink().calls;
+        // Contexts are numbered as made: B is context 0, A context 1.
+        assert_eq!(calls[0], Call::Context("B".into()));
+        assert_eq!(zones(&order), [(0, 100), (1, 50)]);
+    }
+
+    #[test]
+    fn zones_waiting_at_the_finish_are_counted_as_dropped() {
+        let mut order = order(1);
+        order.stream(0, "s", &|| 0);
+        order.placed(0, 1, zone(200));
+        order.placed(0, 2, None);
+        order.placed(0, 3, zone(300));
+        assert_eq!(order.waiting(), 3);
+        order.finish();
+        assert_eq!(order.dropped(), 2, "the one without timing is no loss");
+        assert_eq!(order.waiting(), 0);
+    }
+
+    #[test]
+    fn no_zone_starts_2_1_s_or_more_before_the_last_end_so_none_reads_as_a_wrap() {
+        let mut order = order(1);
+        order.stream(0, "A", &|| 0);
         let far = 10 * WRAP;
         order.placed(0, 0, zone(far));
-        order.placed(0, 1, zone(far + 10 - WRAP - 1));
-        order.placed(0, 2, zone(far + 10 - WRAP));
-        assert_eq!(zones(&order), [(0, far), (0, far + 10 - WRAP)]);
+        order.placed(0, 1, zone(far - WRAP));
+        assert_eq!(zones(&order), [(0, far)]);
         assert_eq!(order.dropped(), 1);
     }
 
@@ -309,7 +438,7 @@ mod tests {
     #[test]
     fn a_pairing_whose_call_was_wide_is_taken_again_until_narrow() {
         let mut order = order(1);
-        order.stream("A", &|| 0);
+        order.stream(0, "A", &|| 0);
         // Bracket widths: 5 µs, 3 µs, then 0.1 µs.
         order.sync(&clock(vec![0, 5_000, 10_000, 13_000, 20_000, 20_100]));
         assert_eq!(syncs(&order), 3);
@@ -318,7 +447,7 @@ mod tests {
     #[test]
     fn a_pairing_is_taken_at_most_four_times() {
         let mut order = order(1);
-        order.stream("A", &|| 0);
+        order.stream(0, "A", &|| 0);
         order.sync(&clock((0..20).map(|i| i * 10_000).collect()));
         assert_eq!(syncs(&order), TRIES);
     }
@@ -326,20 +455,17 @@ mod tests {
     #[test]
     fn a_context_made_in_a_wide_call_is_paired_again_at_once() {
         let mut order = order(1);
-        order.stream("A", &clock(vec![0, 9_000, 10_000, 10_100]));
+        order.stream(0, "A", &clock(vec![0, 9_000, 10_000, 10_100]));
         assert_eq!(syncs(&order), 1);
     }
 
     #[test]
-    fn a_sync_reaches_every_context_and_clears_the_wrap_check() {
+    fn a_sync_reaches_every_context() {
         let mut order = order(2);
-        order.stream("A", &|| 0);
-        order.stream("B", &|| 0);
-        order.placed(0, 0, zone(10 * WRAP));
-        order.sync(&|| 20 * WRAP);
-        order.placed(0, 1, zone(WRAP));
+        order.stream(0, "A", &|| 0);
+        order.stream(1, "B", &|| 0);
+        order.sync(&|| 20);
         assert!(order.sink().calls.contains(&Call::Sync(0)));
         assert!(order.sink().calls.contains(&Call::Sync(1)));
-        assert_eq!(zones(&order), [(0, 10 * WRAP), (0, WRAP)]);
     }
 }

@@ -35,18 +35,28 @@ pub(super) fn releasing<R: RawApi, T>(
     binding::<R, T>(held, call, true)
 }
 
+#[inline]
 fn binding<R: RawApi, T>(
     held: &R::Held,
     call: impl FnOnce() -> Result<T, DriverError>,
     unbound_ok: bool,
 ) -> Result<T, DriverError> {
     let permit = Permit::new();
+    // The usual case, the context current already, asked once and called
+    // at once; anything else (another context, none, or the driver's
+    // refusal to say) goes the whole way.
+    let current = R::current(permit);
+    if let Ok(Some(current)) = current
+        && current == R::context_of(held)
+    {
+        return call();
+    }
     let restore = Cell::new(None);
     bound_then(
         R::BACKEND,
         R::context_of(held),
         (
-            || R::current(permit),
+            || current,
             |_| {
                 restore.set(Some(R::bind(permit, held)?));
                 Ok(())

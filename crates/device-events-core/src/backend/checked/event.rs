@@ -13,6 +13,26 @@ use crate::backend::handle_table::{Handle, Pinned, inside_any};
 use crate::backend::raw::{Permit, RawApi};
 use crate::driver::{CaptureStatus, DriverError, ErrorKind};
 
+/// A record of an event on a stream of another context, refused.
+#[cold]
+#[inline(never)]
+fn different_contexts<R: RawApi>(
+    call: &'static str,
+    event: R::Context,
+    stream: R::Context,
+) -> DriverError {
+    DriverError::refused(
+        R::BACKEND,
+        call,
+        ErrorKind::InvalidHandle,
+        format!(
+            "the event and the stream belong to different contexts (event: {event:?}, stream: \
+             {stream:?}); a fence pool's events are of the context current when it made them, \
+             a profiler's of its first window's stream"
+        ),
+    )
+}
+
 /// An event, and the context it was made in, held until it is dropped.
 pub struct CheckedEvent<R: RawApi> {
     /// `None` once destroyed.
@@ -25,7 +45,9 @@ pub struct CheckedEvent<R: RawApi> {
 }
 
 impl<R: RawApi> CheckedEvent<R> {
-    /// Refused unless the event is of `stream`'s context, `held`.
+    /// Refused unless the event is of `stream`'s context, `held`: on every
+    /// record, a compare; the refusal's words are made apart.
+    #[inline]
     pub(super) fn same_context(
         &self,
         call: &'static str,
@@ -35,16 +57,7 @@ impl<R: RawApi> CheckedEvent<R> {
         if event == stream {
             return Ok(());
         }
-        Err(DriverError::refused(
-            R::BACKEND,
-            call,
-            ErrorKind::InvalidHandle,
-            format!(
-                "the event and the stream belong to different contexts (event: {event:?}, stream: \
-                 {stream:?}); a fence pool's events are of the context current when it made them, \
-                 a profiler's of its first window's stream"
-            ),
-        ))
+        Err(different_contexts::<R>(call, event, stream))
     }
 
     /// The driver's event, for calls this crate does not wrap; `None` once

@@ -55,7 +55,9 @@ pub fn release_idle_events() {
 /// context, and gates' words, each with its context (held), on which no
 /// stream waits any more.
 pub(crate) struct Idle<R: RawApi> {
-    events: Mutex<Vec<CheckedEvent<R>>>,
+    /// `parking_lot`'s: every fence takes it twice (its event, then the
+    /// event back), with no poisoning to check.
+    events: parking_lot::Mutex<Vec<CheckedEvent<R>>>,
     #[allow(clippy::type_complexity)]
     words: Mutex<Vec<(R::Held, Box<dyn HostWord<R>>)>>,
     /// Whether [`release_idle_events`] knows this backend.
@@ -65,15 +67,17 @@ pub(crate) struct Idle<R: RawApi> {
 impl<R: RawApi> Idle<R> {
     pub(super) const fn new() -> Self {
         Self {
-            events: Mutex::new(Vec::new()),
+            events: parking_lot::Mutex::new(Vec::new()),
             words: Mutex::new(Vec::new()),
             registered: AtomicBool::new(false),
         }
     }
 
-    fn events(&self) -> MutexGuard<'_, Vec<CheckedEvent<R>>> {
-        // A push or a pop either happened or did not.
-        self.events.lock().unwrap_or_else(PoisonError::into_inner)
+    /// A push or a pop either happened or did not: the list is valid
+    /// whatever a panicking holder was doing.
+    #[inline]
+    fn events(&self) -> parking_lot::MutexGuard<'_, Vec<CheckedEvent<R>>> {
+        self.events.lock()
     }
 
     #[allow(clippy::type_complexity)]
@@ -121,10 +125,17 @@ pub(super) fn keep_word<R: RawApi>(held: R::Held, word: Box<dyn HostWord<R>>) {
     R::state().idle.words().push((held, word));
 }
 
-/// Have [`release_idle_events`] know this backend.
+/// Have [`release_idle_events`] know this backend: a load, once it does.
+#[inline]
 fn register<R: RawApi>() {
-    let idle = &R::state().idle;
-    if !idle.registered.load(Ordering::Relaxed) && !idle.registered.swap(true, Ordering::Relaxed) {
+    if !R::state().idle.registered.load(Ordering::Relaxed) {
+        register_now::<R>();
+    }
+}
+
+#[inline(never)]
+fn register_now<R: RawApi>() {
+    if !R::state().idle.registered.swap(true, Ordering::Relaxed) {
         RELEASERS
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -136,16 +147,12 @@ fn register<R: RawApi>() {
 pub(super) fn fence_event<R: RawApi>(
     stream: CheckedStream<R>,
 ) -> Result<CheckedEvent<R>, DriverError> {
-    let state = R::state();
     // A dead stream is refused as the fence's record on it would be.
     let context = stream
         .context()
         .ok_or_else(|| dead::<R>(R::CALLS.record_event, "stream"))?;
-    {
-        let mut idle = state.idle.events();
-        if let Some(at) = idle.iter().rposition(|e| e.context() == context) {
-            return Ok(idle.swap_remove(at));
-        }
+    if let Some(event) = idle_event_of::<R>(context) {
+        return Ok(event);
     }
     let held = stream.held(R::CALLS.record_event)?;
     // Without timing: a fence's event is only recorded, asked and waited on.
@@ -155,15 +162,17 @@ pub(super) fn fence_event<R: RawApi>(
 /// An idle event of `live`'s context, else a new one made in it; the
 /// caller has that context bound.
 pub(super) fn fence_event_of<R: RawApi>(live: &Live<R>) -> Result<CheckedEvent<R>, DriverError> {
-    let context = R::context_of(&live.held);
-    {
-        let mut idle = R::state().idle.events();
-        if let Some(at) = idle.iter().rposition(|e| e.context() == context) {
-            return Ok(idle.swap_remove(at));
-        }
+    match idle_event_of::<R>(R::context_of(&live.held)) {
+        Some(event) => Ok(event),
+        None => CheckedEvent::create(live.held.clone(), false),
     }
-    // Without timing: a fence's event is only recorded, asked and waited on.
-    CheckedEvent::create(live.held.clone(), false)
+}
+
+/// An idle event of `context`, if one is kept.
+pub(super) fn idle_event_of<R: RawApi>(context: R::Context) -> Option<CheckedEvent<R>> {
+    let mut idle = R::state().idle.events();
+    let at = idle.iter().rposition(|e| e.context() == context)?;
+    Some(idle.swap_remove(at))
 }
 
 /// Keep `event` while there is room; else give it back.
