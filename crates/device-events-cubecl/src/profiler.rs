@@ -251,8 +251,13 @@ where
         let mut failed = 0;
         for (_, window) in &mut self.beside {
             match std::mem::replace(window, Window::Failed(error.clone())) {
-                // Abandoned in the core below, with the rest.
-                Window::Open(_) | Window::AtLaunch(_) => failed += 1,
+                // Opened at its launch: abandoned here, so that the core's
+                // open windows below are only those with no id beside.
+                Window::Open(open) => {
+                    let _ = self.profiler.abandon(open);
+                    failed += 1;
+                }
+                Window::AtLaunch(_) => failed += 1,
                 // The latest failure stands, as in CubeCL's own profiler.
                 Window::Failed(_) => {}
             }

@@ -383,3 +383,28 @@ fn a_cubecl_fence_on_a_wrong_word_records_in_its_streams_context() {
     Cuda::stream_destroy(s).unwrap();
     assert_eq!(soft.counts().misuses, 0);
 }
+
+/// The same, with the driver refusing the record made on the wrong word
+/// as an invalid handle, as drivers have: it is made again with the
+/// stream's context bound, and the fence holds.
+#[test]
+fn a_cubecl_fence_whose_record_is_refused_on_a_wrong_word_records_bound() {
+    let soft = SoftDriver::exclusive();
+    let (own, other) = (cuda_context(0), cuda_context(1));
+    // SAFETY: retained primary contexts.
+    unsafe { result::ctx::set_current(own).unwrap() };
+    let s = Cuda::stream_create_non_blocking().unwrap();
+    // SAFETY: as above.
+    unsafe { result::ctx::set_current(other).unwrap() };
+    let recorded = soft.call_count("cuEventRecord");
+    assert!(soft.fail_call("cuEventRecord", 1, 400));
+    CubeFence::<Cuda>::new(s).wait_sync().unwrap();
+    assert_eq!(
+        soft.call_count("cuEventRecord") - recorded,
+        2,
+        "refused, then bound"
+    );
+    device_events_core::process::release_idle_events();
+    Cuda::stream_destroy(s).unwrap();
+    assert_eq!(soft.counts().misuses, 0);
+}

@@ -59,3 +59,19 @@ fn a_failure_fails_every_open_window_and_spares_a_later_one() {
     assert!(profiler.stop(s.get(), later).is_ok());
     assert_eq!(profiler.open_windows(), 0);
 }
+
+/// A window opened at its launch is failed once: counted once, read once
+/// as the server's error, and gone after.
+#[test]
+fn a_failure_fails_a_window_opened_at_its_launch_once() {
+    let _sim = Sim::exclusive();
+    let s = OwnedStream::<Sim>::new().unwrap();
+    let mut profiler = CubeProfiler::<Sim>::new();
+    let token = profiler.start_at_launch(s.get()).unwrap();
+    profiler.launching(s.get());
+    profiler.failure(&ServerError::Skipped);
+    assert_eq!(profiler.open_windows(), 1);
+    let read = profiler.stop(s.get(), token);
+    assert!(matches!(read, Err(ProfileError::Server(_))));
+    assert_eq!(profiler.open_windows(), 0);
+}

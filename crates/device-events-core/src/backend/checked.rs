@@ -501,9 +501,21 @@ impl<R: RawApi> FenceApi for R {
                         CheckedEvent::create(live.held.clone(), false)
                     })?,
                 };
-                let recorded = event
-                    .live(call)
-                    .and_then(|raw| record(&event, raw, stream, live));
+                let record_it = || {
+                    event
+                        .live(call)
+                        .and_then(|raw| record(&event, raw, stream, live))
+                };
+                let recorded = match record_it() {
+                    // The word was wrong: a driver may refuse a record of
+                    // one context's event and stream with another current.
+                    Err(err)
+                        if err.kind() == ErrorKind::InvalidHandle && err.status().is_some() =>
+                    {
+                        bound::<R, _>(&live.held, record_it)
+                    }
+                    recorded => recorded,
+                };
                 Ok((event, recorded))
             })
             .ok_or_else(|| dead::<R>(call, "stream"))?

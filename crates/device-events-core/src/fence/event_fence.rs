@@ -74,9 +74,11 @@ impl<A: FenceApi> EventFence<A> {
     /// rely on it (CUDA), the record skips asking the driver which context
     /// is current, one driver call fewer. The event is the stream's
     /// context's whatever the word, so a wrong one still gives the driver
-    /// a record of an event and a stream of one context, which CUDA's
-    /// documentation allows; a driver that refuses it leaves the error in
-    /// the fence.
+    /// a record of an event and a stream of one context. CUDA's
+    /// documentation asks no more, but drivers have refused such a record
+    /// with another context current (cuda-api-wrappers #314): a record
+    /// refused as an invalid handle is made again with the stream's
+    /// context bound.
     ///
     /// ```
     /// use device_events_core::{EventApi, EventFence, sim::Sim};

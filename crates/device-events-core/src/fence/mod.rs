@@ -64,7 +64,9 @@ pub trait FenceApi: EventApi {
     /// takes it: where the backend can rely on it, the record skips asking
     /// the driver which context is current (one driver call). The event is
     /// the stream's context's either way, so even a wrong word gives the
-    /// driver a record of an event and a stream of one context. The
+    /// driver a record of an event and a stream of one context; one the
+    /// driver refuses as an invalid handle (drivers have, with another
+    /// context current) is made again with the stream's context bound. The
     /// default is [`fence_recorded`](Self::fence_recorded).
     ///
     /// # Errors
