@@ -9,7 +9,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use device_events_core::backend::{HostStamp, StampClock};
-use device_events_core::sim::{Sim, SimStream};
+use device_events_core::sim::Sim;
 use device_events_core::{
     AnchorConfig, ClockPlacer, DriverError, DriverPairing, EventApi, EventProfiler, ProfilerConfig,
 };
@@ -138,39 +138,7 @@ fn a_pairing_trusted_by_name_is_bound_by_the_drivers_word() {
 /// as PoCL does, [`LATE`] late and claiming [`CLAIMED`].
 struct LatePairing;
 
-impl EventApi for LatePairing {
-    type Event = <Sim as EventApi>::Event;
-    type Stream = SimStream;
-    const BACKEND: &'static str = "sim";
-
-    fn event_create() -> Result<Self::Event, DriverError> {
-        Sim::event_create()
-    }
-    fn event_destroy(event: &mut Self::Event) -> Result<(), DriverError> {
-        Sim::event_destroy(event)
-    }
-    fn event_record(event: &Self::Event, stream: SimStream) -> Result<(), DriverError> {
-        Sim::event_record(event, stream)
-    }
-    fn event_wait(event: &Self::Event) -> Result<(), DriverError> {
-        Sim::event_wait(event)
-    }
-    fn event_elapsed(start: &Self::Event, end: &Self::Event) -> Result<Duration, DriverError> {
-        Sim::event_elapsed(start, end)
-    }
-    fn stream_wait_event(stream: SimStream, event: &Self::Event) -> Result<(), DriverError> {
-        Sim::stream_wait_event(stream, event)
-    }
-    fn stream_synchronize(stream: SimStream) -> Result<(), DriverError> {
-        Sim::stream_synchronize(stream)
-    }
-    fn stream_create_non_blocking() -> Result<SimStream, DriverError> {
-        Sim::stream_create_non_blocking()
-    }
-    fn stream_destroy(stream: SimStream) -> Result<(), DriverError> {
-        Sim::stream_destroy(stream)
-    }
-}
+support::events_of_sim!(LatePairing);
 
 impl device_events_core::backend::AnchorApi for LatePairing {
     fn pairing(_event: &Self::Event) -> Result<Option<HostStamp>, DriverError> {

@@ -61,6 +61,22 @@ fn settle() {
     ));
 }
 
+/// A profiler over `A` on the simulated clock, one window on `s` read and
+/// its calibrations settled: its anchor stream has had work.
+fn anchored<
+    A: device_events_core::backend::AnchorApi<Stream = SimStream>
+        + device_events_core::backend::FenceApi,
+>(
+    s: SimStream,
+) -> EventProfiler<A> {
+    let mut profiler = on_sim_clock_of::<A>();
+    let token = profiler.start(s);
+    let window = profiler.stop(s, token).unwrap();
+    assert!(resolve(window).is_some());
+    settle();
+    profiler
+}
+
 fn resolve<A: device_events_core::backend::AnchorApi>(
     window: PlacedWindow<A>,
 ) -> Option<Placement> {
@@ -691,11 +707,7 @@ fn an_anchor_stream_that_cannot_be_drained_is_left_to_the_process() {
 fn an_anchor_stream_whose_drain_finds_the_device_lost_is_destroyed() {
     let _sim = setup();
     let s = stream();
-    let mut profiler = on_sim_clock();
-    let token = profiler.start(s);
-    let window = profiler.stop(s, token).unwrap();
-    assert!(resolve(window).is_some());
-    settle();
+    let profiler = anchored::<Sim>(s);
     Sim::fail_every("simEventRecord", ErrorKind::DevicePoisoned);
     drop(profiler);
     settle();
@@ -709,11 +721,7 @@ fn an_anchor_stream_whose_drain_finds_the_device_lost_is_destroyed() {
 fn an_anchor_stream_whose_drain_fails_once_is_drained_again_and_destroyed() {
     let _sim = setup();
     let s = stream();
-    let mut profiler = on_sim_clock();
-    let token = profiler.start(s);
-    let window = profiler.stop(s, token).unwrap();
-    assert!(resolve(window).is_some());
-    settle();
+    let profiler = anchored::<Sim>(s);
     // The next record is the release's drain.
     Sim::fail_next("simEventRecord", ErrorKind::OutOfResources);
     drop(profiler);
@@ -737,39 +745,7 @@ static BIND_FAILS_AS: AtomicU8 = AtomicU8::new(0);
 /// says: a release's drain can then make no event.
 struct Unbound;
 
-impl EventApi for Unbound {
-    type Event = <Sim as EventApi>::Event;
-    type Stream = SimStream;
-    const BACKEND: &'static str = "sim";
-
-    fn event_create() -> Result<Self::Event, DriverError> {
-        Sim::event_create()
-    }
-    fn event_destroy(event: &mut Self::Event) -> Result<(), DriverError> {
-        Sim::event_destroy(event)
-    }
-    fn event_record(event: &Self::Event, stream: SimStream) -> Result<(), DriverError> {
-        Sim::event_record(event, stream)
-    }
-    fn event_wait(event: &Self::Event) -> Result<(), DriverError> {
-        Sim::event_wait(event)
-    }
-    fn event_elapsed(start: &Self::Event, end: &Self::Event) -> Result<Duration, DriverError> {
-        Sim::event_elapsed(start, end)
-    }
-    fn stream_wait_event(stream: SimStream, event: &Self::Event) -> Result<(), DriverError> {
-        Sim::stream_wait_event(stream, event)
-    }
-    fn stream_synchronize(stream: SimStream) -> Result<(), DriverError> {
-        Sim::stream_synchronize(stream)
-    }
-    fn stream_create_non_blocking() -> Result<SimStream, DriverError> {
-        Sim::stream_create_non_blocking()
-    }
-    fn stream_destroy(stream: SimStream) -> Result<(), DriverError> {
-        Sim::stream_destroy(stream)
-    }
-}
+support::events_of_sim!(Unbound);
 
 impl device_events_core::backend::AnchorApi for Unbound {}
 impl device_events_core::backend::FenceApi for Unbound {}
@@ -797,12 +773,7 @@ impl device_events_core::backend::ThreadApi for Unbound {
 /// release ended, the streams it destroyed, and the records it made (a
 /// drain's).
 fn released_with_binds_failing(binds: usize, kind: u8) -> (u64, u64, u64) {
-    let s = stream();
-    let mut profiler = on_sim_clock_of::<Unbound>();
-    let token = profiler.start(s);
-    let window = profiler.stop(s, token).unwrap();
-    assert!(resolve(window).is_some());
-    settle();
+    let profiler = anchored::<Unbound>(stream());
     let destroyed = Sim::calls_of("simStreamDestroy");
     let recorded = Sim::calls_of("simEventRecord");
     BIND_FAILS_AS.store(kind, Ordering::Release);

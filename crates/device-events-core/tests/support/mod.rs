@@ -49,6 +49,73 @@ pub fn logged(parts: &[&str]) -> bool {
         .any(|line| parts.iter().all(|part| line.contains(part)))
 }
 
+/// `EventApi` for `$backend`, every call the simulated backend's: for a
+/// test backend that changes only its other traits' calls.
+#[allow(unused_macros)]
+macro_rules! events_of_sim {
+    ($backend:ty) => {
+        impl device_events_core::EventApi for $backend {
+            type Event = <device_events_core::sim::Sim as device_events_core::EventApi>::Event;
+            type Stream = device_events_core::sim::SimStream;
+            const BACKEND: &'static str = "sim";
+
+            fn event_create() -> Result<Self::Event, device_events_core::DriverError> {
+                <device_events_core::sim::Sim as device_events_core::EventApi>::event_create()
+            }
+            fn event_destroy(
+                event: &mut Self::Event,
+            ) -> Result<(), device_events_core::DriverError> {
+                <device_events_core::sim::Sim as device_events_core::EventApi>::event_destroy(event)
+            }
+            fn event_record(
+                event: &Self::Event,
+                stream: Self::Stream,
+            ) -> Result<(), device_events_core::DriverError> {
+                <device_events_core::sim::Sim as device_events_core::EventApi>::event_record(
+                    event, stream,
+                )
+            }
+            fn event_wait(event: &Self::Event) -> Result<(), device_events_core::DriverError> {
+                <device_events_core::sim::Sim as device_events_core::EventApi>::event_wait(event)
+            }
+            fn event_elapsed(
+                start: &Self::Event,
+                end: &Self::Event,
+            ) -> Result<std::time::Duration, device_events_core::DriverError> {
+                <device_events_core::sim::Sim as device_events_core::EventApi>::event_elapsed(
+                    start, end,
+                )
+            }
+            fn stream_wait_event(
+                stream: Self::Stream,
+                event: &Self::Event,
+            ) -> Result<(), device_events_core::DriverError> {
+                <device_events_core::sim::Sim as device_events_core::EventApi>::stream_wait_event(
+                    stream, event,
+                )
+            }
+            fn stream_synchronize(
+                stream: Self::Stream,
+            ) -> Result<(), device_events_core::DriverError> {
+                <device_events_core::sim::Sim as device_events_core::EventApi>::stream_synchronize(
+                    stream,
+                )
+            }
+            fn stream_create_non_blocking()
+            -> Result<Self::Stream, device_events_core::DriverError> {
+                <device_events_core::sim::Sim as device_events_core::EventApi>::stream_create_non_blocking()
+            }
+            fn stream_destroy(stream: Self::Stream) -> Result<(), device_events_core::DriverError> {
+                <device_events_core::sim::Sim as device_events_core::EventApi>::stream_destroy(
+                    stream,
+                )
+            }
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use events_of_sim;
+
 /// What happens at each wait in the driver, for [`OnWait`].
 pub trait WaitHook: Send + Sync + 'static {
     /// Called on entering each wait.
