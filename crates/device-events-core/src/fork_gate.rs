@@ -17,12 +17,14 @@
 //! would not let drain is left to the process, and so is one no event
 //! could be made to drain, after asking again from sleeps outside the
 //! gate (a lost device's, whose destroy has nothing to wait for, and one
-//! that never had work are destroyed at once). What a piece still makes
-//! is enqueues (a record, a gate's wait on the anchor's own stream): a
-//! driver holds one only while the hardware queue is full, which the
-//! anchor's few commands do not fill, but a hung device's work sharing
-//! that queue can; such an enqueue holds its stream's table entry across
-//! the call, which a fork must not copy held.
+//! that never had work are destroyed at once). Nor does a piece enqueue:
+//! a driver holds an enqueue while the device's queue is full, which a
+//! hung device's work sharing it can keep full, so an anchor's record, its
+//! gate's wait and a drain's record are made outside the gate too. Such a
+//! call holds the anchor stream's table entry, which a fork may copy held:
+//! a child never removes a parent's anchor stream (it leaves it to the
+//! process's end, as CUDA and ROCm let no child use it), so nothing in the
+//! child waits for that hold.
 //!
 //! The order, written down: this gate first, then the calibrator's queue,
 //! then the resolver's. A library thread enters the gate holding no queue

@@ -7,7 +7,7 @@
 
 mod support;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use device_events_core::process::{resolver_running, wait_for_calibrations};
@@ -168,6 +168,27 @@ fn register_fork_handlers() {
 static SLOW_ASKS: AtomicBool = AtomicBool::new(false);
 static SLOW_ANCHORS: AtomicBool = AtomicBool::new(false);
 static IN_CALL: AtomicBool = AtomicBool::new(false);
+/// Set: an anchor record on a calibrator thread stays in the "driver"
+/// until it is cleared (10 s at most), as an enqueue into the full queue
+/// of a hung device does, with [`IN_CALL`] set meanwhile.
+static HELD_ANCHORS: AtomicBool = AtomicBool::new(false);
+/// Streams [`Slow`] destroyed.
+static DESTROYS: AtomicUsize = AtomicUsize::new(0);
+
+/// On a calibrator thread, while [`HELD_ANCHORS`] is set: in the "driver"
+/// until it is cleared.
+fn held_call() {
+    if HELD_ANCHORS.load(Ordering::Acquire)
+        && std::thread::current().name() == Some("device-events-calibrator")
+    {
+        IN_CALL.store(true, Ordering::Release);
+        let until = std::time::Instant::now() + Duration::from_secs(10);
+        while HELD_ANCHORS.load(Ordering::Acquire) && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        IN_CALL.store(false, Ordering::Release);
+    }
+}
 
 /// On a library thread named `name`, while `slow` is set: 100 ms in the
 /// "driver", flagged.
@@ -211,6 +232,7 @@ impl EventApi for Slow {
         stream: Self::Stream,
     ) -> Result<(), device_events_core::DriverError> {
         slow_call(&SLOW_ANCHORS, "device-events-calibrator");
+        held_call();
         Sim::event_record(event, stream)
     }
     fn event_wait(event: &Self::Event) -> Result<(), device_events_core::DriverError> {
@@ -236,6 +258,7 @@ impl EventApi for Slow {
         Sim::stream_create_non_blocking()
     }
     fn stream_destroy(stream: Self::Stream) -> Result<(), device_events_core::DriverError> {
+        DESTROYS.fetch_add(1, Ordering::SeqCst);
         Sim::stream_destroy(stream)
     }
 }
@@ -366,5 +389,140 @@ fn a_child_uses_and_drops_a_profiler_and_a_fence_whose_anchor_was_in_a_call_at_t
         status,
         Some(0),
         "1: the child's window unread; 2: its fence wait failed; None: hung, killed"
+    );
+}
+
+/// `docs/design.md`'s promise for `fork`: it waits for no driver call that
+/// can wait on the device. A calibrator thread is inside an anchor's record
+/// that the "driver" holds (an enqueue into a hung device's full queue);
+/// the fork handler returns meanwhile.
+#[test]
+fn a_fork_waits_for_no_anchor_record_held_in_the_driver() {
+    let _sim = Sim::exclusive();
+    let s = Sim::stream_create_non_blocking().unwrap();
+    let mut profiler = EventProfiler::<Slow>::new();
+    HELD_ANCHORS.store(true, Ordering::Release);
+    let token = profiler.start(s);
+    assert!(in_a_call(), "the calibrator records the anchor within 2 s");
+    let (sent, forked) = std::sync::mpsc::channel();
+    let forking = std::thread::spawn(move || {
+        device_events_core::process::before_fork();
+        let _ = sent.send(IN_CALL.load(Ordering::Acquire));
+        device_events_core::process::after_fork_in_parent();
+    });
+    let during = forked.recv_timeout(Duration::from_secs(5));
+    HELD_ANCHORS.store(false, Ordering::Release);
+    forking.join().unwrap();
+    let _ = profiler.stop(s, token);
+    drop(profiler);
+    assert!(wait_for_calibrations(Duration::from_secs(10)));
+    assert_eq!(
+        during,
+        Ok(true),
+        "the fork handler returned while the record was in the driver \
+         (Err: it waited 5 s for it)"
+    );
+}
+
+/// A child made by `fork` drops a profiler whose anchor stream the parent
+/// made: the stream is the parent's (CUDA and ROCm let no child use it,
+/// and a parent's thread may have been in a call on it at the fork), so
+/// the child leaves it to the process and destroys no stream.
+#[test]
+fn a_child_leaves_its_parents_anchor_stream_to_the_process() {
+    let _sim = Sim::exclusive();
+    register_fork_handlers();
+    let mut profiler = EventProfiler::<Slow>::new();
+    assert!(read_late_window(&mut profiler, Duration::from_millis(1)));
+    assert!(wait_for_calibrations(Duration::from_secs(10)));
+    // SAFETY: the child only drops the profiler and exits; the other
+    // threads are the library's, which the fork handlers fence off.
+    let child = unsafe { libc::fork() };
+    assert!(child >= 0, "fork failed");
+    if child == 0 {
+        let before = DESTROYS.load(Ordering::SeqCst);
+        drop(profiler);
+        let idle = wait_for_calibrations(Duration::from_secs(2));
+        let destroyed = DESTROYS.load(Ordering::SeqCst) - before;
+        // SAFETY: leaves the child at once, with the outcome as its status.
+        unsafe { libc::_exit(i32::from(destroyed > 0) | (i32::from(!idle) << 1)) };
+    }
+    let status = status_of(child);
+    let before = DESTROYS.load(Ordering::SeqCst);
+    drop(profiler);
+    assert!(wait_for_calibrations(Duration::from_secs(10)));
+    assert_eq!(
+        status,
+        Some(0),
+        "1: the child destroyed its parent's anchor stream; 2: its calibrations \
+         did not end; None: hung, killed"
+    );
+    assert_eq!(
+        DESTROYS.load(Ordering::SeqCst) - before,
+        1,
+        "the parent destroys its anchor stream"
+    );
+}
+
+/// The simulated backend, with an anchor gate whose wait the "driver"
+/// holds while [`HELD_ANCHORS`] is set.
+struct Gated;
+
+support::events_of_sim!(Gated);
+
+impl device_events_core::backend::AnchorApi for Gated {
+    fn gate(
+        _: Self::Stream,
+    ) -> Result<Option<Box<dyn device_events_core::backend::Gate>>, device_events_core::DriverError>
+    {
+        Ok(Some(Box::new(HeldGate)))
+    }
+}
+impl device_events_core::backend::ThreadApi for Gated {}
+impl device_events_core::backend::FenceApi for Gated {}
+
+/// A gate whose close is held in the "driver" ([`held_call`]).
+struct HeldGate;
+
+impl device_events_core::backend::Gate for HeldGate {
+    fn close(&mut self) -> Result<(), device_events_core::DriverError> {
+        held_call();
+        Ok(())
+    }
+    fn open(&mut self) -> Result<(), device_events_core::DriverError> {
+        Ok(())
+    }
+    fn settle(&self) -> Duration {
+        Duration::ZERO
+    }
+}
+
+/// As [`a_fork_waits_for_no_anchor_record_held_in_the_driver`], the
+/// calibrator inside the anchor gate's wait, which the "driver" holds.
+#[test]
+fn a_fork_waits_for_no_gate_wait_held_in_the_driver() {
+    let _sim = Sim::exclusive();
+    let s = Sim::stream_create_non_blocking().unwrap();
+    let mut profiler = EventProfiler::<Gated>::new();
+    HELD_ANCHORS.store(true, Ordering::Release);
+    let token = profiler.start(s);
+    assert!(in_a_call(), "the calibrator closes the gate within 2 s");
+    let (sent, forked) = std::sync::mpsc::channel();
+    let forking = std::thread::spawn(move || {
+        device_events_core::process::before_fork();
+        let _ = sent.send(IN_CALL.load(Ordering::Acquire));
+        device_events_core::process::after_fork_in_parent();
+    });
+    let during = forked.recv_timeout(Duration::from_secs(5));
+    HELD_ANCHORS.store(false, Ordering::Release);
+    forking.join().unwrap();
+    let _ = profiler.stop(s, token);
+    drop(profiler);
+    assert!(wait_for_calibrations(Duration::from_secs(10)));
+    assert_eq!(
+        during,
+        Ok(true),
+        "the fork handler returned while the gate's wait was in the driver \
+         (Err: it waited 5 s for it)"
     );
 }

@@ -63,10 +63,22 @@ impl<A: AnchorApi> Probe for EventProbe<'_, A> {
         *self.gate = None;
     }
 
+    /// The gate's wait is queued outside the calibrator's piece of work,
+    /// as a stamp is (see [`queue`](Self::queue)).
+    fn close_gate(&mut self) -> Option<Result<(), DriverError>> {
+        let gate = self.gate.as_deref_mut()?;
+        Some(outside_library_work(|| gate.close()))
+    }
+
+    /// Recorded outside the calibrator's piece of work: an enqueue waits in
+    /// the driver while the device's queue is full, which a hung device's
+    /// work can keep it, and a fork must not wait for the device. The
+    /// record holds only the anchor stream's table entry, which a child
+    /// never removes (it leaves the parent's anchor streams to its end).
     fn queue(&mut self) -> Result<PooledEvent<A>, DriverError> {
         let event = self.pool.take()?;
         *self.enqueued = true;
-        match A::event_record(event.raw(), self.stream) {
+        match outside_library_work(|| A::event_record(event.raw(), self.stream)) {
             Ok(()) => Ok(event),
             Err(err) => {
                 self.discard(event);

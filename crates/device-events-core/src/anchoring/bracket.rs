@@ -26,6 +26,10 @@ pub(crate) trait Probe {
     fn gate(&mut self) -> Option<&mut (dyn Gate + 'static)>;
     /// Go on without the gate: it would not close.
     fn drop_gate(&mut self);
+    /// Close the gate, while one is kept.
+    fn close_gate(&mut self) -> Option<Result<(), DriverError>> {
+        self.gate().map(Gate::close)
+    }
     /// Queue one stamp, behind the gate while it is closed.
     fn queue(&mut self) -> Result<Self::Stamp, DriverError>;
     /// Whether the device has written `stamp`; `None`: cannot ask.
@@ -163,7 +167,7 @@ fn sample<P: Probe>(
     };
     let marks = P::MARKS && !settle.is_zero();
     let mark = marks.then(|| probe.queue()).transpose()?;
-    if let Some(Err(err)) = probe.gate().map(Gate::close) {
+    if let Some(Err(err)) = probe.close_gate() {
         log::warn!(
             "{}: the anchor's gate is refused, anchoring without: {err}",
             P::BACKEND

@@ -104,7 +104,8 @@ pub(crate) fn drained<A: AnchorApi>(
     event: &A::Event,
     stream: A::Stream,
 ) -> Result<Option<bool>, DriverError> {
-    A::event_record(event, stream)?;
+    // Outside the library thread's piece of work, as an anchor's record is.
+    crate::fork_gate::outside_library_work(|| A::event_record(event, stream))?;
     let mut interval = DRAIN_FIRST_SLEEP;
     loop {
         if crate::threads::stopping() {

@@ -62,8 +62,9 @@ struct Shared<A: AnchorApi> {
     /// recorded again only by the thread that starts windows, never by a
     /// calibration in between.
     pool: Arc<EventPool<A>>,
-    /// Made on the first window, on the caller's thread: of its context.
-    stream: OnceLock<OwnedStream<A>>,
+    /// Made on the first window, on the caller's thread: of its context;
+    /// with the process that made it, whose alone it is to release.
+    stream: OnceLock<(OwnedStream<A>, u32)>,
     /// Locked briefly, by `start()` and by a calibration's end.
     latest: Mutex<Latest<A>>,
     /// Taken out by the calibration in flight, and put back at its end, so
@@ -131,7 +132,7 @@ impl<A: AnchorApi> Anchoring<A> {
 
     /// The private stream anchors are taken on, once a window made it.
     pub(crate) fn stream(&self) -> Option<A::Stream> {
-        self.shared.stream.get().map(OwnedStream::get)
+        self.shared.stream.get().map(|(stream, _)| stream.get())
     }
 
     /// The current anchor's bound, `None` before the first.
@@ -242,7 +243,7 @@ impl<A: AnchorApi> Anchoring<A> {
         if self.shared.stream.get().is_none() {
             let stream = A::in_context_of(window, OwnedStream::new)??;
             // Only this thread sets it: `start()` takes `&mut self`.
-            let _ = self.shared.stream.set(stream);
+            let _ = self.shared.stream.set((stream, std::process::id()));
         }
         let (next, task) = latest
             .prepared
@@ -343,10 +344,23 @@ impl<A: AnchorApi> Drop for Shared<A> {
             .as_mut();
         // No work: a calibration was in flight as this process forked.
         let enqueued = work.as_ref().is_none_or(|work| work.enqueued);
+        let gate = work.and_then(|work| work.gate.take());
+        let stream = match self.stream.take() {
+            Some((stream, made_in)) if made_in != std::process::id() => {
+                // A child made by `fork`: the stream is the parent's, which
+                // CUDA and ROCm let no child use, and a parent's thread may
+                // have been inside a call on it at the fork, holding its
+                // table entry (a removal would wait for it for good). Left
+                // to the process, with the gate queued on it.
+                std::mem::forget((stream, gate));
+                return;
+            }
+            stream => stream.map(|(stream, _)| stream),
+        };
         let release = Release {
             pool: Arc::clone(&self.pool),
-            gate: work.and_then(|work| work.gate.take()),
-            stream: self.stream.take(),
+            gate,
+            stream,
             enqueued,
         };
         if release.gate.is_none() && release.stream.is_none() {
@@ -569,7 +583,7 @@ impl<A: AnchorApi> PendingCalibration<A> {
         let Some(shared) = self.shared.upgrade() else {
             return;
         };
-        let Some(stream) = shared.stream.get().map(OwnedStream::get) else {
+        let Some(stream) = shared.stream.get().map(|(stream, _)| stream.get()) else {
             return;
         };
         let taken = A::in_context_of(stream, || shared.calibrate(stream)).and_then(|t| t);

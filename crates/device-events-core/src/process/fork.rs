@@ -8,9 +8,9 @@
 //!    neither the resolver nor a calibrator is inside a piece of work, the
 //!    only place they take any other lock of the library's (a window's own,
 //!    a profiler's anchor, an event pool, a handle table's entry across a
-//!    driver call); their sleeps between asks, and a wait in the driver,
-//!    lie outside it, so a fork waits for one round of asks, never for the
-//!    device;
+//!    driver call); their sleeps between asks, a wait in the driver and an
+//!    enqueue (which a full queue holds) lie outside it, so a fork waits
+//!    for one round of asks, never for the device;
 //! 2. the calibrator's queue;
 //! 3. the resolver's queue;
 //! 4. with the `sim` feature, the simulated device's state.
