@@ -161,15 +161,19 @@ fn cargo() -> Command {
     cmd
 }
 
-/// Run a step, echoing it; stop at the first failure.
+/// Run a step, echoing it and then how long it took; stop at the first
+/// failure.
 fn run(step: &str, cmd: &mut Command) -> Result<()> {
     eprintln!("xtask: {step}");
+    let began = std::time::Instant::now();
     let status = cmd
         .status()
         .with_context(|| format!("could not start {step}"))?;
+    let took = began.elapsed().as_secs_f64();
     if !status.success() {
-        bail!("{step} failed ({status})");
+        bail!("{step} failed ({status}) after {took:.0} s");
     }
+    eprintln!("xtask: {step}: done in {took:.0} s");
     Ok(())
 }
 
