@@ -158,6 +158,50 @@ fn a_window_allocates_nothing_across_anchor_refreshes() {
     );
 }
 
+/// A server whose anchor is refreshed less often than a calibrator thread
+/// idles by default: the refresh that `start` hands over finds the thread
+/// still up, rather than start it again (which allocates).
+#[test]
+fn a_window_allocates_nothing_across_refreshes_seconds_apart() {
+    const EVERY: Duration = Duration::from_millis(2500);
+    let _sim = Sim::exclusive();
+    let s = OwnedStream::<Sim>::new().unwrap();
+    let mut profiler = EventProfiler::<Sim>::with_config(ProfilerConfig {
+        anchor: AnchorConfig {
+            drift_correction: false,
+            anchor_max_age: EVERY,
+            max_anchor_distance: Duration::from_secs(3600),
+            ..AnchorConfig::default()
+        },
+        ..ProfilerConfig::default()
+    });
+    let mut window = || {
+        let token = profiler.start(s.get());
+        let mut placed = profiler.stop(s.get(), token).unwrap();
+        // A refresh due: the window may wait for it on the resolver.
+        while placed.try_resolve().is_none() {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    let began = std::time::Instant::now();
+    while began.elapsed() < Duration::from_millis(200) {
+        window();
+    }
+    let (before, records, mut windows) = (allocations(), Sim::calls_of("simEventRecord"), 0);
+    while began.elapsed() < EVERY * 2 + Duration::from_millis(500) {
+        window();
+        windows += 1;
+    }
+    let allocated = allocations() - before;
+    let refreshes = Sim::calls_of("simEventRecord") - records - 2 * windows;
+    assert!(refreshes > 0, "no anchor refreshed in {windows} windows");
+    assert_eq!(
+        allocated, 0,
+        "{allocated} allocations in {windows} windows across refreshes {EVERY:?} apart"
+    );
+}
+
 /// Windows the device has not reached when first asked: each is handed to
 /// the resolver thread, which answers it later.
 #[test]

@@ -15,7 +15,7 @@ use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::tunables::calibrator::STAY_IDLE_FOR;
+use crate::tunables::calibrator::{STAY_IDLE_AT_MOST, STAY_IDLE_FOR};
 
 /// Work for a device's calibrator thread (a calibration, or a dropped
 /// profiler's release), bound to whatever it needs.
@@ -26,8 +26,9 @@ pub(crate) type DeviceTask = Box<dyn FnOnce() + Send>;
 type Device = Option<u64>;
 
 struct CalibrationQueue {
-    /// Each device's queued calibrations, and whether its thread is up.
-    devices: Vec<(Device, VecDeque<DeviceTask>, bool)>,
+    /// Each device's queued calibrations, whether its thread is up, and
+    /// how long it stays idle for the next.
+    devices: Vec<(Device, VecDeque<DeviceTask>, bool, Duration)>,
     /// Queued or running, on every device.
     busy: usize,
     /// The process whose threads are up: a child made by `fork` inherits
@@ -50,11 +51,12 @@ fn calibration_queue() -> MutexGuard<'static, CalibrationQueue> {
 }
 
 impl CalibrationQueue {
-    fn device(&mut self, device: Device) -> &mut (Device, VecDeque<DeviceTask>, bool) {
+    fn device(&mut self, device: Device) -> &mut (Device, VecDeque<DeviceTask>, bool, Duration) {
         let at = match self.devices.iter().position(|(d, ..)| *d == device) {
             Some(at) => at,
             None => {
-                self.devices.push((device, VecDeque::new(), false));
+                self.devices
+                    .push((device, VecDeque::new(), false, STAY_IDLE_FOR));
                 self.devices.len() - 1
             }
         };
@@ -68,7 +70,10 @@ impl CalibrationQueue {
 #[must_use = "dropped only where no profiler lock is held"]
 pub(crate) struct Unrun(#[allow(dead_code)] VecDeque<DeviceTask>);
 
-/// Hand `task` to `device`'s calibrator thread, starting it if needed.
+/// Hand `task` to `device`'s calibrator thread, starting it if needed;
+/// `every`: how often its profiler calibrates at most (its
+/// `anchor_max_age`), which the thread stays idle for, and
+/// [`STAY_IDLE_FOR`] more, up to [`STAY_IDLE_AT_MOST`].
 ///
 /// # Errors
 ///
@@ -77,6 +82,7 @@ pub(crate) struct Unrun(#[allow(dead_code)] VecDeque<DeviceTask>);
 pub(crate) fn run_for_device(
     device: Device,
     task: DeviceTask,
+    every: Duration,
 ) -> Result<(), (std::io::Error, Unrun)> {
     if crate::threads::stopping() {
         // The process is exiting: never run, and nothing released.
@@ -87,8 +93,9 @@ pub(crate) fn run_for_device(
     forget_the_parents(&mut q);
     q.busy += 1;
     q.process = Some(std::process::id());
-    let (_, tasks, running) = q.device(device);
+    let (_, tasks, running, stay) = q.device(device);
     tasks.push_back(task);
+    *stay = (*stay).max(every.saturating_add(STAY_IDLE_FOR).min(STAY_IDLE_AT_MOST));
     if *running {
         drop(q);
         CALIBRATION_HANDED.notify_all();
@@ -100,7 +107,7 @@ pub(crate) fn run_for_device(
         crate::threads::start("device-events-calibrator", move || run_device_tasks(device))
     {
         let mut q = calibration_queue();
-        let (_, tasks, running) = q.device(device);
+        let (_, tasks, running, _) = q.device(device);
         *running = false;
         let unrun = std::mem::take(tasks);
         q.busy -= unrun.len();
@@ -137,7 +144,7 @@ pub(crate) fn forget_the_parents_now() {
 /// Whether a calibrator thread is up in this process.
 pub(crate) fn running() -> bool {
     let q = calibration_queue();
-    q.process == Some(std::process::id()) && q.devices.iter().any(|(.., running)| *running)
+    q.process == Some(std::process::id()) && q.devices.iter().any(|(_, _, running, _)| *running)
 }
 
 fn run_device_tasks(device: Device) {
@@ -173,7 +180,7 @@ fn run_device_tasks(device: Device) {
             continue;
         }
         let since = *idle_since.get_or_insert_with(Instant::now);
-        let left = STAY_IDLE_FOR.saturating_sub(since.elapsed());
+        let left = q.device(device).3.saturating_sub(since.elapsed());
         if left.is_zero() {
             q.devices.retain(|(d, ..)| *d != device);
             return;
@@ -216,7 +223,24 @@ mod tests {
         calibration_queue()
             .devices
             .iter()
-            .any(|(d, _, running)| *d == device && *running)
+            .any(|(d, _, running, _)| *d == device && *running)
+    }
+
+    /// A device's thread waits out the refresh period of the profilers it
+    /// calibrates, so that a refresh less frequent than [`STAY_IDLE_FOR`]
+    /// finds it up: starting it again would allocate on the caller.
+    #[test]
+    fn a_devices_thread_stays_idle_through_its_profilers_refresh_period() {
+        let device = Some(u64::MAX - 3);
+        let handed = Instant::now();
+        assert!(run_for_device(device, Box::new(|| {}), Duration::from_secs(1)).is_ok());
+        assert!(wait_for_calibrations(Duration::from_secs(10)));
+        let seen = STAY_IDLE_FOR + Duration::from_millis(500);
+        std::thread::sleep(seen.saturating_sub(handed.elapsed()));
+        assert!(
+            up(device),
+            "the thread left within {seen:?} of a calibration refreshed every second"
+        );
     }
 
     /// A device's thread leaves once idle for [`STAY_IDLE_FOR`], however
@@ -225,14 +249,14 @@ mod tests {
     fn an_idle_devices_thread_leaves_while_another_device_calibrates() {
         // Keys no backend gives in these tests.
         let (idle, busy) = (Some(u64::MAX - 1), Some(u64::MAX - 2));
-        assert!(run_for_device(idle, Box::new(|| {})).is_ok());
+        assert!(run_for_device(idle, Box::new(|| {}), Duration::ZERO).is_ok());
         assert!(wait_for_calibrations(Duration::from_secs(10)));
         assert!(up(idle), "the thread stays for the next calibration");
         // Another device calibrates every 100 ms, for twice the idle spell
         // and a second more.
         let until = Instant::now() + STAY_IDLE_FOR * 2 + Duration::from_secs(1);
         while Instant::now() < until {
-            assert!(run_for_device(busy, Box::new(|| {})).is_ok());
+            assert!(run_for_device(busy, Box::new(|| {}), Duration::ZERO).is_ok());
             std::thread::sleep(Duration::from_millis(100));
         }
         assert!(

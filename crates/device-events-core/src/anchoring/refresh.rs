@@ -250,7 +250,8 @@ impl<A: AnchorApi> Anchoring<A> {
             .take()
             .unwrap_or_else(|| PendingCalibration::prepared(&self.shared));
         let device = self.stream().and_then(A::context_key);
-        calibrator::run_for_device(device, task).map_err(|(err, tasks)| {
+        let every = self.shared.config.anchor.anchor_max_age;
+        calibrator::run_for_device(device, task, every).map_err(|(err, tasks)| {
             *unrun = Some(tasks);
             DriverError::refused(
                 A::BACKEND,
@@ -374,7 +375,9 @@ impl<A: AnchorApi> Drop for Shared<A> {
             A::own_thread();
             drop(release);
         };
-        if let Err((err, unrun)) = calibrator::run_for_device(device, Box::new(task)) {
+        if let Err((err, unrun)) =
+            calibrator::run_for_device(device, Box::new(task), Duration::ZERO)
+        {
             log::warn!(
                 "{}: an anchor stream and gate are released on the caller's thread: \
                  no calibrator thread could be started: {err}",
