@@ -75,7 +75,11 @@ pub(crate) fn tracy_checks() -> Result<()> {
     )?;
     let capture = ensure_capture()?;
     let manifest = root().join("ci").join("tracy-check").join("Cargo.toml");
+    // Its captures go here; it builds in the workspace's target folder,
+    // sharing what the two build alike (the core, the trace crate's
+    // dependencies, Tracy 0.11's client, built above under `tracy-0-17`).
     let dir = target_dir().join("tracy-check");
+    std::fs::create_dir_all(&dir)?;
     for (client, feature) in [
         ("tracy-client 0.17.1", "client-0-17"),
         ("tracy-client 0.18.4, re-synced", "client-0-18"),
@@ -86,7 +90,7 @@ pub(crate) fn tracy_checks() -> Result<()> {
                 .args(["--features", feature, "--manifest-path"])
                 .arg(&manifest)
                 .arg("--target-dir")
-                .arg(&dir);
+                .arg(target_dir());
             cmd
         };
         run(
