@@ -1,8 +1,8 @@
 //! Anchoring, on the software driver: the gate is used where the device
 //! has stream memory operations, left alone where it has none, and never
-//! left closed, errors included; the drift fit never places windows worse
-//! than anchors standing alone. Windows stay inside their stated bound
-//! throughout.
+//! left closed, errors included; with the drift fit, the median window is
+//! placed no worse than with anchors standing alone. Windows stay inside
+//! their stated bound throughout.
 
 use std::time::{Duration, Instant};
 

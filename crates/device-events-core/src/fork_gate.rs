@@ -7,7 +7,8 @@
 //! Rather than take each such lock around the fork, the fork handler
 //! ([`crate::process::before_fork`]) closes this gate: the library's
 //! threads (the resolver and the calibrators) take every lock of theirs
-//! only inside a piece of [`LibraryWork`], and the handler waits until
+//! only inside a piece of [`LibraryWork`] (an enqueue's, below, excepted),
+//! and the handler waits until
 //! none is inside one. Their pieces make no driver call that waits on the
 //! device: between asks they sleep outside the gate
 //! ([`outside_library_work`]), holding no lock, so a fork waits at most
@@ -21,10 +22,12 @@
 //! a driver holds an enqueue while the device's queue is full, which a
 //! hung device's work sharing it can keep full, so an anchor's record, its
 //! gate's wait and a drain's record are made outside the gate too. Such a
-//! call holds the anchor stream's table entry, which a fork may copy held:
-//! a child never removes a parent's anchor stream (it leaves it to the
-//! process's end, as CUDA and ROCm let no child use it), so nothing in the
-//! child waits for that hold.
+//! call holds the anchor stream's table entry, which a fork may copy held.
+//! Nothing in the child waits for that hold: the stream is held by the
+//! calibration or release the parent's thread was running, on that
+//! thread's stack, which the child never unwinds; and a child's drop of a
+//! profiler leaves any anchor stream the parent made to the process's end
+//! (CUDA and ROCm let no child use it).
 //!
 //! The order, written down: this gate first, then the calibrator's queue,
 //! then the resolver's. A library thread enters the gate holding no queue

@@ -526,3 +526,72 @@ fn a_fork_waits_for_no_gate_wait_held_in_the_driver() {
          (Err: it waited 5 s for it)"
     );
 }
+
+/// On the checked layer (the counting backend, whose streams live in a
+/// handle table as every backend's do): the parent's calibrator is inside
+/// an anchor's record, holding the anchor stream's table entry, as the
+/// process forks. The fork does not wait for it; the child drops the
+/// inherited profiler (its calibration, on the parent's thread, is never
+/// ended there), then profiles a stream of its own and releases it, the
+/// table's copied hold on the parent's entry in it.
+#[test]
+fn a_child_profiles_on_the_checked_layer_while_its_parents_record_held_a_stream_entry() {
+    use device_events_core::tally::Tally;
+    let _sim = Sim::exclusive();
+    register_fork_handlers();
+    Tally::set_current(Some(7));
+    let s = Tally::stream_create_non_blocking().unwrap();
+    let mut profiler = EventProfiler::<Tally>::new();
+    Tally::hold_calibrator_records(true);
+    let token = profiler.start(s);
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    while !Tally::calibrator_record_held() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    assert!(
+        Tally::calibrator_record_held(),
+        "the calibrator records the anchor within 2 s"
+    );
+    // SAFETY: the child only profiles and exits; the other threads are
+    // the library's, which the fork handlers fence off (the calibrator's
+    // held record among them: outside its piece of work).
+    let child = unsafe { libc::fork() };
+    assert!(child >= 0, "fork failed");
+    if child == 0 {
+        Tally::hold_calibrator_records(false);
+        let held_at_fork = Tally::calibrator_record_held();
+        drop(profiler);
+        let own = Tally::stream_create_non_blocking().unwrap();
+        let mut mine = EventProfiler::<Tally>::new();
+        let token = mine.start(own);
+        let window = mine.stop(own, token).unwrap();
+        let (sent, answer) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = sent.send(pollster::block_on(window.resolve()).is_some());
+        });
+        let read = answer.recv_timeout(Duration::from_secs(2)).is_ok();
+        drop(mine);
+        let idle = wait_for_calibrations(Duration::from_secs(2));
+        let released = Tally::stream_destroy(own).is_ok();
+        let code = i32::from(!held_at_fork)
+            | (i32::from(!read) << 1)
+            | (i32::from(!idle) << 2)
+            | (i32::from(!released) << 3);
+        // SAFETY: leaves the child at once, with the outcome as its status.
+        unsafe { libc::_exit(code) };
+    }
+    let forked_while_held = Tally::calibrator_record_held();
+    Tally::hold_calibrator_records(false);
+    let status = status_of(child);
+    let _ = profiler.stop(s, token);
+    drop(profiler);
+    assert!(wait_for_calibrations(Duration::from_secs(10)));
+    let _ = Tally::stream_destroy(s);
+    assert!(forked_while_held, "the fork waited for the held record");
+    assert_eq!(
+        status,
+        Some(0),
+        "1: no record held at the fork; 2: the child's window never answered; 4: its \
+         calibrations did not end; 8: its stream was not released; None: hung, killed"
+    );
+}

@@ -72,9 +72,11 @@ impl<A: AnchorApi> Probe for EventProbe<'_, A> {
 
     /// Recorded outside the calibrator's piece of work: an enqueue waits in
     /// the driver while the device's queue is full, which a hung device's
-    /// work can keep it, and a fork must not wait for the device. The
-    /// record holds only the anchor stream's table entry, which a child
-    /// never removes (it leaves the parent's anchor streams to its end).
+    /// work can keep it, and a fork must not wait for the device. Of the
+    /// library's locks the record holds the anchor stream's table entry
+    /// (and, on OpenCL, the anchor event's marker), each of a stream or an
+    /// event that this thread's calibration holds, which a child never
+    /// releases.
     fn queue(&mut self) -> Result<PooledEvent<A>, DriverError> {
         let event = self.pool.take()?;
         *self.enqueued = true;

@@ -89,7 +89,8 @@ struct Latest<A: AnchorApi> {
 }
 
 struct Work {
-    /// Dropped before the stream it waits on, in `Shared`'s drop: open.
+    /// Dropped before the stream it waits on, in `Shared`'s drop: open
+    /// (in a fork child, a gate on the parent's stream is left as it is).
     gate: Option<Box<dyn Gate>>,
     gate_tried: bool,
     /// Whether anything was ever enqueued on the anchor stream (a record,
@@ -336,7 +337,9 @@ impl<A: AnchorApi> Drop for Shared<A> {
     /// The gate and the anchor stream are released on the calibrator
     /// thread, in RELAXED mode: draining the stream is a call another
     /// thread's graph capture forbids, and the stream's destroy may wait
-    /// for its work (`hipStreamDestroy`). Here only without a thread.
+    /// for its work (`hipStreamDestroy`). Here only without a thread. In a
+    /// child made by `fork`, a stream the parent made is left to the
+    /// process, with its gate and anchor events: none is released.
     fn drop(&mut self) {
         let work = self
             .work
@@ -352,8 +355,15 @@ impl<A: AnchorApi> Drop for Shared<A> {
                 // CUDA and ROCm let no child use, and a parent's thread may
                 // have been inside a call on it at the fork, holding its
                 // table entry (a removal would wait for it for good). Left
-                // to the process, with the gate queued on it.
-                std::mem::forget((stream, gate));
+                // to the process, with the gate queued on it and the anchor
+                // events: that thread may have held a lock of the driver's
+                // own (clr's stream set's), which a destroy takes.
+                let latest = self
+                    .latest
+                    .get_mut()
+                    .unwrap_or_else(PoisonError::into_inner);
+                let anchors = (latest.anchor.take(), latest.in_flight.take());
+                std::mem::forget((stream, gate, anchors, Arc::clone(&self.pool)));
                 return;
             }
             stream => stream.map(|(stream, _)| stream),

@@ -10,7 +10,9 @@
 //!    a profiler's anchor, an event pool, a handle table's entry across a
 //!    driver call); their sleeps between asks, a wait in the driver and an
 //!    enqueue (which a full queue holds) lie outside it, so a fork waits
-//!    for one round of asks, never for the device;
+//!    for one round of asks, never for the device. An enqueue holds one
+//!    lock outside: its anchor stream's table entry, read, which a child
+//!    never removes (see `fork_gate`);
 //! 2. the calibrator's queue;
 //! 3. the resolver's queue;
 //! 4. with the `sim` feature, the simulated device's state.
@@ -50,12 +52,15 @@ struct Forking {
 /// library thread (the resolver, a calibrator) is inside a piece of work,
 /// keep them out, and take the locks they share process-wide (the
 /// calibrator's and the resolver's queues), so that no library thread
-/// holds a lock of the library's as the process forks. A child has none
+/// holds a lock of the library's as the process forks, but for an anchor
+/// stream's table entry read by an enqueue, which no child removes (an
+/// enqueue can wait for the device). A child has none
 /// of the parent's threads: a lock one of them held would stay held there,
 /// and the child's first profiler, its first window read, or its drop of
 /// an inherited window, profiler or fence would wait on it for good. The
 /// wait is for one round of asks at most: the library's threads sleep
-/// between asks, and wait in the driver, outside their pieces of work.
+/// between asks, wait in the driver, and enqueue, outside their pieces of
+/// work.
 /// `device-events-cuda`, `-hip` and `-opencl` register the three handlers
 /// once the driver is loaded; a process that uses none of them and forks
 /// while the library's threads run registers them itself. Each call is

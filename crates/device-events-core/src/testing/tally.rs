@@ -7,6 +7,7 @@
 
 use std::cell::Cell;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
 
 use std::time::Duration;
@@ -35,6 +36,11 @@ struct Book {
 }
 
 static BOOK: LazyLock<Mutex<Book>> = LazyLock::new(Mutex::default);
+/// Set: a record on a calibrator thread stays in the "driver" until it is
+/// cleared (10 s at most), as an enqueue into a hung device's full queue
+/// does; [`RECORD_HELD`] meanwhile. Outside the book's lock.
+static HOLD_CALIBRATOR_RECORDS: AtomicBool = AtomicBool::new(false);
+static RECORD_HELD: AtomicBool = AtomicBool::new(false);
 static STATE: State<Tally> = State::new();
 
 thread_local! {
@@ -64,6 +70,33 @@ impl Tally {
     /// Calls on a handle that was not live, or with another context bound.
     pub fn faults() -> u64 {
         book().faults
+    }
+
+    /// While `hold`, a record on a calibrator thread stays in the "driver"
+    /// until this is called again with `false` (10 s at most), as an
+    /// enqueue into the full queue of a hung device does.
+    pub fn hold_calibrator_records(hold: bool) {
+        HOLD_CALIBRATOR_RECORDS.store(hold, Ordering::Release);
+    }
+
+    /// Whether a calibrator thread's record is held now.
+    pub fn calibrator_record_held() -> bool {
+        RECORD_HELD.load(Ordering::Acquire)
+    }
+
+    fn held_on_a_calibrator() {
+        if HOLD_CALIBRATOR_RECORDS.load(Ordering::Acquire)
+            && std::thread::current().name() == Some("device-events-calibrator")
+        {
+            RECORD_HELD.store(true, Ordering::Release);
+            let until = std::time::Instant::now() + Duration::from_secs(10);
+            while HOLD_CALIBRATOR_RECORDS.load(Ordering::Acquire)
+                && std::time::Instant::now() < until
+            {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            RECORD_HELD.store(false, Ordering::Release);
+        }
     }
 
     fn call(name: &'static str, handles: &[&TallyHandle]) -> Result<(), DriverError> {
@@ -164,6 +197,7 @@ impl RawApi for Tally {
         Self::release("destroy_event", &event)
     }
     fn record_event(_: Permit<Self>, e: &TallyHandle, s: &TallyHandle) -> Result<(), DriverError> {
+        Self::held_on_a_calibrator();
         Self::call("record_event", &[e, s])
     }
     fn synchronize_event(_: Permit<Self>, event: &TallyHandle) -> Result<(), DriverError> {
