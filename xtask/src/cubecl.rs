@@ -6,7 +6,8 @@
 //! patched too, its `profile-tracy` writing a Tracy GPU context per stream
 //! through `device-events-trace`. Then, on lavapipe, cubecl-wgpu published
 //! and patched: CubeCL's own profiling tests and cubecl-wgpu's `tests/`,
-//! each test in a process of its own, compared test by test; and CubeCL
+//! each test in a process of its own, compared test by test; the patch's
+//! own unit tests inside cubecl-wgpu (its query-set budget); and CubeCL
 //! kernels whose windows' placed ends are held against
 //! lavapipe's exact clock (`ci/cubecl/wgpu-check`), built in release.
 
@@ -82,8 +83,10 @@ pub(crate) fn cubecl() -> Result<()> {
     );
     crate::ensure_lavapipe()?;
     let published = build("unpatched", &published()?)?;
-    let patched = build("patched", &patched)?;
+    let patched_workspace = patched;
+    let patched = build("patched", &patched_workspace)?;
     compare(&run_tests(&published)?, &run_tests(&patched)?)?;
+    patch_unit_tests(&patched_workspace)?;
     let compared = wgpu_checks(&published, &patched)?;
     eprintln!("xtask: cubecl-wgpu on lavapipe, placement against the exact clock: {compared}");
     Ok(())
@@ -132,6 +135,9 @@ fn patched() -> Result<Workspace> {
                 .arg("apply")
                 .arg(&patch),
         )?;
+        if *name == WGPU {
+            without_cubecls_lib_suite(&staging)?;
+        }
         sync_dir(&staging, &dir.join(name))?;
         let (added, removed) = size(&patch)?;
         eprintln!("xtask: {name}: the patch adds {added} lines and removes {removed}");
@@ -160,6 +166,30 @@ fn patched() -> Result<Workspace> {
         dir,
         target: target(),
     })
+}
+
+/// The attribute on cubecl-wgpu's lib suite (`src/lib.rs`: CubeCL's
+/// `testgen_all!` and the rest, for WGSL), and what it becomes here.
+const LIB_SUITE: &str = "#[cfg(all(test, not(feature = \"spirv\"), not(feature = \"msl\")))]\n#[allow(unexpected_cfgs)]\nmod tests {";
+const LIB_SUITE_OFF: &str = "// `cargo xtask cubecl`: CubeCL's lib suite is not built here; its\n// profiling tests run through wgpu-check's `tests/profiling.rs`.\n#[cfg(any())]\n#[allow(unexpected_cfgs)]\nmod tests {";
+
+/// In the patched copy, CubeCL's lib suite turned off, so that building
+/// the lib's tests for the patch's own unit tests
+/// ([`patch_unit_tests`]) takes a minute, not twenty (thousands of
+/// generated tests); nothing outside `cfg(test)` changes. Its profiling
+/// tests run through `wgpu-check`, published and patched.
+fn without_cubecls_lib_suite(crate_dir: &Path) -> Result<()> {
+    let lib = crate_dir.join("src").join("lib.rs");
+    let source =
+        std::fs::read_to_string(&lib).with_context(|| format!("reading {}", lib.display()))?;
+    if !source.contains(LIB_SUITE) {
+        bail!(
+            "{}: CubeCL's lib suite is not where it was in {VERSION}",
+            lib.display()
+        );
+    }
+    std::fs::write(&lib, source.replacen(LIB_SUITE, LIB_SUITE_OFF, 1))?;
+    Ok(())
 }
 
 /// Published cubecl-wgpu, as it is, in a workspace with `wgpu-check`.
@@ -438,6 +468,51 @@ fn compare(
     if !lost.is_empty() {
         bail!("passing published, not patched: {}", lost.join(", "));
     }
+    Ok(())
+}
+
+/// The unit tests the patch adds inside cubecl-wgpu, where they reach what
+/// is private to it (the query-set budget): by their module's name.
+const PATCH_UNIT_TESTS: &str = "budget_tests";
+
+/// The patch's own unit tests, in cubecl-wgpu's lib test binary (built
+/// without CubeCL's lib suite: [`without_cubecls_lib_suite`]); none needs
+/// a device.
+fn patch_unit_tests(workspace: &Workspace) -> Result<()> {
+    let mut cmd = cargo();
+    cmd.current_dir(&workspace.dir)
+        .args([
+            "test",
+            "--release",
+            "--lib",
+            "--package",
+            WGPU,
+            PATCH_UNIT_TESTS,
+        ])
+        .env("DOCS_RS", "1")
+        .env("CARGO_TARGET_DIR", &workspace.target)
+        .stderr(Stdio::inherit());
+    eprintln!("xtask: the patch's unit tests in {WGPU} ({PATCH_UNIT_TESTS})");
+    let began = Instant::now();
+    let output = cmd.output().context("could not start cargo")?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    for line in stdout.lines().filter(|l| l.starts_with("test ")) {
+        eprintln!("xtask:   {line}");
+    }
+    if !output.status.success() {
+        bail!("the patch's unit tests in {WGPU} failed: {stdout}");
+    }
+    let passed = stdout
+        .lines()
+        .filter(|l| l.starts_with("test ") && l.ends_with(" ok"))
+        .count();
+    if passed == 0 {
+        bail!("no unit test of the patch ran in {WGPU} (filter {PATCH_UNIT_TESTS})");
+    }
+    eprintln!(
+        "xtask: the patch's unit tests in {WGPU}: {passed} passed, in {:.0} s with the build",
+        began.elapsed().as_secs_f64()
+    );
     Ok(())
 }
 
