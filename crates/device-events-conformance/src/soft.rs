@@ -201,6 +201,13 @@ impl SoftDriver {
         self.inject(b"soft_driver_fail_call_elsewhere\0", function, nth, status)
     }
 
+    /// As [`fail_call`](Self::fail_call), counting only calls made on
+    /// this thread: a test's own, whatever the library's threads call
+    /// meanwhile (a refresh's record, a release's drain).
+    pub fn fail_call_here(&self, function: &str, nth: u32, status: i32) -> bool {
+        self.inject(b"soft_driver_fail_call_here\0", function, nth, status)
+    }
+
     fn inject(&self, control: &[u8], function: &str, nth: u32, status: i32) -> bool {
         type F = unsafe extern "C" fn(*const c_char, u32, i32) -> i32;
         let f = self.symbol::<F>(control);

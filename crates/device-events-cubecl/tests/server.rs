@@ -230,7 +230,7 @@ where
     (abi.bind)(0);
     let s = A::stream_create_non_blocking().unwrap();
     let fence = CubeFence::<A>::new(s);
-    assert!(soft.fail_call(abi.synchronize, 1, abi.poisoning.0));
+    assert!(soft.fail_call_here(abi.synchronize, 1, abi.poisoning.0));
     let err = fence.wait_sync().unwrap_err();
     assert!(err.is_device_poisoned(), "{err}");
     A::stream_destroy(s).unwrap();
@@ -263,7 +263,7 @@ where
     // The anchor is taken on the library's thread; the injection is for
     // this thread's record.
     let mut profiler = anchored::<A>(s);
-    assert!(soft.fail_call(abi.record, 1, 2));
+    assert!(soft.fail_call_here(abi.record, 1, 2));
     let err = profiler.start(s).unwrap_err();
     assert!(err.to_string().contains(abi.record), "{err}");
     assert!(!err.is_device_poisoned());
@@ -286,7 +286,7 @@ where
     let mut profiler = anchored::<A>(s);
     for (status, poisoned) in [(2, false), (abi.poisoning.0, true)] {
         let token = profiler.start(s).unwrap();
-        assert!(soft.fail_call(abi.record, 1, status));
+        assert!(soft.fail_call_here(abi.record, 1, status));
         match profiler.stop(s, token) {
             Err(ProfileError::Server(err)) => {
                 assert_eq!(err.is_device_poisoned(), poisoned, "{err}");
@@ -313,12 +313,12 @@ pub fn cubecl_a_fence_whose_record_is_refused_synchronizes_its_stream<A: Backend
         A::stream_create_non_blocking().unwrap(),
     );
     let synced = soft.call_count(abi.stream_synchronize);
-    assert!(soft.fail_call(abi.record, 1, 2));
+    assert!(soft.fail_call_here(abi.record, 1, 2));
     let fence = CubeFence::<A>::new(a);
     assert_eq!(soft.call_count(abi.stream_synchronize), synced + 1);
     assert_eq!(fence.is_complete().ok(), Some(true));
     fence.wait_async(b).unwrap();
-    assert!(soft.fail_call(abi.record, 1, 2));
+    assert!(soft.fail_call_here(abi.record, 1, 2));
     CubeFence::<A>::new(a).wait_sync().unwrap();
     A::stream_destroy(a).unwrap();
     A::stream_destroy(b).unwrap();
@@ -338,7 +338,7 @@ where
     );
     let fence = CubeFence::<A>::new(a);
     let waited = soft.call_count(abi.synchronize);
-    assert!(soft.fail_call(abi.stream_wait, 1, 2));
+    assert!(soft.fail_call_here(abi.stream_wait, 1, 2));
     fence.wait_async(b).unwrap();
     assert_eq!(soft.call_count(abi.synchronize), waited + 1);
     A::stream_destroy(a).unwrap();
@@ -357,7 +357,7 @@ pub fn cubecl_a_fence_on_a_poisoned_device_falls_back_to_nothing<A: Backend>(
     (abi.bind)(0);
     let s = A::stream_create_non_blocking().unwrap();
     let synced = soft.call_count(abi.stream_synchronize);
-    assert!(soft.fail_call(abi.record, 1, abi.poisoning.0));
+    assert!(soft.fail_call_here(abi.record, 1, abi.poisoning.0));
     let fence = CubeFence::<A>::new(s);
     assert_eq!(soft.call_count(abi.stream_synchronize), synced);
     assert!(fence.wait_sync().unwrap_err().is_device_poisoned());

@@ -15,6 +15,8 @@ pub(crate) struct Injection {
     pub(crate) status: i32,
     /// Calls from this thread neither count nor fail.
     pub(crate) except: Option<std::thread::ThreadId>,
+    /// Only calls from this thread count and fail.
+    pub(crate) only: Option<std::thread::ThreadId>,
 }
 
 #[derive(Default)]
@@ -159,7 +161,7 @@ pub(crate) fn enter(name: &'static str) -> Result<(), i32> {
     let due = control
         .injections
         .iter()
-        .position(|i| i.name == name && i.except != Some(me));
+        .position(|i| i.name == name && i.except != Some(me) && i.only.is_none_or(|t| t == me));
     if let Some(index) = due {
         let injection = &mut control.injections[index];
         if injection.pass == 0 {

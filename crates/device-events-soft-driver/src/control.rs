@@ -31,6 +31,7 @@ pub unsafe extern "C" fn soft_driver_fail_call_any(
         pass: nth - 1,
         status,
         except: None,
+        only: None,
     });
     0
 }
@@ -86,6 +87,7 @@ pub unsafe extern "C" fn soft_driver_fail_call(name: *const c_char, nth: u32, st
         pass: nth - 1,
         status,
         except: None,
+        only: None,
     });
     0
 }
@@ -109,6 +111,29 @@ pub unsafe extern "C" fn soft_driver_fail_call_elsewhere(
         && let Some(last) = control().injections.last_mut()
     {
         last.except = Some(std::thread::current().id());
+    }
+    done
+}
+
+/// As [`soft_driver_fail_call`], counting only calls made on the calling
+/// thread: a test's own call, whatever the library's threads call
+/// meanwhile.
+///
+/// # Safety
+///
+/// `name` is null or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn soft_driver_fail_call_here(
+    name: *const c_char,
+    nth: u32,
+    status: i32,
+) -> i32 {
+    // SAFETY: as this function's caller promises.
+    let done = unsafe { soft_driver_fail_call(name, nth, status) };
+    if done == 0
+        && let Some(last) = control().injections.last_mut()
+    {
+        last.only = Some(std::thread::current().id());
     }
     done
 }

@@ -329,6 +329,35 @@ fn an_injected_failure_returns_the_chosen_status_once() {
     );
 }
 
+/// An injection for this thread's calls leaves another thread's alone,
+/// and fails this thread's next call however many the other made first.
+#[test]
+fn an_injected_failure_here_fails_only_this_threads_call() {
+    let soft = SoftDriver::exclusive();
+    context(0);
+    let (s, e) = (stream(), event());
+    let (s_bits, e_bits) = (s as usize, e as usize);
+    assert!(soft.fail_call_here("cuEventRecord", 1, 700));
+    std::thread::spawn(move || {
+        context(0);
+        // SAFETY: event and stream are live and of the current context.
+        unsafe {
+            let (s, e) = (s_bits as sys::CUstream, e_bits as sys::CUevent);
+            assert_eq!(result::event::record(e, s), Ok(()), "another thread's");
+        }
+    })
+    .join()
+    .unwrap();
+    // SAFETY: event and stream are live and of the current context.
+    unsafe {
+        assert_eq!(
+            result::event::record(e, s),
+            Err(err(CUresult::CUDA_ERROR_ILLEGAL_ADDRESS))
+        );
+        assert_eq!(result::event::record(e, s), Ok(()));
+    }
+}
+
 #[test]
 fn live_handles_are_counted() {
     let soft = SoftDriver::exclusive();
