@@ -74,16 +74,10 @@ pub(crate) mod resolver {
 pub(crate) mod calibrator {
     use super::Duration;
 
-    /// How long a device's thread stays idle for the next calibration
-    /// before it leaves, beyond the longest `anchor_max_age` of the
-    /// calibrations it ran: calibrations come every few milliseconds until
-    /// a profiler's drift fit is trusted, then every `anchor_max_age`, and
-    /// a thread started again for each would allocate on the `start` that
-    /// hands the refresh over.
+    /// How long a device's thread stays idle for the next task before it
+    /// leaves, once no profiler of the device is alive (while one is, it
+    /// stays: its refreshes come every `anchor_max_age`).
     pub(crate) const STAY_IDLE_FOR: Duration = Duration::from_secs(2);
-    /// The longest a device's thread stays idle, whatever the refresh
-    /// period: a profiler refreshing less often starts it again each time.
-    pub(crate) const STAY_IDLE_AT_MOST: Duration = Duration::from_secs(600);
 
     /// How long a calibration polls tightly, yielding: past a launch
     /// latency and a busy machine's scheduling delays (a sleep would

@@ -15,7 +15,7 @@ use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::tunables::calibrator::{STAY_IDLE_AT_MOST, STAY_IDLE_FOR};
+use crate::tunables::calibrator::STAY_IDLE_FOR;
 
 /// Work for a device's calibrator thread (a calibration, or a dropped
 /// profiler's release), bound to whatever it needs.
@@ -27,8 +27,8 @@ type Device = Option<u64>;
 
 struct CalibrationQueue {
     /// Each device's queued calibrations, whether its thread is up, and
-    /// how long it stays idle for the next.
-    devices: Vec<(Device, VecDeque<DeviceTask>, bool, Duration)>,
+    /// how many profilers of it are alive (its thread stays while any is).
+    devices: Vec<(Device, VecDeque<DeviceTask>, bool, usize)>,
     /// Queued or running, on every device.
     busy: usize,
     /// The process whose threads are up: a child made by `fork` inherits
@@ -51,12 +51,11 @@ fn calibration_queue() -> MutexGuard<'static, CalibrationQueue> {
 }
 
 impl CalibrationQueue {
-    fn device(&mut self, device: Device) -> &mut (Device, VecDeque<DeviceTask>, bool, Duration) {
+    fn device(&mut self, device: Device) -> &mut (Device, VecDeque<DeviceTask>, bool, usize) {
         let at = match self.devices.iter().position(|(d, ..)| *d == device) {
             Some(at) => at,
             None => {
-                self.devices
-                    .push((device, VecDeque::new(), false, STAY_IDLE_FOR));
+                self.devices.push((device, VecDeque::new(), false, 0));
                 self.devices.len() - 1
             }
         };
@@ -70,10 +69,7 @@ impl CalibrationQueue {
 #[must_use = "dropped only where no profiler lock is held"]
 pub(crate) struct Unrun(#[allow(dead_code)] VecDeque<DeviceTask>);
 
-/// Hand `task` to `device`'s calibrator thread, starting it if needed;
-/// `every`: how often its profiler calibrates at most (its
-/// `anchor_max_age`), which the thread stays idle for, and
-/// [`STAY_IDLE_FOR`] more, up to [`STAY_IDLE_AT_MOST`].
+/// Hand `task` to `device`'s calibrator thread, starting it if needed.
 ///
 /// # Errors
 ///
@@ -82,7 +78,6 @@ pub(crate) struct Unrun(#[allow(dead_code)] VecDeque<DeviceTask>);
 pub(crate) fn run_for_device(
     device: Device,
     task: DeviceTask,
-    every: Duration,
 ) -> Result<(), (std::io::Error, Unrun)> {
     if crate::threads::stopping() {
         // The process is exiting: never run, and nothing released.
@@ -93,9 +88,8 @@ pub(crate) fn run_for_device(
     forget_the_parents(&mut q);
     q.busy += 1;
     q.process = Some(std::process::id());
-    let (_, tasks, running, stay) = q.device(device);
+    let (_, tasks, running, _) = q.device(device);
     tasks.push_back(task);
-    *stay = (*stay).max(every.saturating_add(STAY_IDLE_FOR).min(STAY_IDLE_AT_MOST));
     if *running {
         drop(q);
         CALIBRATION_HANDED.notify_all();
@@ -116,6 +110,29 @@ pub(crate) fn run_for_device(
         return Err((err, Unrun(unrun)));
     }
     Ok(())
+}
+
+/// A profiler of `device` made its anchor stream: the device's thread
+/// stays up, idle between its refreshes, until it is dropped
+/// ([`profiler_left`]), however far apart its refreshes are. A thread
+/// started again for each would allocate on the `start` that hands the
+/// refresh over.
+pub(crate) fn profiler_joined(device: Device) {
+    let mut q = calibration_queue();
+    forget_the_parents(&mut q);
+    q.process = Some(std::process::id());
+    q.device(device).3 += 1;
+}
+
+/// A profiler of `device` that [joined](profiler_joined) is dropped: once
+/// none is left, its thread leaves after [`STAY_IDLE_FOR`] idle.
+pub(crate) fn profiler_left(device: Device) {
+    let mut q = calibration_queue();
+    forget_the_parents(&mut q);
+    let profilers = &mut q.device(device).3;
+    *profilers = profilers.saturating_sub(1);
+    drop(q);
+    CALIBRATION_HANDED.notify_all();
 }
 
 /// In a child made by `fork`, the queue is the parent's: its threads are
@@ -180,7 +197,13 @@ fn run_device_tasks(device: Device) {
             continue;
         }
         let since = *idle_since.get_or_insert_with(Instant::now);
-        let left = q.device(device).3.saturating_sub(since.elapsed());
+        let left = if q.device(device).3 > 0 {
+            // A profiler of the device is alive: its next refresh finds
+            // the thread up.
+            STAY_IDLE_FOR
+        } else {
+            STAY_IDLE_FOR.saturating_sub(since.elapsed())
+        };
         if left.is_zero() {
             q.devices.retain(|(d, ..)| *d != device);
             return;
@@ -226,24 +249,29 @@ mod tests {
             .any(|(d, _, running, _)| *d == device && *running)
     }
 
-    /// A device's thread waits out the refresh period of the profilers it
-    /// calibrates, so that a refresh less frequent than [`STAY_IDLE_FOR`]
-    /// finds it up: starting it again would allocate on the caller.
+    /// A device's thread stays up while a profiler of it is alive, however
+    /// long it idles (a refresh seconds apart finds it up: starting it
+    /// again would allocate on the caller), and leaves once none is.
     #[test]
-    fn a_devices_thread_stays_idle_through_its_profilers_refresh_period() {
+    fn a_devices_thread_stays_while_a_profiler_of_it_is_alive() {
         let device = Some(u64::MAX - 3);
+        profiler_joined(device);
         let (ran, done) = std::sync::mpsc::channel();
-        let handed = Instant::now();
         let task = Box::new(move || {
             let _ = ran.send(());
         });
-        assert!(run_for_device(device, task, Duration::from_secs(30)).is_ok());
+        assert!(run_for_device(device, task).is_ok());
         assert!(done.recv_timeout(Duration::from_secs(10)).is_ok());
-        let seen = STAY_IDLE_FOR + Duration::from_secs(1);
-        std::thread::sleep(seen.saturating_sub(handed.elapsed()));
+        std::thread::sleep(STAY_IDLE_FOR + Duration::from_secs(1));
+        assert!(up(device), "the thread left while its profiler lives");
+        profiler_left(device);
+        let deadline = Instant::now() + STAY_IDLE_FOR + Duration::from_secs(10);
+        while up(device) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         assert!(
-            up(device),
-            "the thread left within {seen:?} of a calibration refreshed every 30 s"
+            !up(device),
+            "the thread stayed once its profiler was dropped"
         );
     }
 
@@ -253,14 +281,14 @@ mod tests {
     fn an_idle_devices_thread_leaves_while_another_device_calibrates() {
         // Keys no backend gives in these tests.
         let (idle, busy) = (Some(u64::MAX - 1), Some(u64::MAX - 2));
-        assert!(run_for_device(idle, Box::new(|| {}), Duration::ZERO).is_ok());
+        assert!(run_for_device(idle, Box::new(|| {})).is_ok());
         assert!(wait_for_calibrations(Duration::from_secs(10)));
         assert!(up(idle), "the thread stays for the next calibration");
         // Another device calibrates every 100 ms, for twice the idle spell
         // and a second more.
         let until = Instant::now() + STAY_IDLE_FOR * 2 + Duration::from_secs(1);
         while Instant::now() < until {
-            assert!(run_for_device(busy, Box::new(|| {}), Duration::ZERO).is_ok());
+            assert!(run_for_device(busy, Box::new(|| {})).is_ok());
             std::thread::sleep(Duration::from_millis(100));
         }
         assert!(

@@ -243,6 +243,7 @@ impl<A: AnchorApi> Anchoring<A> {
     ) -> Result<(), DriverError> {
         if self.shared.stream.get().is_none() {
             let stream = A::in_context_of(window, OwnedStream::new)??;
+            calibrator::profiler_joined(A::context_key(stream.get()));
             // Only this thread sets it: `start()` takes `&mut self`.
             let _ = self.shared.stream.set((stream, std::process::id()));
         }
@@ -251,8 +252,7 @@ impl<A: AnchorApi> Anchoring<A> {
             .take()
             .unwrap_or_else(|| PendingCalibration::prepared(&self.shared));
         let device = self.stream().and_then(A::context_key);
-        let every = self.shared.config.anchor.anchor_max_age;
-        calibrator::run_for_device(device, task, every).map_err(|(err, tasks)| {
+        calibrator::run_for_device(device, task).map_err(|(err, tasks)| {
             *unrun = Some(tasks);
             DriverError::refused(
                 A::BACKEND,
@@ -377,6 +377,7 @@ impl<A: AnchorApi> Drop for Shared<A> {
         if release.gate.is_none() && release.stream.is_none() {
             return;
         }
+        let joined = release.stream.is_some();
         let device = release
             .stream
             .as_ref()
@@ -385,15 +386,16 @@ impl<A: AnchorApi> Drop for Shared<A> {
             A::own_thread();
             drop(release);
         };
-        if let Err((err, unrun)) =
-            calibrator::run_for_device(device, Box::new(task), Duration::ZERO)
-        {
+        if let Err((err, unrun)) = calibrator::run_for_device(device, Box::new(task)) {
             log::warn!(
                 "{}: an anchor stream and gate are released on the caller's thread: \
                  no calibrator thread could be started: {err}",
                 A::BACKEND
             );
             drop(unrun);
+        }
+        if joined {
+            calibrator::profiler_left(device);
         }
     }
 }

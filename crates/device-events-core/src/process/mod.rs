@@ -15,8 +15,7 @@ pub use crate::waiting::resolver::resolver_running;
 pub use fork::{after_fork_in_child, after_fork_in_parent, before_fork};
 
 /// Whether any of the library's threads is up in this process: a few
-/// seconds after the last profiler is dropped and its work is done (its
-/// `anchor_max_age` more, 10 minutes at most, for its calibrator thread),
+/// seconds after the last profiler is dropped and its work is done,
 /// none is.
 ///
 /// ```
