@@ -185,14 +185,23 @@ impl<A: AnchorApi> EventProfiler<A> {
     /// error of the call "anchor calibration" that says so and quotes the
     /// failure.
     pub fn start(&mut self, stream: A::Stream) -> ProfileToken {
-        let window = self.open_window(stream);
-        if let Err(err) = &window {
-            self.note_fault(err);
-        }
+        let window = match self.open_window(stream) {
+            Ok(opened) => Ok(opened),
+            Err(err) => Err(self.noted(err)),
+        };
         ProfileToken {
             profiler: self.id,
             key: self.windows.insert(window),
         }
+    }
+
+    /// `err`, once [`note_fault`](Self::note_fault) has seen it: apart,
+    /// so that a window that opened is moved once, into its slot.
+    #[cold]
+    #[inline(never)]
+    fn noted(&mut self, err: DriverError) -> DriverError {
+        self.note_fault(&err);
+        err
     }
 
     /// As [`start`](Self::start), for a caller whose contract reports a
@@ -224,10 +233,7 @@ impl<A: AnchorApi> EventProfiler<A> {
                 profiler: self.id,
                 key: self.windows.insert(Ok(opened)),
             }),
-            Err(err) => {
-                self.note_fault(&err);
-                Err(err)
-            }
+            Err(err) => Err(self.noted(err)),
         }
     }
 
@@ -297,7 +303,7 @@ impl<A: AnchorApi> EventProfiler<A> {
             self.record(&event, stream)?;
             Ok(event)
         });
-        event.inspect_err(|err| self.note_fault(err))
+        event.map_err(|err| self.noted(err))
     }
 
     /// The future of a window whose end is recorded on `stream`.
