@@ -20,9 +20,8 @@ use crate::events::pool::EventPool;
 use crate::limits::Limits;
 use crate::profiler::token::ProfileToken;
 use crate::waiting::placed_window::{PlacedWindow, Resolving};
-use crate::waiting::reading::Inputs;
+use crate::waiting::reading::{Inputs, LaneOf};
 use crate::waiting::resolver;
-use crate::waiting::resolver::{Lane, LaneId};
 
 /// Timing windows on streams, with device-measured durations placed on the
 /// host clock.
@@ -146,15 +145,17 @@ impl<A: AnchorApi> EventProfiler<A> {
 
     /// A profiler with the given configuration.
     pub fn with_config(config: ProfilerConfig) -> Self {
+        let id = NEXT_PROFILER.fetch_add(1, Ordering::Relaxed);
         let pool = EventPool::for_windows(
             config.max_idle_events,
             Limits {
                 max_distance: config.anchor.max_anchor_distance,
                 resolution: config.timer_resolution,
             },
+            id,
         );
         Self {
-            id: NEXT_PROFILER.fetch_add(1, Ordering::Relaxed),
+            id,
             ends: 0,
             windows: Arena::new(),
             anchoring: Anchoring::new(config),
@@ -309,14 +310,14 @@ impl<A: AnchorApi> EventProfiler<A> {
     /// The future of a window whose end is recorded on `stream`.
     fn resolving(&mut self, opened: Opened<A>, end: Point<A>, stream: A::Stream) -> Resolving<A> {
         self.ends += 1;
-        let lane = A::stream_key(stream).map(|stream| Lane {
-            key: LaneId {
-                profiler: self.id,
+        let lane = match A::stream_key(stream) {
+            Some(stream) => LaneOf {
                 stream,
                 thread: resolver::this_thread(),
+                seq: self.ends,
             },
-            seq: self.ends,
-        });
+            None => LaneOf::NONE,
+        };
         Resolving::Unread(Inputs {
             anchor: opened.anchor,
             start: opened.start,
