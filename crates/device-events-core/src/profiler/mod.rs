@@ -300,11 +300,14 @@ impl<A: AnchorApi> EventProfiler<A> {
     /// An event of the pool, recorded on `stream`.
     #[inline]
     fn recorded(&mut self, stream: A::Stream) -> Result<OwnedEvent<A>, DriverError> {
-        let event = self.event().and_then(|event| {
-            self.record(&event, stream)?;
-            Ok(event)
-        });
-        event.map_err(|err| self.noted(err))
+        let event = match self.event() {
+            Ok(event) => event,
+            Err(err) => return Err(self.noted(err)),
+        };
+        match self.record(&event, stream) {
+            Ok(()) => Ok(event),
+            Err(err) => Err(self.noted(err)),
+        }
     }
 
     /// The future of a window whose end is recorded on `stream`.
