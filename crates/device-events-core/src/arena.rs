@@ -29,6 +29,15 @@ impl Key {
     }
 }
 
+/// A slot [`Arena::take_vacant`] emptied, neither free nor held: no key
+/// finds it until it is filled.
+#[must_use = "a vacant slot is reused only once filled or freed"]
+pub(crate) struct Vacant {
+    index: u32,
+    /// Its generation would have overflowed: never reused.
+    retired: bool,
+}
+
 struct Slot<T> {
     generation: u32,
     value: Option<T>,
@@ -92,6 +101,53 @@ impl<T> Arena<T> {
         Some(value)
     }
 
+    /// Take the value out as [`take`](Self::take) does, keeping its slot
+    /// for the caller's next value ([`fill`](Self::fill)), or to
+    /// [`free`](Self::free): a chain's next window takes the closed one's
+    /// slot, with no trip through the free list.
+    #[inline]
+    pub(crate) fn take_vacant(&mut self, key: Key) -> Option<(T, Vacant)> {
+        let slot = self
+            .slots
+            .get_mut(key.index as usize)
+            .filter(|slot| slot.generation == key.generation)?;
+        let value = slot.value.take()?;
+        self.len -= 1;
+        let next = slot.generation.checked_add(1);
+        if let Some(next) = next {
+            slot.generation = next;
+        }
+        Some((
+            value,
+            Vacant {
+                index: key.index,
+                retired: next.is_none(),
+            },
+        ))
+    }
+
+    /// Keep `value` in `vacant`'s slot; its key is a new one.
+    #[inline]
+    pub(crate) fn fill(&mut self, vacant: Vacant, value: T) -> Key {
+        if vacant.retired {
+            return self.insert(value);
+        }
+        let slot = &mut self.slots[vacant.index as usize];
+        slot.value = Some(value);
+        self.len += 1;
+        Key {
+            index: vacant.index,
+            generation: slot.generation,
+        }
+    }
+
+    /// Give `vacant`'s slot back to the free ones.
+    pub(crate) fn free(&mut self, vacant: Vacant) {
+        if !vacant.retired {
+            self.free.push(vacant.index);
+        }
+    }
+
     /// The key of every value held.
     pub(crate) fn keys(&self) -> impl Iterator<Item = Key> + '_ {
         (0u32..).zip(&self.slots).filter_map(|(index, slot)| {
@@ -127,6 +183,46 @@ mod tests {
         assert_eq!(arena.take(old), None);
         assert_eq!(arena.len(), 1);
         assert_eq!(arena.take(new), Some('b'));
+    }
+
+    #[test]
+    fn a_key_taken_vacant_finds_nothing_once_its_slot_is_filled_again() {
+        let mut arena = Arena::new();
+        let old = arena.insert('a');
+        let (value, vacant) = arena.take_vacant(old).expect("held");
+        assert_eq!(value, 'a');
+        let new = arena.fill(vacant, 'b');
+        assert_eq!(new.index, old.index, "the slot is reused");
+        assert_eq!(arena.take(old), None);
+        assert_eq!(arena.len(), 1);
+        assert_eq!(arena.take(new), Some('b'));
+    }
+
+    #[test]
+    fn a_vacant_slot_freed_is_reused_by_the_next_insert() {
+        let mut arena = Arena::new();
+        let old = arena.insert('a');
+        let (_, vacant) = arena.take_vacant(old).expect("held");
+        arena.free(vacant);
+        assert_eq!(arena.len(), 0);
+        let new = arena.insert('b');
+        assert_eq!(new.index, old.index);
+        assert_ne!(new, old);
+    }
+
+    #[test]
+    fn a_vacant_slot_whose_generation_would_overflow_is_filled_elsewhere() {
+        let mut arena = Arena::new();
+        let key = arena.insert(1);
+        arena.slots[key.index as usize].generation = u32::MAX;
+        let last = Key {
+            index: key.index,
+            generation: u32::MAX,
+        };
+        let (_, vacant) = arena.take_vacant(last).expect("held");
+        let next = arena.fill(vacant, 2);
+        assert_ne!(next.index, key.index, "the retired slot is not reused");
+        assert_eq!(arena.take(last), None);
     }
 
     #[test]

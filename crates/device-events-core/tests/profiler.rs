@@ -325,6 +325,43 @@ fn stale_token_is_refused_after_its_slot_is_reused() {
 }
 
 #[test]
+fn a_split_windows_token_is_refused_once_the_next_window_holds_its_slot() {
+    let _sim = setup();
+    let s = stream();
+    let mut profiler = on_sim_clock();
+    let first = profiler.start(s);
+    let (_closed, next) = profiler.split(s, first).unwrap();
+    assert!(matches!(
+        profiler.split(s, first),
+        Err(ProfileError::StaleToken)
+    ));
+    assert_eq!(
+        profiler.abandon(first).err(),
+        Some(ProfileError::StaleToken)
+    );
+    assert_eq!(profiler.open_windows(), 1);
+    assert!(profiler.stop(s, next).is_ok());
+}
+
+#[test]
+fn a_split_that_fails_leaves_no_window_open() {
+    let _sim = setup();
+    let s = stream();
+    let mut profiler = on_sim_clock();
+    let first = profiler.start(s);
+    Sim::stream_destroy(s).unwrap();
+    assert!(matches!(
+        profiler.split(s, first),
+        Err(ProfileError::Driver(_))
+    ));
+    assert_eq!(profiler.open_windows(), 0);
+    let again = profiler.start(stream());
+    assert_ne!(again, first);
+    assert_eq!(profiler.open_windows(), 1);
+    profiler.abandon(again).unwrap();
+}
+
+#[test]
 fn foreign_token_is_refused() {
     let _sim = setup();
     let s = stream();

@@ -70,6 +70,20 @@ impl<A: FenceApi> CubeFence<A> {
             }
         };
         let fence = EventFence::new_in_current(stream);
+        if fence.error().is_none() {
+            return Self {
+                point: Point::Recorded(fence),
+            };
+        }
+        Self::refused(fence, stream)
+    }
+
+    /// A fence whose record the driver refused: the stream synchronized
+    /// instead where that is sound, else the error. Apart from
+    /// [`new`](Self::new), so that a recorded fence is moved once.
+    #[cold]
+    #[inline(never)]
+    fn refused(fence: EventFence<A>, stream: A::Stream) -> Self {
         let point = match fence.error() {
             None => Point::Recorded(fence),
             Some(err) if falls_back(err) => {

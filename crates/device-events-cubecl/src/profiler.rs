@@ -209,6 +209,27 @@ where
         stream: impl StreamOf<A>,
         token: ProfilingToken,
     ) -> Result<ProfileDuration, ProfileError> {
+        if self.beside.is_empty() && token.id & BESIDE == 0 {
+            // The usual case, a window open in the core under its key, as
+            // `take` finds it, with no window of another kind moved.
+            let open = self.profiler.token(token.id);
+            return match stream.stream() {
+                Ok(stream) => self.stop_open(stream, open),
+                Err(err) => {
+                    let _ = self.profiler.abandon(open);
+                    Err(ProfileError::from(&err))
+                }
+            };
+        }
+        self.stop_beside(stream, token)
+    }
+
+    /// [`stop`](Self::stop) of a window that may be kept beside the core's.
+    fn stop_beside(
+        &mut self,
+        stream: impl StreamOf<A>,
+        token: ProfilingToken,
+    ) -> Result<ProfileDuration, ProfileError> {
         let window = self.take(token.id).ok_or_else(not_registered)?;
         let stream = match stream.stream() {
             Ok(stream) => stream,
@@ -227,6 +248,15 @@ where
                 .map_err(|err| profile_error(&err))?,
             Window::Failed(err) => return Err(ProfileError::from(&err)),
         };
+        self.stop_open(stream, open)
+    }
+
+    /// Close `open`, a window open in the core, on `stream`.
+    fn stop_open(
+        &mut self,
+        stream: A::Stream,
+        open: ProfileToken,
+    ) -> Result<ProfileDuration, ProfileError> {
         match self.profiler.stop(stream, open) {
             Ok(window) => Ok(profile_duration(window)),
             Err(device_events_core::ProfileError::Driver(err)) => Err(profile_error(&err)),

@@ -34,15 +34,18 @@ pub(crate) struct EventPool<A: EventApi> {
     /// window holds already, rather than in each window, so a window is
     /// small enough to move without a copy loop.
     pub(crate) limits: Limits,
+    /// The profiler whose windows these are (0 for other pools): each
+    /// window's lane names it, read here rather than kept in every window.
+    pub(crate) profiler: u64,
 }
 
 impl<A: EventApi> EventPool<A> {
     pub(crate) fn new(max_idle: usize) -> Arc<Self> {
-        Self::for_windows(max_idle, Limits::NONE)
+        Self::for_windows(max_idle, Limits::NONE, 0)
     }
 
-    /// A profiler's pool, its windows read under `limits`.
-    pub(crate) fn for_windows(max_idle: usize, limits: Limits) -> Arc<Self> {
+    /// The pool of profiler `profiler`, its windows read under `limits`.
+    pub(crate) fn for_windows(max_idle: usize, limits: Limits, profiler: u64) -> Arc<Self> {
         Arc::new(Self {
             idle: Mutex::new(Vec::new()),
             shared: Mutex::new(Shares {
@@ -53,6 +56,7 @@ impl<A: EventApi> EventPool<A> {
             max_idle,
             spares: Mutex::new(Vec::new()),
             limits,
+            profiler,
         })
     }
 

@@ -47,27 +47,40 @@ impl<A: AnchorApi> EventProfiler<A> {
         Ok((PlacedWindow { resolving: closed }, next))
     }
 
-    /// The closed window's reading and the next window's token.
+    /// The closed window's reading and the next window's token, kept in
+    /// the closed window's slot under a new key: the old token is spent.
     fn cut(
         &mut self,
         stream: A::Stream,
         token: ProfileToken,
     ) -> Result<(Resolving<A>, ProfileToken), ProfileError> {
-        let opened = self.take(token)?;
-        let opened = opened?;
-        let boundary = self.recorded(stream)?;
+        if token.profiler != self.id {
+            return Err(ProfileError::ForeignToken);
+        }
+        let (window, vacant) = self
+            .windows
+            .take_vacant(token.key)
+            .ok_or(ProfileError::StaleToken)?;
+        let bounded = window.and_then(|opened| Ok((opened, self.recorded(stream)?)));
+        let (opened, boundary) = match bounded {
+            Ok(bounded) => bounded,
+            Err(err) => {
+                self.windows.free(vacant);
+                return Err(err.into());
+            }
+        };
         let (end, start) = SharedEvent::pair(&self.pool, boundary);
         let closed = self.resolving(opened, Point::Shared(end), stream);
-        let next = self.anchoring.for_window(stream).map(|anchor| Opened {
-            start: Point::Shared(start),
-            anchor,
-        });
-        if let Err(err) = &next {
-            self.note_fault(err);
-        }
+        let next = match self.anchoring.for_window(stream) {
+            Ok(anchor) => Ok(Opened {
+                start: Point::Shared(start),
+                anchor,
+            }),
+            Err(err) => Err(self.noted(err)),
+        };
         let next = ProfileToken {
             profiler: self.id,
-            key: self.windows.insert(next),
+            key: self.windows.fill(vacant, next),
         };
         Ok((closed, next))
     }

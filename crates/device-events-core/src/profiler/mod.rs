@@ -20,9 +20,8 @@ use crate::events::pool::EventPool;
 use crate::limits::Limits;
 use crate::profiler::token::ProfileToken;
 use crate::waiting::placed_window::{PlacedWindow, Resolving};
-use crate::waiting::reading::Inputs;
+use crate::waiting::reading::{Inputs, LaneOf};
 use crate::waiting::resolver;
-use crate::waiting::resolver::{Lane, LaneId};
 
 /// Timing windows on streams, with device-measured durations placed on the
 /// host clock.
@@ -146,15 +145,17 @@ impl<A: AnchorApi> EventProfiler<A> {
 
     /// A profiler with the given configuration.
     pub fn with_config(config: ProfilerConfig) -> Self {
+        let id = NEXT_PROFILER.fetch_add(1, Ordering::Relaxed);
         let pool = EventPool::for_windows(
             config.max_idle_events,
             Limits {
                 max_distance: config.anchor.max_anchor_distance,
                 resolution: config.timer_resolution,
             },
+            id,
         );
         Self {
-            id: NEXT_PROFILER.fetch_add(1, Ordering::Relaxed),
+            id,
             ends: 0,
             windows: Arena::new(),
             anchoring: Anchoring::new(config),
@@ -185,14 +186,23 @@ impl<A: AnchorApi> EventProfiler<A> {
     /// error of the call "anchor calibration" that says so and quotes the
     /// failure.
     pub fn start(&mut self, stream: A::Stream) -> ProfileToken {
-        let window = self.open_window(stream);
-        if let Err(err) = &window {
-            self.note_fault(err);
-        }
+        let window = match self.open_window(stream) {
+            Ok(opened) => Ok(opened),
+            Err(err) => Err(self.noted(err)),
+        };
         ProfileToken {
             profiler: self.id,
             key: self.windows.insert(window),
         }
+    }
+
+    /// `err`, once [`note_fault`](Self::note_fault) has seen it: apart,
+    /// so that a window that opened is moved once, into its slot.
+    #[cold]
+    #[inline(never)]
+    fn noted(&mut self, err: DriverError) -> DriverError {
+        self.note_fault(&err);
+        err
     }
 
     /// As [`start`](Self::start), for a caller whose contract reports a
@@ -224,10 +234,7 @@ impl<A: AnchorApi> EventProfiler<A> {
                 profiler: self.id,
                 key: self.windows.insert(Ok(opened)),
             }),
-            Err(err) => {
-                self.note_fault(&err);
-                Err(err)
-            }
+            Err(err) => Err(self.noted(err)),
         }
     }
 
@@ -293,24 +300,27 @@ impl<A: AnchorApi> EventProfiler<A> {
     /// An event of the pool, recorded on `stream`.
     #[inline]
     fn recorded(&mut self, stream: A::Stream) -> Result<OwnedEvent<A>, DriverError> {
-        let event = self.event().and_then(|event| {
-            self.record(&event, stream)?;
-            Ok(event)
-        });
-        event.inspect_err(|err| self.note_fault(err))
+        let event = match self.event() {
+            Ok(event) => event,
+            Err(err) => return Err(self.noted(err)),
+        };
+        match self.record(&event, stream) {
+            Ok(()) => Ok(event),
+            Err(err) => Err(self.noted(err)),
+        }
     }
 
     /// The future of a window whose end is recorded on `stream`.
     fn resolving(&mut self, opened: Opened<A>, end: Point<A>, stream: A::Stream) -> Resolving<A> {
         self.ends += 1;
-        let lane = A::stream_key(stream).map(|stream| Lane {
-            key: LaneId {
-                profiler: self.id,
+        let lane = match A::stream_key(stream) {
+            Some(stream) => LaneOf {
                 stream,
                 thread: resolver::this_thread(),
+                seq: self.ends,
             },
-            seq: self.ends,
-        });
+            None => LaneOf::NONE,
+        };
         Resolving::Unread(Inputs {
             anchor: opened.anchor,
             start: opened.start,

@@ -145,7 +145,7 @@ impl<A: AnchorApi> Pending<A> {
     /// process, going back to `pool` once spent.
     fn of(pool: &Arc<EventPool<A>>, inputs: Option<Inputs<A>>) -> Self {
         Self {
-            lane: inputs.as_ref().and_then(|inputs| inputs.lane),
+            lane: inputs.as_ref().and_then(Inputs::lane),
             inputs: Mutex::new(inputs),
             start_reached: AtomicBool::new(false),
             answer: Answer::new(),
