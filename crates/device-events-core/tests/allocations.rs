@@ -66,6 +66,21 @@ fn read_now(mut window: PlacedWindow<Sim>) {
     );
 }
 
+/// A window on `s`, read once ready (a refresh due, it may wait for it on
+/// the resolver), then `pause`.
+fn read_after_any_refresh(
+    profiler: &mut EventProfiler<Sim>,
+    s: &OwnedStream<Sim>,
+    pause: Duration,
+) {
+    let token = profiler.start(s.get());
+    let mut placed = profiler.stop(s.get(), token).unwrap();
+    while placed.try_resolve().is_none() {
+        std::thread::sleep(Duration::from_micros(50));
+    }
+    std::thread::sleep(pause);
+}
+
 /// A chained window costs the submitting thread no allocation from the
 /// split that closes it to its reading, once warm: the boundary both
 /// windows share lives in a reused slot of the profiler's pool (counted on
@@ -134,13 +149,7 @@ fn a_window_allocates_nothing_across_anchor_refreshes() {
         ..ProfilerConfig::default()
     });
     let window = |profiler: &mut EventProfiler<Sim>| {
-        let token = profiler.start(s.get());
-        let mut placed = profiler.stop(s.get(), token).unwrap();
-        // A refresh due: the window may wait for it on the resolver.
-        while placed.try_resolve().is_none() {
-            std::thread::sleep(Duration::from_micros(50));
-        }
-        std::thread::sleep(Duration::from_micros(50));
+        read_after_any_refresh(profiler, &s, Duration::from_micros(50));
     };
     for _ in 0..WINDOWS {
         window(&mut profiler);
@@ -176,13 +185,7 @@ fn a_window_allocates_nothing_across_refreshes_seconds_apart() {
         ..ProfilerConfig::default()
     });
     let window = |profiler: &mut EventProfiler<Sim>| {
-        let token = profiler.start(s.get());
-        let mut placed = profiler.stop(s.get(), token).unwrap();
-        // A refresh due: the window may wait for it on the resolver.
-        while placed.try_resolve().is_none() {
-            std::thread::sleep(Duration::from_micros(200));
-        }
-        std::thread::sleep(Duration::from_millis(1));
+        read_after_any_refresh(profiler, &s, Duration::from_millis(1));
     };
     let began = std::time::Instant::now();
     while began.elapsed() < Duration::from_millis(200) {

@@ -106,13 +106,7 @@ pub unsafe extern "C" fn soft_driver_fail_call_elsewhere(
     status: i32,
 ) -> i32 {
     // SAFETY: as this function's caller promises.
-    let done = unsafe { soft_driver_fail_call(name, nth, status) };
-    if done == 0
-        && let Some(last) = control().injections.last_mut()
-    {
-        last.except = Some(std::thread::current().id());
-    }
-    done
+    unsafe { fail_call_with(name, nth, status, |i, me| i.except = Some(me)) }
 }
 
 /// As [`soft_driver_fail_call`], counting only calls made on the calling
@@ -129,11 +123,27 @@ pub unsafe extern "C" fn soft_driver_fail_call_here(
     status: i32,
 ) -> i32 {
     // SAFETY: as this function's caller promises.
+    unsafe { fail_call_with(name, nth, status, |i, me| i.only = Some(me)) }
+}
+
+/// [`soft_driver_fail_call`], then `which` on the injection it made, with
+/// the calling thread.
+///
+/// # Safety
+///
+/// `name` is null or a NUL-terminated string.
+unsafe fn fail_call_with(
+    name: *const c_char,
+    nth: u32,
+    status: i32,
+    which: impl FnOnce(&mut Injection, std::thread::ThreadId),
+) -> i32 {
+    // SAFETY: as this function's caller promises.
     let done = unsafe { soft_driver_fail_call(name, nth, status) };
     if done == 0
         && let Some(last) = control().injections.last_mut()
     {
-        last.only = Some(std::thread::current().id());
+        which(last, std::thread::current().id());
     }
     done
 }
