@@ -128,18 +128,19 @@ pub(super) fn keep_word<R: RawApi>(held: R::Held, word: Box<dyn HostWord<R>>) {
 /// Have [`release_idle_events`] know this backend: a load, once it does.
 #[inline]
 fn register<R: RawApi>() {
-    if !R::state().idle.registered.load(Ordering::Relaxed) {
+    if !R::state().idle.registered.load(Ordering::Acquire) {
         register_now::<R>();
     }
 }
 
+/// Known once in the list: a thread that reads the flag set keeps an event
+/// only after [`release_idle_events`] can find it.
 #[inline(never)]
 fn register_now<R: RawApi>() {
-    if !R::state().idle.registered.swap(true, Ordering::Relaxed) {
-        RELEASERS
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(|| R::state().release_idle());
+    let mut releasers = RELEASERS.lock().unwrap_or_else(PoisonError::into_inner);
+    if !R::state().idle.registered.load(Ordering::Acquire) {
+        releasers.push(|| R::state().release_idle());
+        R::state().idle.registered.store(true, Ordering::Release);
     }
 }
 
