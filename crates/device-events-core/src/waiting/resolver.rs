@@ -50,10 +50,12 @@
 //! left. A window whose future was dropped is let go at its next turn: the
 //! future releases its events itself.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
 use std::time::{Duration, Instant};
+
+use foldhash::HashMap;
 
 use crate::tunables::resolver::{
     BEHIND_WORK, EARLY, FIRST, FOLLOW, HOT, HOT_FOR, LAST, QUIET, SLOWEST, TIGHT, YIELD_AFTER_LAST,
@@ -428,7 +430,7 @@ impl Track {
 }
 
 fn answer_windows() {
-    let mut lanes: HashMap<LaneKey, Track> = HashMap::new();
+    let mut lanes: HashMap<LaneKey, Track> = HashMap::default();
     // Jobs with no lane of their own each get one.
     let mut solo = 0u64;
     // When the thread last answered a window of a lane that was not busy.
