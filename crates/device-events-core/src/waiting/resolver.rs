@@ -374,7 +374,7 @@ impl Track {
             .map_or(HOT, |after| (after + FOLLOW).clamp(HOT, SLOWEST));
         let paced = answered + wait;
         let ends = self.ended.and_then(|ended| {
-            let at = ended.of(seq.unwrap_or(ended.seq + 1))?;
+            let at = ended.of(seq.unwrap_or(ended.seq.saturating_add(1)))?;
             Some(at.checked_add(FOLLOW)?.min(answered + HOT_FOR))
         });
         Some(ends.map_or(paced, |ends| paced.max(ends)))
