@@ -632,6 +632,39 @@ fn answering(r: &Value) -> String {
         num(&profile["sched_yields_per_window"], 2),
         num(&profile["asks_per_window"], 2),
     ));
+    let floor = |run: &Value| -> Value {
+        let pass = &run["wake_floor"];
+        match (pass["cpu_us_per_pass"].as_f64(), pass["pace_us"].as_f64()) {
+            (Some(cpu), Some(pace)) if pace > 0.0 => Value::from(cpu / pace),
+            _ => Value::Null,
+        }
+    };
+    let runs = &ek["runs"];
+    // A report from before the floor was measured says nothing of it.
+    let measured = runs
+        .as_array()
+        .is_some_and(|list| list.iter().any(|run| run["wake_floor"].is_object()));
+    if !measured {
+        return s;
+    }
+    let shares = match runs.as_array() {
+        Some(list) if !list.is_empty() => list
+            .iter()
+            .map(|run| percent(&floor(run)))
+            .collect::<Vec<_>>()
+            .join(", "),
+        _ => "—".to_owned(),
+    };
+    s.push_str(&format!(
+        "\nWhat a pass costs the OS before any of the library's work: a bare thread that sleeps \
+         {} µs (a timed condvar wait, as the resolver does between asks) and then wakes another \
+         blocked on a condvar (as an answer wakes its reader) spends {} µs of CPU per pass \
+         (each run): {} of a core at that pace. The library's CPU per window cannot go below \
+         that per pass divided by the windows each pass answers.\n",
+        each_run(runs, |run| &run["wake_floor"]["pace_us"], 0),
+        each_run(runs, |run| &run["wake_floor"]["cpu_us_per_pass"], 1),
+        shares,
+    ));
     s
 }
 

@@ -457,3 +457,46 @@ pub fn every_kernel_on<A: device_events_core::Backend>(
         unread,
     }
 }
+
+/// What one answer costs the OS here, before any of the library's work: a
+/// bare thread that sleeps `pace` (a timed condvar wait, as the resolver
+/// does between asks) and then wakes another thread blocked on a condvar
+/// (as an answer wakes its reader), `passes` times. Its on-CPU time per
+/// pass, µs, from the scheduler's statistics: the floor under the
+/// resolver's cost per pass.
+///
+/// # Panics
+///
+/// When no thread can be started.
+pub fn wake_floor(pace: Duration, passes: usize) -> f64 {
+    use std::sync::Condvar;
+    // Answers so far: the blocked thread leaves once it has seen them all,
+    // however many came while it was waking.
+    let reader = Arc::new((Mutex::new(0usize), Condvar::new()));
+    let woken = Arc::clone(&reader);
+    let blocked = std::thread::spawn(move || {
+        let (answers, cv) = &*woken;
+        let mut seen = answers.lock().unwrap_or_else(PoisonError::into_inner);
+        while *seen < passes {
+            seen = cv.wait(seen).unwrap_or_else(PoisonError::into_inner);
+        }
+    });
+    let on_cpu = || {
+        std::fs::read_to_string("/proc/thread-self/schedstat")
+            .ok()
+            .and_then(|stat| stat.split_whitespace().next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let sleeper = (Mutex::new(()), Condvar::new());
+    let before = on_cpu();
+    for _ in 0..passes {
+        let asleep = sleeper.0.lock().unwrap_or_else(PoisonError::into_inner);
+        drop(sleeper.1.wait_timeout(asleep, pace));
+        let (answers, cv) = &*reader;
+        *answers.lock().unwrap_or_else(PoisonError::into_inner) += 1;
+        cv.notify_one();
+    }
+    let spent = on_cpu().saturating_sub(before);
+    blocked.join().unwrap();
+    spent as f64 / 1e3 / passes.max(1) as f64
+}

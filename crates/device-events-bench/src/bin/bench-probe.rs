@@ -390,7 +390,8 @@ fn quantile_us(sorted: &[std::time::Duration], q: f64) -> f64 {
 
 /// A server timing every kernel of 50 µs, 10 000 of them, on 1, 2 and 8
 /// streams of one device and on two devices (a stream and a profiler
-/// each): the library's CPU and each window's answer.
+/// each): the library's CPU and each window's answer; and what a pass of
+/// the resolver costs the OS before any of its work (`wake_floor`).
 fn every_kernel() -> serde_json::Value {
     use device_events_bench::answer;
     let mut report = serde_json::Map::new();
@@ -406,6 +407,15 @@ fn every_kernel() -> serde_json::Value {
     ] {
         report.insert(name.to_owned(), every_kernel_case(&run));
     }
+    // The resolver's busy pace: what a pass costs before the library's work.
+    let pace = std::time::Duration::from_micros(400);
+    report.insert(
+        "wake_floor".to_owned(),
+        json!({
+            "pace_us": pace.as_micros() as f64,
+            "cpu_us_per_pass": answer::wake_floor(pace, 2000),
+        }),
+    );
     serde_json::Value::Object(report)
 }
 

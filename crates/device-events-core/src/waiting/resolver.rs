@@ -26,6 +26,13 @@
 //! as a server timing every kernel's do) at that pace, or [`FOLLOW`] after
 //! its reader's usual hand-over where that is later (up to [`SLOWEST`]),
 //! from a sleep: its next window is not asked at once when handed over.
+//! On a stream of long kernels, whose reader hands each window over as the
+//! one before it is answered, the next is first asked [`FOLLOW`] after it
+//! would end if it ends as long after the last one read as that one did
+//! after the one before (their ends as placed), or as long as the last one
+//! lasted, where sooner (a device idle between them): one ask a window
+//! rather than one every [`HOT`]. A window shorter than the one before it
+//! is answered up to the difference late (at most [`HOT_FOR`]), once.
 //! A lane stops being busy once two windows in a row, each handed over
 //! [`QUIET`] or more after its last answer, are answered within
 //! [`BEHIND_WORK`] of being handed over (one handed over sooner and
@@ -50,10 +57,12 @@
 //! left. A window whose future was dropped is let go at its next turn: the
 //! future releases its events itself.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
 use std::time::{Duration, Instant};
+
+use foldhash::HashMap;
 
 use crate::tunables::resolver::{
     BEHIND_WORK, EARLY, FIRST, FOLLOW, HOT, HOT_FOR, LAST, QUIET, SLOWEST, TIGHT, YIELD_AFTER_LAST,
@@ -109,11 +118,52 @@ pub(crate) fn this_thread() -> u64 {
     THIS.with(|this| *this)
 }
 
+/// Where a lane's last window read ended.
+#[derive(Clone, Copy)]
+struct Ended {
+    at: Instant,
+    seq: u64,
+    /// Its span on the device.
+    span: Duration,
+    /// Since the one read before, per place ([`Lane::seq`]) between them.
+    per_place: Option<Duration>,
+}
+
+impl Ended {
+    /// Where the window at `seq` would end, at the pace since the last
+    /// two, or each place as long as the last window, where sooner: a
+    /// device that idled between them (each window queued as the one
+    /// before was read) ran them further apart than its work.
+    fn of(&self, seq: u64) -> Option<Instant> {
+        let places = u32::try_from(seq.checked_sub(self.seq)?).ok()?;
+        let paced = self.per_place?.checked_mul(places)?;
+        let worked = self.span.checked_mul(places)?;
+        self.at.checked_add(paced.min(worked))
+    }
+
+    /// After `last`, the window at `seq` ended at `at`, `span` long.
+    fn after(last: Option<Self>, at: Instant, seq: u64, span: Duration) -> Self {
+        let per_place = last.and_then(|last| {
+            let places = u32::try_from(seq.checked_sub(last.seq)?).ok()?;
+            at.checked_duration_since(last.at)?.checked_div(places)
+        });
+        Self {
+            at,
+            seq,
+            span,
+            per_place,
+        }
+    }
+}
+
 /// What asking a job found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Attempt {
-    /// Answered, or no longer wanted.
+    /// Answered, or no longer wanted, with nothing known of its end.
     Done,
+    /// Read: the device reached its end `late` before the reading, `span`
+    /// after its start.
+    Ended { late: Duration, span: Duration },
     /// The device has not reached the window's end: nor the later ends of
     /// its lane.
     EndAhead,
@@ -280,6 +330,11 @@ struct Track {
     /// over, when none was pending: a busy lane's next window is expected
     /// then, and asked [`FOLLOW`] after.
     handed_after: Option<Duration>,
+    /// Where the last window it read ended (on this thread's clock), its
+    /// place, and the time per place since the one read before it: on a
+    /// stream of long kernels the next ends about as far on, and is first
+    /// asked then rather than every [`HOT`] before.
+    ended: Option<Ended>,
 }
 
 impl Track {
@@ -293,6 +348,7 @@ impl Track {
             behind_work: false,
             waiting_apart: 0,
             handed_after: None,
+            ended: None,
         }
     }
 
@@ -320,13 +376,22 @@ impl Track {
 
     /// When a busy lane's next window is asked: [`HOT`] after its last
     /// answer, or [`FOLLOW`] after its reader's last hand-over came, where
-    /// that is later, up to [`SLOWEST`]. One ask, from one wake-up, finds
-    /// the window there, and its end most often reached.
-    fn paced(&self) -> Option<Instant> {
+    /// that is later, up to [`SLOWEST`]; or, where later still (up to
+    /// [`HOT_FOR`]), [`FOLLOW`] after the window at `seq` (unknown: the
+    /// next place) would end at the pace of the last two read ([`Ended::of`]:
+    /// a stream of long kernels). One ask, from one wake-up, finds the window there,
+    /// and its end most often reached.
+    fn paced(&self, seq: Option<u64>) -> Option<Instant> {
+        let answered = self.answered?;
         let wait = self
             .handed_after
             .map_or(HOT, |after| (after + FOLLOW).clamp(HOT, SLOWEST));
-        Some(self.answered? + wait)
+        let paced = answered + wait;
+        let ends = self.ended.and_then(|ended| {
+            let at = ended.of(seq.unwrap_or(ended.seq.saturating_add(1)))?;
+            Some(at.checked_add(FOLLOW)?.min(answered + HOT_FOR))
+        });
+        Some(ends.map_or(paced, |ends| paced.max(ends)))
     }
 
     /// When a window handed over now would be asked with no wake-up of
@@ -337,10 +402,12 @@ impl Track {
         if self.jobs.len() > self.waiting_apart {
             return Some(self.next);
         }
+        let at = self.paced(None)?;
+        // Its reader's usual hand-over comes [`FOLLOW`] or more before.
         let keeps_up = self
             .handed_after
-            .is_some_and(|after| after + FOLLOW <= SLOWEST);
-        let at = self.paced()?;
+            .zip(self.answered)
+            .is_some_and(|(after, answered)| answered + after + FOLLOW <= at);
         (keeps_up && self.busy(now) && at > now).then_some(at)
     }
 
@@ -350,7 +417,7 @@ impl Track {
         if self.jobs.len() <= self.waiting_apart {
             if self.busy(now) {
                 self.interval = HOT;
-                self.next = self.paced().unwrap_or(now);
+                self.next = self.paced(Some(seq)).unwrap_or(now);
             } else {
                 self.interval = FIRST;
                 self.next = now;
@@ -375,15 +442,22 @@ impl Track {
         let busy = self.busy(now);
         let mut answered = false;
         let mut at = 0;
-        while let Some((_, job, handed)) = self.jobs.get(at) {
+        while let Some(&(seq, ref job, handed)) = self.jobs.get(at) {
             // The process is exiting: no more asks (the round's end
             // answers every job with nothing).
             if crate::threads::stopping() {
                 break;
             }
-            match attempt(&**job) {
-                Attempt::Done => {
-                    let waited = now.saturating_duration_since(*handed);
+            let asked = attempt(&**job);
+            match asked {
+                Attempt::Done | Attempt::Ended { .. } => {
+                    let waited = now.saturating_duration_since(handed);
+                    self.ended = match asked {
+                        Attempt::Ended { late, span } => now
+                            .checked_sub(late)
+                            .map(|end| Ended::after(self.ended, end, seq, span)),
+                        _ => None,
+                    };
                     // Answered at once, handed over soon after the last
                     // answer: a reader polling at the stream's own pace,
                     // a moment before the window's end; not a stream gone
@@ -428,7 +502,7 @@ impl Track {
 }
 
 fn answer_windows() {
-    let mut lanes: HashMap<LaneKey, Track> = HashMap::new();
+    let mut lanes: HashMap<LaneKey, Track> = HashMap::default();
     // Jobs with no lane of their own each get one.
     let mut solo = 0u64;
     // When the thread last answered a window of a lane that was not busy.
@@ -493,7 +567,9 @@ fn answer_windows() {
             return;
         };
         for lane in lanes.values_mut() {
-            if !lane.jobs.is_empty() && lane.due(now) && lane.ask(now) == Some(false) {
+            // Asked now, not at the turn's start: where its window ended is
+            // told as how long before.
+            if !lane.jobs.is_empty() && lane.due(now) && lane.ask(Instant::now()) == Some(false) {
                 answered_at = Some(now);
             }
         }
@@ -779,6 +855,126 @@ mod tests {
             Some(answered + HOT),
             "its next window is asked at the pace, with no wake-up of its own"
         );
+    }
+
+    /// Read, its end reached the given time before, the given span after
+    /// its start.
+    struct EndedAgo(Duration, Duration);
+
+    impl Job for EndedAgo {
+        fn attempt(&self) -> Attempt {
+            Attempt::Ended {
+                late: self.0,
+                span: self.1,
+            }
+        }
+        fn forsake(&self) {}
+        fn give_up(&self) {}
+    }
+
+    /// A window of `lane` handed over at `at`, read `after` later, having
+    /// ended `late` before, `span` long on the device.
+    fn read_one(lane: &mut Track, seq: u64, at: Instant, [after, late, span]: [Duration; 3]) {
+        lane.insert(at, seq, Arc::new(EndedAgo(late, span)));
+        lane.ask(at + after);
+        assert!(lane.jobs.is_empty());
+    }
+
+    #[test]
+    fn a_busy_lane_of_long_kernels_first_asks_its_next_window_as_it_would_end() {
+        let start = Instant::now();
+        let (mut lane, answered) = busy_lane(start);
+        let us = Duration::from_micros;
+        // Two windows read 2 ms apart, each 100 µs after its end.
+        let handed = answered + us(10);
+        read_one(&mut lane, 2, handed, [us(2000), us(100), us(2010)]);
+        let handed = handed + us(2000) + us(10);
+        read_one(&mut lane, 3, handed, [us(2000), us(100), us(2010)]);
+        let answered = handed + us(2000);
+        let ended = answered - us(100);
+        assert_eq!(
+            lane.expects(answered + us(1)),
+            Some(ended + us(2010) + FOLLOW),
+            "asked once, as the next would end, not every HOT before"
+        );
+    }
+
+    #[test]
+    fn a_lanes_pace_is_per_place_between_the_windows_it_read() {
+        let start = Instant::now();
+        let (mut lane, answered) = busy_lane(start);
+        let us = Duration::from_micros;
+        // Places 2 and 5 read 3 ms apart (3 and 4 read by the reader
+        // itself): 1 ms a place.
+        let handed = answered + us(10);
+        read_one(&mut lane, 2, handed, [us(2000), us(100), us(1000)]);
+        let handed = handed + us(2000) + us(10);
+        read_one(&mut lane, 5, handed, [us(2990), us(100), us(1000)]);
+        let answered = handed + us(2990);
+        let ended = answered - us(100);
+        let next = answered + us(10);
+        lane.insert(next, 6, Arc::new(Reached));
+        assert_eq!(lane.next, ended + us(1000) + FOLLOW);
+    }
+
+    #[test]
+    fn a_device_that_idled_between_windows_paces_the_next_by_their_span() {
+        let start = Instant::now();
+        let (mut lane, answered) = busy_lane(start);
+        let us = Duration::from_micros;
+        // Two windows of 2 ms read 3 ms apart: each queued as the one
+        // before was read, the device idle between.
+        let handed = answered + us(10);
+        read_one(&mut lane, 2, handed, [us(2000), us(100), us(2000)]);
+        let handed = handed + us(2000) + us(10);
+        read_one(&mut lane, 3, handed, [us(2990), us(100), us(2000)]);
+        let answered = handed + us(2990);
+        let ended = answered - us(100);
+        assert_eq!(
+            lane.expects(answered + us(1)),
+            Some(ended + us(2000) + FOLLOW),
+            "not the 3 ms between them, which grows by each answer's delay"
+        );
+    }
+
+    #[test]
+    fn a_busy_lane_of_short_kernels_keeps_its_pace() {
+        let start = Instant::now();
+        let (mut lane, answered) = busy_lane(start);
+        let us = Duration::from_micros;
+        // Two windows read 400 µs apart, each ending 50 µs after the
+        // answer before it: the reader caught up with the device between.
+        let handed = answered + us(10);
+        read_one(&mut lane, 2, handed, [HOT, HOT - us(40), us(50)]);
+        let handed = handed + HOT + us(10);
+        read_one(&mut lane, 3, handed, [HOT, HOT - us(40), us(50)]);
+        let answered = handed + HOT;
+        assert_eq!(lane.expects(answered + us(1)), Some(answered + HOT));
+    }
+
+    #[test]
+    fn a_busy_lane_asks_no_later_than_hot_for_after_its_last_answer() {
+        let start = Instant::now();
+        let (mut lane, answered) = busy_lane(start);
+        let us = Duration::from_micros;
+        // Two windows read a second apart: the next is asked within
+        // HOT_FOR all the same.
+        let handed = answered + us(10);
+        read_one(
+            &mut lane,
+            2,
+            handed,
+            [us(1_000_000), us(100), us(1_000_010)],
+        );
+        let handed = handed + us(1_000_000) + us(10);
+        read_one(
+            &mut lane,
+            3,
+            handed,
+            [us(1_000_000), us(100), us(1_000_010)],
+        );
+        let answered = handed + us(1_000_000);
+        assert_eq!(lane.expects(answered + us(1)), Some(answered + HOT_FOR));
     }
 
     #[test]
