@@ -384,31 +384,3 @@ fn a_pending_window_whose_start_was_reached_is_asked_with_one_reading() {
     drop(profiler);
     Sim::stream_destroy(s).unwrap();
 }
-
-/// A busy stream's next window is first asked as it would end at the
-/// pace of the last two read; one far shorter than those is answered
-/// within the cap on that wait all the same, not a long kernel's length
-/// late.
-#[test]
-fn a_short_window_after_long_ones_is_answered_without_their_wait() {
-    let _sim = setup();
-    let s = Sim::stream_create_non_blocking().unwrap();
-    let mut profiler = EventProfiler::<Sim>::new();
-    // Each read as the one before is answered: the lane's pace, 400 ms.
-    for _ in 0..3 {
-        let token = profiler.start(s);
-        Sim::enqueue_work(s, Duration::from_millis(400));
-        let window = profiler.stop(s, token).unwrap();
-        assert!(pollster::block_on(window.resolve()).is_some());
-    }
-    let token = profiler.start(s);
-    Sim::enqueue_work(s, Duration::from_millis(2));
-    let window = profiler.stop(s, token).unwrap();
-    let started = std::time::Instant::now();
-    assert!(pollster::block_on(window.resolve()).is_some());
-    let took = started.elapsed();
-    // Asked at most 20 ms on; at the long windows' pace, after 400 ms.
-    assert!(took < Duration::from_millis(200), "answered after {took:?}");
-    drop(profiler);
-    Sim::stream_destroy(s).unwrap();
-}

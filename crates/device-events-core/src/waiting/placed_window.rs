@@ -212,7 +212,6 @@ impl<A: AnchorApi> Job for Pending<A> {
             .as_ref()
             .map_or(Attempt::Done, |placed| Attempt::Ended {
                 late: clock().saturating_duration_since(placed.end),
-                span: placed.duration,
             });
         self.answer.fill(placed);
         asked

@@ -29,10 +29,9 @@
 //! On a stream of long kernels, whose reader hands each window over as the
 //! one before it is answered, the next is first asked [`FOLLOW`] after it
 //! would end if it ends as long after the last one read as that one did
-//! after the one before (their ends as placed), or as long as the last one
-//! lasted, where sooner (a device idle between them): one ask a window
-//! rather than one every [`HOT`]. A window shorter than the one before it
-//! is answered up to the difference late (at most [`HOT_FOR`]), once.
+//! after the one before (their ends as placed): one ask a window rather
+//! than one every [`HOT`]. A window shorter than the one before it is
+//! answered up to the difference late (at most [`HOT_FOR`]), once.
 //! A lane stops being busy once two windows in a row, each handed over
 //! [`QUIET`] or more after its last answer, are answered within
 //! [`BEHIND_WORK`] of being handed over (one handed over sooner and
@@ -123,36 +122,24 @@ pub(crate) fn this_thread() -> u64 {
 struct Ended {
     at: Instant,
     seq: u64,
-    /// Its span on the device.
-    span: Duration,
     /// Since the one read before, per place ([`Lane::seq`]) between them.
     per_place: Option<Duration>,
 }
 
 impl Ended {
-    /// Where the window at `seq` would end, at the pace since the last
-    /// two, or each place as long as the last window, where sooner: a
-    /// device that idled between them (each window queued as the one
-    /// before was read) ran them further apart than its work.
+    /// Where the window at `seq` would end, at the pace since the last two.
     fn of(&self, seq: u64) -> Option<Instant> {
         let places = u32::try_from(seq.checked_sub(self.seq)?).ok()?;
-        let paced = self.per_place?.checked_mul(places)?;
-        let worked = self.span.checked_mul(places)?;
-        self.at.checked_add(paced.min(worked))
+        self.at.checked_add(self.per_place?.checked_mul(places)?)
     }
 
-    /// After `last`, the window at `seq` ended at `at`, `span` long.
-    fn after(last: Option<Self>, at: Instant, seq: u64, span: Duration) -> Self {
+    /// After `last`, the window at `seq` ended at `at`.
+    fn after(last: Option<Self>, at: Instant, seq: u64) -> Self {
         let per_place = last.and_then(|last| {
             let places = u32::try_from(seq.checked_sub(last.seq)?).ok()?;
             at.checked_duration_since(last.at)?.checked_div(places)
         });
-        Self {
-            at,
-            seq,
-            span,
-            per_place,
-        }
+        Self { at, seq, per_place }
     }
 }
 
@@ -161,9 +148,8 @@ impl Ended {
 pub(crate) enum Attempt {
     /// Answered, or no longer wanted, with nothing known of its end.
     Done,
-    /// Read: the device reached its end `late` before the reading, `span`
-    /// after its start.
-    Ended { late: Duration, span: Duration },
+    /// Read: the device reached its end `late` before the reading.
+    Ended { late: Duration },
     /// The device has not reached the window's end: nor the later ends of
     /// its lane.
     EndAhead,
@@ -378,8 +364,8 @@ impl Track {
     /// answer, or [`FOLLOW`] after its reader's last hand-over came, where
     /// that is later, up to [`SLOWEST`]; or, where later still (up to
     /// [`HOT_FOR`]), [`FOLLOW`] after the window at `seq` (unknown: the
-    /// next place) would end at the pace of the last two read ([`Ended::of`]:
-    /// a stream of long kernels). One ask, from one wake-up, finds the window there,
+    /// next place) would end at the pace of the last two read (a stream of
+    /// long kernels). One ask, from one wake-up, finds the window there,
     /// and its end most often reached.
     fn paced(&self, seq: Option<u64>) -> Option<Instant> {
         let answered = self.answered?;
@@ -453,9 +439,9 @@ impl Track {
                 Attempt::Done | Attempt::Ended { .. } => {
                     let waited = now.saturating_duration_since(handed);
                     self.ended = match asked {
-                        Attempt::Ended { late, span } => now
+                        Attempt::Ended { late } => now
                             .checked_sub(late)
-                            .map(|end| Ended::after(self.ended, end, seq, span)),
+                            .map(|end| Ended::after(self.ended, end, seq)),
                         _ => None,
                     };
                     // Answered at once, handed over soon after the last
@@ -857,25 +843,21 @@ mod tests {
         );
     }
 
-    /// Read, its end reached the given time before, the given span after
-    /// its start.
-    struct EndedAgo(Duration, Duration);
+    /// Read, its end reached the given time before.
+    struct EndedAgo(Duration);
 
     impl Job for EndedAgo {
         fn attempt(&self) -> Attempt {
-            Attempt::Ended {
-                late: self.0,
-                span: self.1,
-            }
+            Attempt::Ended { late: self.0 }
         }
         fn forsake(&self) {}
         fn give_up(&self) {}
     }
 
     /// A window of `lane` handed over at `at`, read `after` later, having
-    /// ended `late` before, `span` long on the device.
-    fn read_one(lane: &mut Track, seq: u64, at: Instant, [after, late, span]: [Duration; 3]) {
-        lane.insert(at, seq, Arc::new(EndedAgo(late, span)));
+    /// ended `late` before.
+    fn read_one(lane: &mut Track, seq: u64, at: Instant, after: Duration, late: Duration) {
+        lane.insert(at, seq, Arc::new(EndedAgo(late)));
         lane.ask(at + after);
         assert!(lane.jobs.is_empty());
     }
@@ -887,9 +869,9 @@ mod tests {
         let us = Duration::from_micros;
         // Two windows read 2 ms apart, each 100 µs after its end.
         let handed = answered + us(10);
-        read_one(&mut lane, 2, handed, [us(2000), us(100), us(2010)]);
+        read_one(&mut lane, 2, handed, us(2000), us(100));
         let handed = handed + us(2000) + us(10);
-        read_one(&mut lane, 3, handed, [us(2000), us(100), us(2010)]);
+        read_one(&mut lane, 3, handed, us(2000), us(100));
         let answered = handed + us(2000);
         let ended = answered - us(100);
         assert_eq!(
@@ -907,34 +889,14 @@ mod tests {
         // Places 2 and 5 read 3 ms apart (3 and 4 read by the reader
         // itself): 1 ms a place.
         let handed = answered + us(10);
-        read_one(&mut lane, 2, handed, [us(2000), us(100), us(1000)]);
+        read_one(&mut lane, 2, handed, us(2000), us(100));
         let handed = handed + us(2000) + us(10);
-        read_one(&mut lane, 5, handed, [us(2990), us(100), us(1000)]);
+        read_one(&mut lane, 5, handed, us(2990), us(100));
         let answered = handed + us(2990);
         let ended = answered - us(100);
         let next = answered + us(10);
         lane.insert(next, 6, Arc::new(Reached));
         assert_eq!(lane.next, ended + us(1000) + FOLLOW);
-    }
-
-    #[test]
-    fn a_device_that_idled_between_windows_paces_the_next_by_their_span() {
-        let start = Instant::now();
-        let (mut lane, answered) = busy_lane(start);
-        let us = Duration::from_micros;
-        // Two windows of 2 ms read 3 ms apart: each queued as the one
-        // before was read, the device idle between.
-        let handed = answered + us(10);
-        read_one(&mut lane, 2, handed, [us(2000), us(100), us(2000)]);
-        let handed = handed + us(2000) + us(10);
-        read_one(&mut lane, 3, handed, [us(2990), us(100), us(2000)]);
-        let answered = handed + us(2990);
-        let ended = answered - us(100);
-        assert_eq!(
-            lane.expects(answered + us(1)),
-            Some(ended + us(2000) + FOLLOW),
-            "not the 3 ms between them, which grows by each answer's delay"
-        );
     }
 
     #[test]
@@ -945,9 +907,9 @@ mod tests {
         // Two windows read 400 µs apart, each ending 50 µs after the
         // answer before it: the reader caught up with the device between.
         let handed = answered + us(10);
-        read_one(&mut lane, 2, handed, [HOT, HOT - us(40), us(50)]);
+        read_one(&mut lane, 2, handed, HOT, HOT - us(40));
         let handed = handed + HOT + us(10);
-        read_one(&mut lane, 3, handed, [HOT, HOT - us(40), us(50)]);
+        read_one(&mut lane, 3, handed, HOT, HOT - us(40));
         let answered = handed + HOT;
         assert_eq!(lane.expects(answered + us(1)), Some(answered + HOT));
     }
@@ -960,19 +922,9 @@ mod tests {
         // Two windows read a second apart: the next is asked within
         // HOT_FOR all the same.
         let handed = answered + us(10);
-        read_one(
-            &mut lane,
-            2,
-            handed,
-            [us(1_000_000), us(100), us(1_000_010)],
-        );
+        read_one(&mut lane, 2, handed, us(1_000_000), us(100));
         let handed = handed + us(1_000_000) + us(10);
-        read_one(
-            &mut lane,
-            3,
-            handed,
-            [us(1_000_000), us(100), us(1_000_010)],
-        );
+        read_one(&mut lane, 3, handed, us(1_000_000), us(100));
         let answered = handed + us(1_000_000);
         assert_eq!(lane.expects(answered + us(1)), Some(answered + HOT_FOR));
     }
