@@ -2,16 +2,13 @@
 //! profiler's event pool carries them for its windows, and placement
 //! reads them.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// What a window's reading is checked against.
 #[derive(Clone, Copy)]
 pub(crate) struct Limits {
     pub(crate) max_distance: Duration,
     pub(crate) resolution: Duration,
-    /// The host clock placements are on: how long ago a window read by
-    /// the resolver ended, which paces its lane's next ask.
-    pub(crate) host_clock: fn() -> Instant,
 }
 
 impl Limits {
@@ -20,6 +17,5 @@ impl Limits {
     pub(crate) const NONE: Self = Self {
         max_distance: Duration::ZERO,
         resolution: Duration::ZERO,
-        host_clock: Instant::now,
     };
 }

@@ -37,8 +37,7 @@ pub(crate) mod resolver {
     pub(crate) const FOLLOW: Duration = Duration::from_micros(50);
     /// The most a busy lane's next ask waits after its last answer, its
     /// reader's pace notwithstanding: a window answered within a
-    /// millisecond of its end. (A stream of long kernels waits longer:
-    /// until its next window would end, as its last two ends say.)
+    /// millisecond of its end.
     pub(crate) const SLOWEST: Duration = Duration::from_micros(600);
     /// How early a hot lane (one that just answered, or a busy one) is
     /// asked when the thread is awake for another: busy streams' asks fall

@@ -216,7 +216,6 @@ impl<C: StampClock> ClockPlacer<C> {
         let limits = Limits {
             max_distance: self.max_distance(),
             resolution: tick_of(&self.clock),
-            host_clock: self.config.host_clock,
         };
         place_window(
             &anchor.line,

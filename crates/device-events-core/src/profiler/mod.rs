@@ -151,7 +151,6 @@ impl<A: AnchorApi> EventProfiler<A> {
             Limits {
                 max_distance: config.anchor.max_anchor_distance,
                 resolution: config.timer_resolution,
-                host_clock: config.anchor.host_clock,
             },
             id,
         );

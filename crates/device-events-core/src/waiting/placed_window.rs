@@ -201,20 +201,12 @@ impl<A: AnchorApi> Job for Pending<A> {
                 Attempt::EndAhead
             };
         }
-        let clock = taken.pool.limits.host_clock;
         // The events go back before the waiter hears: a caller that counts
         // handles right after resolving sees them released.
         drop(inputs.take());
         drop(inputs);
-        let placed = placement_or_none::<A>(read);
-        // How long ago it ended paces its lane's next ask.
-        let asked = placed
-            .as_ref()
-            .map_or(Attempt::Done, |placed| Attempt::Ended {
-                late: clock().saturating_duration_since(placed.end),
-            });
-        self.answer.fill(placed);
-        asked
+        self.answer.fill(placement_or_none::<A>(read));
+        Attempt::Done
     }
 
     fn forsake(&self) {

@@ -26,12 +26,6 @@
 //! as a server timing every kernel's do) at that pace, or [`FOLLOW`] after
 //! its reader's usual hand-over where that is later (up to [`SLOWEST`]),
 //! from a sleep: its next window is not asked at once when handed over.
-//! On a stream of long kernels, whose reader hands each window over as the
-//! one before it is answered, the next is first asked [`FOLLOW`] after it
-//! would end if it ends as long after the last one read as that one did
-//! after the one before (their ends as placed): one ask a window rather
-//! than one every [`HOT`]. A window shorter than the one before it is
-//! answered up to the difference late (at most [`HOT_FOR`]), once.
 //! A lane stops being busy once two windows in a row, each handed over
 //! [`QUIET`] or more after its last answer, are answered within
 //! [`BEHIND_WORK`] of being handed over (one handed over sooner and
@@ -117,39 +111,11 @@ pub(crate) fn this_thread() -> u64 {
     THIS.with(|this| *this)
 }
 
-/// Where a lane's last window read ended.
-#[derive(Clone, Copy)]
-struct Ended {
-    at: Instant,
-    seq: u64,
-    /// Since the one read before, per place ([`Lane::seq`]) between them.
-    per_place: Option<Duration>,
-}
-
-impl Ended {
-    /// Where the window at `seq` would end, at the pace since the last two.
-    fn of(&self, seq: u64) -> Option<Instant> {
-        let places = u32::try_from(seq.checked_sub(self.seq)?).ok()?;
-        self.at.checked_add(self.per_place?.checked_mul(places)?)
-    }
-
-    /// After `last`, the window at `seq` ended at `at`.
-    fn after(last: Option<Self>, at: Instant, seq: u64) -> Self {
-        let per_place = last.and_then(|last| {
-            let places = u32::try_from(seq.checked_sub(last.seq)?).ok()?;
-            at.checked_duration_since(last.at)?.checked_div(places)
-        });
-        Self { at, seq, per_place }
-    }
-}
-
 /// What asking a job found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Attempt {
-    /// Answered, or no longer wanted, with nothing known of its end.
+    /// Answered, or no longer wanted.
     Done,
-    /// Read: the device reached its end `late` before the reading.
-    Ended { late: Duration },
     /// The device has not reached the window's end: nor the later ends of
     /// its lane.
     EndAhead,
@@ -316,11 +282,6 @@ struct Track {
     /// over, when none was pending: a busy lane's next window is expected
     /// then, and asked [`FOLLOW`] after.
     handed_after: Option<Duration>,
-    /// Where the last window it read ended (on this thread's clock), its
-    /// place, and the time per place since the one read before it: on a
-    /// stream of long kernels the next ends about as far on, and is first
-    /// asked then rather than every [`HOT`] before.
-    ended: Option<Ended>,
 }
 
 impl Track {
@@ -334,7 +295,6 @@ impl Track {
             behind_work: false,
             waiting_apart: 0,
             handed_after: None,
-            ended: None,
         }
     }
 
@@ -362,22 +322,13 @@ impl Track {
 
     /// When a busy lane's next window is asked: [`HOT`] after its last
     /// answer, or [`FOLLOW`] after its reader's last hand-over came, where
-    /// that is later, up to [`SLOWEST`]; or, where later still (up to
-    /// [`HOT_FOR`]), [`FOLLOW`] after the window at `seq` (unknown: the
-    /// next place) would end at the pace of the last two read (a stream of
-    /// long kernels). One ask, from one wake-up, finds the window there,
-    /// and its end most often reached.
-    fn paced(&self, seq: Option<u64>) -> Option<Instant> {
-        let answered = self.answered?;
+    /// that is later, up to [`SLOWEST`]. One ask, from one wake-up, finds
+    /// the window there, and its end most often reached.
+    fn paced(&self) -> Option<Instant> {
         let wait = self
             .handed_after
             .map_or(HOT, |after| (after + FOLLOW).clamp(HOT, SLOWEST));
-        let paced = answered + wait;
-        let ends = self.ended.and_then(|ended| {
-            let at = ended.of(seq.unwrap_or(ended.seq.saturating_add(1)))?;
-            Some(at.checked_add(FOLLOW)?.min(answered + HOT_FOR))
-        });
-        Some(ends.map_or(paced, |ends| paced.max(ends)))
+        Some(self.answered? + wait)
     }
 
     /// When a window handed over now would be asked with no wake-up of
@@ -388,12 +339,10 @@ impl Track {
         if self.jobs.len() > self.waiting_apart {
             return Some(self.next);
         }
-        let at = self.paced(None)?;
-        // Its reader's usual hand-over comes [`FOLLOW`] or more before.
         let keeps_up = self
             .handed_after
-            .zip(self.answered)
-            .is_some_and(|(after, answered)| answered + after + FOLLOW <= at);
+            .is_some_and(|after| after + FOLLOW <= SLOWEST);
+        let at = self.paced()?;
         (keeps_up && self.busy(now) && at > now).then_some(at)
     }
 
@@ -403,7 +352,7 @@ impl Track {
         if self.jobs.len() <= self.waiting_apart {
             if self.busy(now) {
                 self.interval = HOT;
-                self.next = self.paced(Some(seq)).unwrap_or(now);
+                self.next = self.paced().unwrap_or(now);
             } else {
                 self.interval = FIRST;
                 self.next = now;
@@ -428,22 +377,15 @@ impl Track {
         let busy = self.busy(now);
         let mut answered = false;
         let mut at = 0;
-        while let Some(&(seq, ref job, handed)) = self.jobs.get(at) {
+        while let Some((_, job, handed)) = self.jobs.get(at) {
             // The process is exiting: no more asks (the round's end
             // answers every job with nothing).
             if crate::threads::stopping() {
                 break;
             }
-            let asked = attempt(&**job);
-            match asked {
-                Attempt::Done | Attempt::Ended { .. } => {
-                    let waited = now.saturating_duration_since(handed);
-                    self.ended = match asked {
-                        Attempt::Ended { late } => now
-                            .checked_sub(late)
-                            .map(|end| Ended::after(self.ended, end, seq)),
-                        _ => None,
-                    };
+            match attempt(&**job) {
+                Attempt::Done => {
+                    let waited = now.saturating_duration_since(*handed);
                     // Answered at once, handed over soon after the last
                     // answer: a reader polling at the stream's own pace,
                     // a moment before the window's end; not a stream gone
@@ -553,9 +495,7 @@ fn answer_windows() {
             return;
         };
         for lane in lanes.values_mut() {
-            // Asked now, not at the turn's start: where its window ended is
-            // told as how long before.
-            if !lane.jobs.is_empty() && lane.due(now) && lane.ask(Instant::now()) == Some(false) {
+            if !lane.jobs.is_empty() && lane.due(now) && lane.ask(now) == Some(false) {
                 answered_at = Some(now);
             }
         }
@@ -841,92 +781,6 @@ mod tests {
             Some(answered + HOT),
             "its next window is asked at the pace, with no wake-up of its own"
         );
-    }
-
-    /// Read, its end reached the given time before.
-    struct EndedAgo(Duration);
-
-    impl Job for EndedAgo {
-        fn attempt(&self) -> Attempt {
-            Attempt::Ended { late: self.0 }
-        }
-        fn forsake(&self) {}
-        fn give_up(&self) {}
-    }
-
-    /// A window of `lane` handed over at `at`, read `after` later, having
-    /// ended `late` before.
-    fn read_one(lane: &mut Track, seq: u64, at: Instant, after: Duration, late: Duration) {
-        lane.insert(at, seq, Arc::new(EndedAgo(late)));
-        lane.ask(at + after);
-        assert!(lane.jobs.is_empty());
-    }
-
-    #[test]
-    fn a_busy_lane_of_long_kernels_first_asks_its_next_window_as_it_would_end() {
-        let start = Instant::now();
-        let (mut lane, answered) = busy_lane(start);
-        let us = Duration::from_micros;
-        // Two windows read 2 ms apart, each 100 µs after its end.
-        let handed = answered + us(10);
-        read_one(&mut lane, 2, handed, us(2000), us(100));
-        let handed = handed + us(2000) + us(10);
-        read_one(&mut lane, 3, handed, us(2000), us(100));
-        let answered = handed + us(2000);
-        let ended = answered - us(100);
-        assert_eq!(
-            lane.expects(answered + us(1)),
-            Some(ended + us(2010) + FOLLOW),
-            "asked once, as the next would end, not every HOT before"
-        );
-    }
-
-    #[test]
-    fn a_lanes_pace_is_per_place_between_the_windows_it_read() {
-        let start = Instant::now();
-        let (mut lane, answered) = busy_lane(start);
-        let us = Duration::from_micros;
-        // Places 2 and 5 read 3 ms apart (3 and 4 read by the reader
-        // itself): 1 ms a place.
-        let handed = answered + us(10);
-        read_one(&mut lane, 2, handed, us(2000), us(100));
-        let handed = handed + us(2000) + us(10);
-        read_one(&mut lane, 5, handed, us(2990), us(100));
-        let answered = handed + us(2990);
-        let ended = answered - us(100);
-        let next = answered + us(10);
-        lane.insert(next, 6, Arc::new(Reached));
-        assert_eq!(lane.next, ended + us(1000) + FOLLOW);
-    }
-
-    #[test]
-    fn a_busy_lane_of_short_kernels_keeps_its_pace() {
-        let start = Instant::now();
-        let (mut lane, answered) = busy_lane(start);
-        let us = Duration::from_micros;
-        // Two windows read 400 µs apart, each ending 50 µs after the
-        // answer before it: the reader caught up with the device between.
-        let handed = answered + us(10);
-        read_one(&mut lane, 2, handed, HOT, HOT - us(40));
-        let handed = handed + HOT + us(10);
-        read_one(&mut lane, 3, handed, HOT, HOT - us(40));
-        let answered = handed + HOT;
-        assert_eq!(lane.expects(answered + us(1)), Some(answered + HOT));
-    }
-
-    #[test]
-    fn a_busy_lane_asks_no_later_than_hot_for_after_its_last_answer() {
-        let start = Instant::now();
-        let (mut lane, answered) = busy_lane(start);
-        let us = Duration::from_micros;
-        // Two windows read a second apart: the next is asked within
-        // HOT_FOR all the same.
-        let handed = answered + us(10);
-        read_one(&mut lane, 2, handed, us(1_000_000), us(100));
-        let handed = handed + us(1_000_000) + us(10);
-        read_one(&mut lane, 3, handed, us(1_000_000), us(100));
-        let answered = handed + us(1_000_000);
-        assert_eq!(lane.expects(answered + us(1)), Some(answered + HOT_FOR));
     }
 
     #[test]
