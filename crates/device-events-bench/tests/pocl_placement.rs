@@ -5,7 +5,8 @@
 //! machine.
 //!
 //! It asserts what the library promises, on any machine: every end lies
-//! inside its window's stated bound, and the fit is no worse than no fit.
+//! inside its window's stated bound, and with the fit the median and p99
+//! are no worse than without.
 //! Absolute figures are `cargo xtask bench`'s: they depend on the CPU and
 //! the load. Run by `cargo xtask test` and `test-opencl`, which install
 //! PoCL first: without a platform it fails.
@@ -39,7 +40,7 @@ fn config(drift_correction: bool, gated_anchor: bool) -> ProfilerConfig {
 }
 
 #[test]
-fn every_window_on_pocl_lies_inside_its_stated_bound_and_the_fit_never_hurts() {
+fn every_window_on_pocl_lies_inside_its_stated_bound_and_the_fit_hurts_neither_median_nor_p99() {
     device_events_opencl::OpenCl::probe().expect("an OpenCL platform: PoCL");
     let seconds = std::env::var("POCL_PLACEMENT_SECONDS")
         .ok()
@@ -66,13 +67,16 @@ fn every_window_on_pocl_lies_inside_its_stated_bound_and_the_fit_never_hurts() {
         assert_eq!(errors.outside_bound, 0, "{name}: {}", errors.summary());
     }
     // The fit may only ever cut an anchor's interval down to what the
-    // anchors before it allow (see the core's drift module), so its tail
-    // is no worse than that of anchors standing alone. The 1 µs of slack
-    // is what two profilers' windows, placed a few hundred microseconds
-    // apart on a shared core, can differ by through the scheduler alone:
-    // less than the smallest change a broken fit makes (tens of µs).
+    // anchors before it allow (see the core's drift module), so its median
+    // and its tail are no worse than those of anchors standing alone. The
+    // 1 µs of slack is what two profilers' windows, placed a few hundred
+    // microseconds apart on a shared core, can differ by through the
+    // scheduler alone: less than the smallest change a broken fit makes
+    // (tens of µs). Not the worst: one window each, and which profiler the
+    // scheduler delays most is luck (the core's drift tests hold the fit's
+    // worst case over brackets fixed in the test).
     for (on, off) in [(0, 1), (2, 3)] {
-        for q in [0.99, 1.0] {
+        for q in [0.5, 0.99] {
             let (fit, alone) = (errors[on].quantile_us(q), errors[off].quantile_us(q));
             assert!(
                 fit <= alone + 1.0,
