@@ -48,14 +48,10 @@ const TRACY_FEATURES: &str = "cubecl-server/profile-tracy";
 
 pub(crate) fn cubecl() -> Result<()> {
     let patched = patched()?;
-    // Their build scripts download LLVM unless told it is a docs build.
     let check = |name: &str, cuda_version: Option<&str>, features: Option<&str>| -> Result<()> {
-        let mut cmd = cargo();
-        cmd.current_dir(&patched.dir)
-            .args(["check", "--package", name])
-            .args(features.map(|f| format!("--features={f}")))
-            .env("DOCS_RS", "1")
-            .env("CARGO_TARGET_DIR", &patched.target);
+        let mut cmd = patched.cargo();
+        cmd.args(["check", "--package", name])
+            .args(features.map(|f| format!("--features={f}")));
         match cuda_version {
             Some(version) => cmd.env("CUDARC_CUDA_VERSION", version),
             // As a CubeCL user builds: the level from the build system.
@@ -106,6 +102,18 @@ pub(crate) fn wgpu_comparison() -> Result<Value> {
 struct Workspace {
     dir: PathBuf,
     target: PathBuf,
+}
+
+impl Workspace {
+    /// Cargo in the workspace, building in its target folder. CubeCL's
+    /// build scripts download LLVM unless told it is a docs build.
+    fn cargo(&self) -> Command {
+        let mut cmd = cargo();
+        cmd.current_dir(&self.dir)
+            .env("DOCS_RS", "1")
+            .env("CARGO_TARGET_DIR", &self.target);
+        cmd
+    }
 }
 
 /// What [`build`] made of a workspace: the `wgpu-check` program and the
@@ -241,15 +249,14 @@ fn target() -> PathBuf {
 /// its reader besides (`tests/windows.rs`). One cargo run, so
 /// that the program and the tests share one build of CubeCL.
 fn build(key: &'static str, workspace: &Workspace) -> Result<Built> {
-    let mut cmd = cargo();
-    cmd.current_dir(&workspace.dir)
-        .args([
-            "test",
-            "--release",
-            "--no-run",
-            "--message-format=json-render-diagnostics",
-        ])
-        .args(["--package", WGPU]);
+    let mut cmd = workspace.cargo();
+    cmd.args([
+        "test",
+        "--release",
+        "--no-run",
+        "--message-format=json-render-diagnostics",
+    ])
+    .args(["--package", WGPU]);
     for test in test_targets(workspace, WGPU)? {
         cmd.args(["--test", &test]);
     }
@@ -257,9 +264,7 @@ fn build(key: &'static str, workspace: &Workspace) -> Result<Built> {
     for test in test_targets(workspace, WGPU_CHECK)? {
         cmd.args(["--test", &test]);
     }
-    cmd.env("DOCS_RS", "1")
-        .env("CARGO_TARGET_DIR", &workspace.target)
-        .stderr(Stdio::inherit());
+    cmd.stderr(Stdio::inherit());
     eprintln!(
         "xtask: build cubecl-wgpu's tests, CubeCL's profiling tests and {WGPU_CHECK} ({key}, release)"
     );
@@ -479,19 +484,16 @@ const PATCH_UNIT_TESTS: &str = "budget_tests";
 /// without CubeCL's lib suite: [`without_cubecls_lib_suite`]); none needs
 /// a device.
 fn patch_unit_tests(workspace: &Workspace) -> Result<()> {
-    let mut cmd = cargo();
-    cmd.current_dir(&workspace.dir)
-        .args([
-            "test",
-            "--release",
-            "--lib",
-            "--package",
-            WGPU,
-            PATCH_UNIT_TESTS,
-        ])
-        .env("DOCS_RS", "1")
-        .env("CARGO_TARGET_DIR", &workspace.target)
-        .stderr(Stdio::inherit());
+    let mut cmd = workspace.cargo();
+    cmd.args([
+        "test",
+        "--release",
+        "--lib",
+        "--package",
+        WGPU,
+        PATCH_UNIT_TESTS,
+    ])
+    .stderr(Stdio::inherit());
     eprintln!("xtask: the patch's unit tests in {WGPU} ({PATCH_UNIT_TESTS})");
     let began = Instant::now();
     let output = cmd.output().context("could not start cargo")?;

@@ -167,12 +167,13 @@ fn percent(v: &Value) -> String {
 
 /// Each run's value of `key`, joined; a dash where the report has none.
 fn each_run(runs: &Value, key: impl Fn(&Value) -> &Value, digits: usize) -> String {
+    each_run_shown(runs, |run| num(key(run), digits))
+}
+
+/// Each run as `show` writes it, joined; a dash where the report has none.
+fn each_run_shown(runs: &Value, show: impl Fn(&Value) -> String) -> String {
     match runs.as_array() {
-        Some(runs) if !runs.is_empty() => runs
-            .iter()
-            .map(|run| num(key(run), digits))
-            .collect::<Vec<_>>()
-            .join(", "),
+        Some(runs) if !runs.is_empty() => runs.iter().map(show).collect::<Vec<_>>().join(", "),
         _ => "—".to_owned(),
     }
 }
@@ -647,14 +648,7 @@ fn answering(r: &Value) -> String {
     if !measured {
         return s;
     }
-    let shares = match runs.as_array() {
-        Some(list) if !list.is_empty() => list
-            .iter()
-            .map(|run| percent(&floor(run)))
-            .collect::<Vec<_>>()
-            .join(", "),
-        _ => "—".to_owned(),
-    };
+    let shares = each_run_shown(runs, |run| percent(&floor(run)));
     s.push_str(&format!(
         "\nWhat a pass costs the OS before any of the library's work: a bare thread that sleeps \
          {} µs (a timed condvar wait, as the resolver does between asks) and then wakes another \

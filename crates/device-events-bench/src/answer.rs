@@ -277,11 +277,16 @@ pub fn every_kernel_on_two_devices(streams: usize, kernel: Duration, n: usize) -
 fn library_threads_cpu() -> HashMap<u64, (String, u64)> {
     library_threads(|path| {
         let name = std::fs::read_to_string(path.join("comm")).ok()?;
-        std::fs::read_to_string(path.join("schedstat"))
-            .ok()
-            .and_then(|stat| stat.split_whitespace().next()?.parse().ok())
-            .map(|ns| (name.trim().to_owned(), ns))
+        on_cpu_ns(path).map(|ns| (name.trim().to_owned(), ns))
     })
+}
+
+/// On-CPU nanoseconds of the thread whose `/proc` folder is `task`, from
+/// its `schedstat`.
+fn on_cpu_ns(task: &std::path::Path) -> Option<u64> {
+    std::fs::read_to_string(task.join("schedstat"))
+        .ok()
+        .and_then(|stat| stat.split_whitespace().next()?.parse().ok())
 }
 
 /// `read` of each of the library's threads, by thread id: those whose
@@ -481,12 +486,7 @@ pub fn wake_floor(pace: Duration, passes: usize) -> f64 {
             seen = cv.wait(seen).unwrap_or_else(PoisonError::into_inner);
         }
     });
-    let on_cpu = || {
-        std::fs::read_to_string("/proc/thread-self/schedstat")
-            .ok()
-            .and_then(|stat| stat.split_whitespace().next()?.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
+    let on_cpu = || on_cpu_ns(std::path::Path::new("/proc/thread-self")).unwrap_or(0);
     let sleeper = (Mutex::new(()), Condvar::new());
     let before = on_cpu();
     for _ in 0..passes {

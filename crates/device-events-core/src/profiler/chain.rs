@@ -54,12 +54,10 @@ impl<A: AnchorApi> EventProfiler<A> {
         stream: A::Stream,
         token: ProfileToken,
     ) -> Result<(Resolving<A>, ProfileToken), ProfileError> {
-        if token.profiler != self.id {
-            return Err(ProfileError::ForeignToken);
-        }
+        let key = self.key_of(token)?;
         let (window, vacant) = self
             .windows
-            .take_vacant(token.key)
+            .take_vacant(key)
             .ok_or(ProfileError::StaleToken)?;
         let bounded = window.and_then(|opened| Ok((opened, self.recorded(stream)?)));
         let (opened, boundary) = match bounded {

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::anchoring::AnchorApi;
 use crate::anchoring::refresh::{Anchoring, WindowAnchor};
-use crate::arena::Arena;
+use crate::arena::{Arena, Key};
 use crate::config::ProfilerConfig;
 use crate::driver::{DriverError, ErrorKind};
 use crate::errors::ProfileError;
@@ -476,10 +476,18 @@ impl<A: AnchorApi> EventProfiler<A> {
 
     #[inline]
     fn take(&mut self, token: ProfileToken) -> Result<Window<A>, ProfileError> {
+        let key = self.key_of(token)?;
+        self.windows.take(key).ok_or(ProfileError::StaleToken)
+    }
+
+    /// `token`'s key in this profiler's windows; refused when it is
+    /// another profiler's.
+    #[inline]
+    fn key_of(&self, token: ProfileToken) -> Result<Key, ProfileError> {
         if token.profiler != self.id {
             return Err(ProfileError::ForeignToken);
         }
-        self.windows.take(token.key).ok_or(ProfileError::StaleToken)
+        Ok(token.key)
     }
 
     fn note_fault(&mut self, err: &DriverError) {
