@@ -141,11 +141,10 @@ pub fn the_drift_fit_places_the_median_no_worse_than_anchors_alone<A: Backend>(
         }
     }
     let [on, off] = &mut errors;
-    for q in [0.5, 0.99] {
-        let (fit, alone) = (quantile(on, q), quantile(off, q));
-        eprintln!("placement at q={q}: {fit:?} with the fit, {alone:?} without");
-    }
+    let (p99_fit, p99_alone) = (quantile(on, 0.99), quantile(off, 0.99));
     let (fit, alone) = (quantile(on, 0.5), quantile(off, 0.5));
+    eprintln!("placement at q=0.5: {fit:?} with the fit, {alone:?} without");
+    eprintln!("placement at q=0.99: {p99_fit:?} with the fit, {p99_alone:?} without");
     // 1 µs of slack: what two profilers' windows a millisecond apart can
     // differ by through the host's scheduler alone.
     assert!(
