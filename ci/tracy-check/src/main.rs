@@ -369,7 +369,9 @@ type Made = Vec<(&'static str, Instant, Instant)>;
 /// Every context's first pairing must give the GPU time of a moment after
 /// its stream was asked for and before the relay read it (`Instant`s
 /// turned into the writer's ticks through the first zone), and its later
-/// pairings must agree with the first to within Tracy's clock's drift.
+/// pairings in force for a GPU time (or the last) must agree with the
+/// first to within Tracy's clock's drift: one the client replaced at once,
+/// because preemption made its call wide, read no zone's time.
 fn pairings(windows: &[Placed], wire: &Wire, made: &Made) -> Vec<String> {
     let mut problems = Vec::new();
     let (Some(first), Some(first_zone)) = (
@@ -555,23 +557,31 @@ fn report(windows: &[Placed], wire: &Wire) {
     }
     println!("(ns from the first window's start; zones as the server received them)");
     // Each pairing against the context's first: how far Tracy's clock
-    // moved from `Instant`'s (a retaken pairing shows as two close ones).
+    // moved from `Instant`'s.
     for context in wire.contexts.values() {
         let Some(&(gpu0, cpu0)) = context.pairings.first() else {
             continue;
         };
-        let offsets: Vec<String> = context
-            .pairings
-            .iter()
-            .map(|&(gpu, cpu)| {
-                let (gpu, tracy) = ((gpu - gpu0) as f64, (cpu - cpu0) as f64 * wire.timer_mul);
-                format!("{:.6} s {:+.2} µs", gpu / 1e9, (tracy - gpu) / 1e3)
-            })
-            .collect();
-        println!(
-            "{}: Tracy's clock against Instant's at each pairing: {}",
-            context.name.as_deref().unwrap_or("?"),
+        let offsets = |pairings: &[(i64, i64)]| {
+            let offsets: Vec<String> = pairings
+                .iter()
+                .map(|&(gpu, cpu)| {
+                    let (gpu, tracy) = ((gpu - gpu0) as f64, (cpu - cpu0) as f64 * wire.timer_mul);
+                    format!("{:.6} s {:+.2} µs", gpu / 1e9, (tracy - gpu) / 1e3)
+                })
+                .collect();
             offsets.join(", ")
+        };
+        let name = context.name.as_deref().unwrap_or("?");
+        println!(
+            "{name}: Tracy's clock against Instant's at each pairing in force: {}",
+            offsets(&context.pairings)
         );
+        if !context.unused.is_empty() {
+            println!(
+                "{name}: replaced before any GPU time came (not held to the bound): {}",
+                offsets(&context.unused)
+            );
+        }
     }
 }

@@ -56,9 +56,16 @@ pub struct Context {
     pub name: Option<String>,
     pub period: f32,
     pub syncs: usize,
-    /// Each pairing of its GPU time with Tracy's clock (raw ticks): at
-    /// its creation, then at each sync.
+    /// Each pairing of its GPU time with Tracy's clock (raw ticks) that
+    /// was in force for a GPU time or is the last: at its creation, then
+    /// at each sync.
     pub pairings: Vec<(i64, i64)>,
+    /// Syncs another replaced before any GPU time of the context came (a
+    /// pairing the client took again because its call was wide, or a
+    /// second's sync with no zone in it): no time was read through them.
+    pub unused: Vec<(i64, i64)>,
+    /// Whether a GPU time came since the last pairing.
+    timed: bool,
     /// When this process read the context's creation off the wire: its
     /// first pairing was taken before.
     pub seen: Option<std::time::Instant>,
@@ -239,6 +246,7 @@ impl Wire {
                     // `ProcessGpuTime`: a time this far back is a wrap.
                     wrapped = time < context.last_gpu - (1 << 31);
                     context.last_gpu = time;
+                    context.timed = true;
                     let zone = context.queries.remove(&query)?;
                     context.zones.get_mut(zone)
                 });
@@ -261,6 +269,12 @@ impl Wire {
                     Some(context) => {
                         context.syncs += 1;
                         context.last_gpu = 0;
+                        // A sync after a sync with no GPU time between
+                        // replaces it: the earlier was in force for none.
+                        if !context.timed && context.pairings.len() > 1 {
+                            context.unused.extend(context.pairings.pop());
+                        }
+                        context.timed = false;
                         context.pairings.push((gpu, cpu));
                     }
                     None => self.faults.push("a sync of no context".into()),
