@@ -181,6 +181,92 @@ fn instructions(case: &str, n: u64, soft: &Path) -> Result<(f64, f64)> {
     Ok((total / n as f64, (total - driver) / n as f64))
 }
 
+/// The submitting cases whose instructions outside the driver are
+/// profiled by function: ours, each beside what it is held to.
+const PROFILED_SUBMITS: [(&str, &str); 3] = [
+    ("cuda-chain-submit", "cudarc-chain-submit"),
+    ("cubecl-ours-fence-submit", "cubecl-server-fence-submit"),
+    ("cubecl-ours-window-submit", "cubecl-server-window-submit"),
+];
+
+/// A function below this many instructions per operation is not named.
+const PROFILE_FLOOR: f64 = 5.0;
+
+/// Where a case's instructions outside the driver go, per operation, read
+/// from its callgrind output (`instructions` wrote it): each function of
+/// the probe's own binary (the library, the harness, and what they inline)
+/// with its own instructions, most first, down to [`PROFILE_FLOOR`]; then
+/// the rest outside the driver (smaller functions, and libc's allocator,
+/// copies and clock reads called from outside the driver).
+fn submit_profile(case: &str, n: u64, outside: f64) -> Result<Value> {
+    let out = root().join(format!("target/callgrind.{case}.out"));
+    let text = std::fs::read_to_string(&out)?;
+    let mut functions: Vec<(String, f64)> = own_instructions(&text)
+        .into_iter()
+        .map(|(name, ir)| (name, ir / n as f64))
+        .filter(|(_, ir)| *ir >= PROFILE_FLOOR)
+        .collect();
+    functions.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let named: f64 = functions.iter().map(|(_, ir)| ir).sum();
+    Ok(json!({
+        "functions": functions
+            .iter()
+            .map(|(name, ir)| json!({ "function": short_name(name), "instructions": ir }))
+            .collect::<Vec<_>>(),
+        "rest": outside - named,
+    }))
+}
+
+/// Each function's own (exclusive) instructions in a callgrind output,
+/// for the functions of the probe's binary alone. Names are given once,
+/// in `fn=`/`cfn=` (objects in `ob=`/`cob=`), and by id after that; the
+/// cost line after a `calls=` line is the call's, not the caller's own.
+fn own_instructions(text: &str) -> std::collections::HashMap<String, f64> {
+    use std::collections::HashMap;
+    fn named(names: &mut HashMap<String, String>, rest: &str) -> String {
+        let (id, name) = rest.split_once(' ').unwrap_or((rest, ""));
+        if !name.is_empty() {
+            names.insert(id.to_string(), name.to_string());
+        }
+        names.get(id).cloned().unwrap_or_default()
+    }
+    let (mut objects, mut functions) = (HashMap::new(), HashMap::new());
+    let (mut object, mut function) = (String::new(), String::new());
+    let mut call_cost_next = false;
+    let mut own = HashMap::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("ob=") {
+            object = named(&mut objects, rest);
+        } else if let Some(rest) = line.strip_prefix("cob=") {
+            named(&mut objects, rest);
+        } else if let Some(rest) = line.strip_prefix("fn=") {
+            function = named(&mut functions, rest);
+        } else if let Some(rest) = line.strip_prefix("cfn=") {
+            named(&mut functions, rest);
+        } else if line.starts_with("calls=") {
+            call_cost_next = true;
+        } else if line.starts_with(|c: char| c.is_ascii_digit() || "+-*".contains(c)) {
+            if std::mem::take(&mut call_cost_next) || !object.ends_with("bench-probe") {
+                continue;
+            }
+            let ir = line
+                .split_whitespace()
+                .nth(1)
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0);
+            *own.entry(function.clone()).or_insert(0.0) += ir;
+        }
+    }
+    own
+}
+
+/// A function's name as a reader scans it: the crates' common prefix and
+/// `impl` paths left out.
+fn short_name(name: &str) -> String {
+    name.replace("<impl device_events_core::", "<impl ")
+        .replace("device_events_", "")
+}
+
 /// The every-kernel case callgrind profiles: one stream, its kernels long
 /// enough that a reader slowed ~50× by callgrind still keeps 32 queued.
 const PROFILED_WINDOWS: &str = "1000";
@@ -411,6 +497,17 @@ pub(crate) fn bench() -> Result<()> {
          {PROFILED_KERNEL_US} µs on one stream, read 32 behind"
     );
     let resolver = resolver_profile(&soft)?;
+    let mut submit_profiles = serde_json::Map::new();
+    for (ours, theirs) in PROFILED_SUBMITS {
+        for case in [ours, theirs] {
+            let n = CASES
+                .iter()
+                .find(|(c, _)| *c == case)
+                .map_or(1, |(_, n)| *n);
+            let beyond = outside[case].as_f64().unwrap_or(f64::NAN);
+            submit_profiles.insert(case.into(), submit_profile(case, n, beyond)?);
+        }
+    }
     eprintln!(
         "xtask: never in the server's way: start() behind a 1 s kernel on a shared hardware \
          queue; 1000 GLOBAL-mode captures beside 8 profiling threads, CUDA and HIP"
@@ -555,6 +652,16 @@ pub(crate) fn bench() -> Result<()> {
                      error of both ends of every window against the driver's own truth, µs",
         },
         "answering": answering,
+        "submit_profile": {
+            "cases": submit_profiles,
+            "pairs": PROFILED_SUBMITS.iter().map(|(ours, theirs)| json!([ours, theirs])).collect::<Vec<_>>(),
+            "floor": PROFILE_FLOOR,
+            "note": "callgrind, the submitting thread's instructions outside the driver per \
+                     operation, by function of the probe's binary (the library, the harness, \
+                     and what the compiler inlined into each), each function's own; the rest: \
+                     smaller functions, and libc's allocator, copies and clock reads called \
+                     from outside the driver",
+        },
         "every_kernel": {
             "runs": every_kernel,
             "resolver_profile": resolver,
@@ -1174,6 +1281,37 @@ calls=2 0
 0 20
 ";
         assert_eq!(super::calls_to(text, &|name| name == "syscall"), 5.0);
+    }
+
+    /// A function's own instructions: its lines, not what its calls
+    /// cost, and only for functions of the probe's binary, named in full
+    /// or by id.
+    #[test]
+    fn own_instructions_are_a_functions_lines_in_the_probes_binary() {
+        let text = "\
+ob=(1) /target/release/bench-probe
+fl=(1) ???
+fn=(1) submit
+0 100
+cob=(2) /lib/libdevice_events_soft_driver.so
+cfn=(2) cuEventRecord
+calls=1 0
+0 3000
+fn=(3) record
+0 40
+cfn=(1)
+calls=1 0
+0 100
+fn=(1)
+0 7
+ob=(2)
+fn=(2)
+0 2900
+";
+        let own = super::own_instructions(text);
+        assert_eq!(own.get("submit"), Some(&107.0));
+        assert_eq!(own.get("record"), Some(&40.0));
+        assert_eq!(own.get("cuEventRecord"), None);
     }
 
     #[test]

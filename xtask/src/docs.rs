@@ -235,12 +235,16 @@ fn measurements(r: &Value) -> String {
             sentence(&r["against_cubecl_server"]["note"]).trim_end(),
             beside_cubecl(r)
         ),
+        submit_profile(r),
         scale(r),
         format!("## Placement on the host clock\n\n{}", placement(r)),
         answering(r),
         server_way(r),
         wait_cost(r),
-    ] {
+    ]
+    .into_iter()
+    .filter(|section| !section.is_empty())
+    {
         page.push_str(&section);
         page.push('\n');
     }
@@ -406,6 +410,52 @@ fn beside_cubecl(r: &Value) -> String {
             "| {name} | {} | {} |\n",
             each_run(runs, |run| &run["cubecl_server"][key], digits),
             each_run(runs, |run| &run["device_events_cubecl"][key], digits)
+        ));
+    }
+    s
+}
+
+/// The submitting thread's instructions outside the driver, by function:
+/// what each remaining instruction buys. Empty for a report from before
+/// they were profiled.
+fn submit_profile(r: &Value) -> String {
+    let p = &r["submit_profile"];
+    let Some(pairs) = p["pairs"].as_array() else {
+        return String::new();
+    };
+    fn label(case: &str) -> &str {
+        match case {
+            "cuda-chain-submit" => "a chained window, ours",
+            "cudarc-chain-submit" => "a chained window, cudarc's",
+            "cubecl-ours-fence-submit" => "a CubeCL fence, ours (`CubeFence`)",
+            "cubecl-server-fence-submit" => "a CubeCL fence, CubeCL's own",
+            "cubecl-ours-window-submit" => "a CubeCL window, ours (`CubeProfiler`)",
+            "cubecl-server-window-submit" => "a CubeCL window, CubeCL's own",
+            other => other,
+        }
+    }
+    let mut s = format!(
+        "## Where the submitting thread's instructions go\n\n{}\n\n\
+         | submitting | function (its own instructions, with what was inlined into it) | \
+         instructions per operation |\n| --- | --- | --- |\n",
+        sentence(&p["note"]).trim_end()
+    );
+    for case in pairs.iter().filter_map(Value::as_array).flatten() {
+        let Some(case) = case.as_str() else { continue };
+        let profile = &p["cases"][case];
+        for f in profile["functions"].as_array().into_iter().flatten() {
+            s.push_str(&format!(
+                "| {} | `{}` | {} |\n",
+                label(case),
+                f["function"].as_str().unwrap_or("?").replace('|', "\\|"),
+                num(&f["instructions"], 0)
+            ));
+        }
+        s.push_str(&format!(
+            "| {} | the rest (functions under {} each, libc) | {} |\n",
+            label(case),
+            num(&p["floor"], 0),
+            num(&profile["rest"], 0)
         ));
     }
     s
@@ -1000,6 +1050,33 @@ mod tests {
     fn an_unknown_block_is_refused() {
         let err = fill_blocks("<!-- bench:nothing -->\n<!-- /bench -->\n", &json!({})).unwrap_err();
         assert!(err.to_string().contains("`nothing`"), "{err}");
+    }
+
+    #[test]
+    fn the_submit_profile_names_each_function_and_the_rest_of_each_case() {
+        let report = json!({ "submit_profile": {
+            "pairs": [["cubecl-ours-fence-submit", "cubecl-server-fence-submit"]],
+            "floor": 5.0,
+            "note": "a test",
+            "cases": {
+                "cubecl-ours-fence-submit": {
+                    "functions": [{ "function": "core::idle::keep_event", "instructions": 47.0 }],
+                    "rest": 3.0 },
+                "cubecl-server-fence-submit": { "functions": [], "rest": 113.0 },
+            } } });
+        let table = submit_profile(&report);
+        assert!(
+            table
+                .contains("| a CubeCL fence, ours (`CubeFence`) | `core::idle::keep_event` | 47 |"),
+            "{table}"
+        );
+        assert!(
+            table.contains(
+                "| a CubeCL fence, CubeCL's own | the rest (functions under 5 each, libc) | 113 |"
+            ),
+            "{table}"
+        );
+        assert_eq!(submit_profile(&json!({})), "");
     }
 
     #[test]
