@@ -43,7 +43,7 @@ pub fn a_status_becomes_a_driver_error_with_call_code_name_and_class<A: Backend>
     let s = A::stream_create_non_blocking().unwrap();
     let fence = EventFence::<A>::new(s);
     let (code, name) = abi.poisoning;
-    assert!(soft.fail_call(abi.synchronize, 1, code));
+    assert!(soft.fail_call_here(abi.synchronize, 1, code));
     let err = fence.wait_sync().unwrap_err();
     assert_eq!(
         err.to_string(),
@@ -57,7 +57,7 @@ pub fn a_status_becomes_a_driver_error_with_call_code_name_and_class<A: Backend>
         (err.kind(), err.status()),
         (ErrorKind::DevicePoisoned, Some(i64::from(code)))
     );
-    assert!(soft.fail_call(abi.record, 1, 2));
+    assert!(soft.fail_call_here(abi.record, 1, 2));
     let err = EventFence::<A>::new(s).wait_sync().unwrap_err();
     assert_eq!(err.kind(), ErrorKind::OutOfResources, "{err}");
     drop(fence);

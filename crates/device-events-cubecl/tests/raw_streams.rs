@@ -276,7 +276,7 @@ fn a_refused_stream_wait_into_a_capture_is_an_error_not_a_host_wait() {
     })
     .unwrap();
     let waited = soft.call_count("cuEventSynchronize");
-    assert!(soft.fail_call("cuStreamWaitEvent", 1, 2));
+    assert!(soft.fail_call_here("cuStreamWaitEvent", 1, 2));
     let result = fence.wait_async(b);
     assert_eq!(
         soft.call_count("cuEventSynchronize"),
@@ -397,7 +397,7 @@ fn a_cubecl_fence_whose_record_is_refused_on_a_wrong_word_records_bound() {
     // SAFETY: as above.
     unsafe { result::ctx::set_current(other).unwrap() };
     let recorded = soft.call_count("cuEventRecord");
-    assert!(soft.fail_call("cuEventRecord", 1, 400));
+    assert!(soft.fail_call_here("cuEventRecord", 1, 400));
     CubeFence::<Cuda>::new(s).wait_sync().unwrap();
     assert_eq!(
         soft.call_count("cuEventRecord") - recorded,

@@ -614,7 +614,7 @@ fn a_call_whose_context_cannot_be_bound_never_reaches_the_driver() {
     let mut e = Cuda::event_create().unwrap();
     bind(1);
     let recorded = soft.call_count("cuEventRecord");
-    assert!(soft.fail_call("cuCtxPushCurrent_v2", 1, 201));
+    assert!(soft.fail_call_here("cuCtxPushCurrent_v2", 1, 201));
     let outcome = Cuda::event_record(&e, s);
     assert_eq!(
         soft.call_count("cuEventRecord"),
