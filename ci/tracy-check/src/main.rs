@@ -366,12 +366,13 @@ fn pipeline(tracy: &device_events_trace::TracyWriter) -> Result<(Vec<Placed>, Ma
 /// made.
 type Made = Vec<(&'static str, Instant, Instant)>;
 
-/// Every context's first pairing must give the GPU time of a moment after
-/// its stream was asked for and before the relay read it (`Instant`s
-/// turned into the writer's ticks through the first zone), and its later
-/// pairings in force for a GPU time (or the last) must agree with the
-/// first to within Tracy's clock's drift: one the client replaced at once,
-/// because preemption made its call wide, read no zone's time.
+/// Every context's first pairing (its creation's) must give the GPU time
+/// of a moment after its stream was asked for and before the relay read it
+/// (`Instant`s turned into the writer's ticks through the first zone), and
+/// its later pairings must agree with each other to within Tracy's clock's
+/// drift, except one the client took again at once, before any GPU time
+/// came, because preemption made its call wide (the creation's included):
+/// no zone's time was read through it.
 fn pairings(windows: &[Placed], wire: &Wire, made: &Made) -> Vec<String> {
     let mut problems = Vec::new();
     let (Some(first), Some(first_zone)) = (
@@ -389,9 +390,10 @@ fn pairings(windows: &[Placed], wire: &Wire, made: &Made) -> Vec<String> {
         else {
             continue;
         };
-        let (Some(&(gpu, _)), Some(seen)) = (context.pairings.first(), context.seen) else {
+        let Some(seen) = context.seen else {
             continue;
         };
+        let (gpu, _) = context.created;
         let (low, high) = (tick(before), tick(seen.max(after)));
         println!(
             "{name}: first pairing's GPU time {} ns after its stream was asked for, {} ns before \
@@ -559,9 +561,7 @@ fn report(windows: &[Placed], wire: &Wire) {
     // Each pairing against the context's first: how far Tracy's clock
     // moved from `Instant`'s.
     for context in wire.contexts.values() {
-        let Some(&(gpu0, cpu0)) = context.pairings.first() else {
-            continue;
-        };
+        let (gpu0, cpu0) = context.created;
         let offsets = |pairings: &[(i64, i64)]| {
             let offsets: Vec<String> = pairings
                 .iter()
@@ -574,12 +574,12 @@ fn report(windows: &[Placed], wire: &Wire) {
         };
         let name = context.name.as_deref().unwrap_or("?");
         println!(
-            "{name}: Tracy's clock against Instant's at each pairing in force: {}",
+            "{name}: Tracy's clock against Instant's at each pairing: {}",
             offsets(&context.pairings)
         );
         if !context.unused.is_empty() {
             println!(
-                "{name}: replaced before any GPU time came (not held to the bound): {}",
+                "{name}: taken again at once, before any GPU time came (not held to the bound): {}",
                 offsets(&context.unused)
             );
         }

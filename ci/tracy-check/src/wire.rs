@@ -37,6 +37,11 @@ const SOURCE_CODE: u8 = 110;
 const WELCOME: usize = 1178;
 const WELCOME_FLAGS: usize = 72;
 const ON_DEMAND: usize = 16;
+/// A sync this soon (writer's ns) after the last pairing, with no GPU time
+/// between, is that pairing taken again: the client retakes a wide one in
+/// a loop, and re-syncs otherwise once a second.
+const RETAKEN_WITHIN: i64 = 100_000_000;
+
 /// LZ4 looks back at most this far.
 const WINDOW: usize = 64 * 1024;
 /// `TargetFrameSize`: no frame decompresses to more.
@@ -56,13 +61,14 @@ pub struct Context {
     pub name: Option<String>,
     pub period: f32,
     pub syncs: usize,
-    /// Each pairing of its GPU time with Tracy's clock (raw ticks) that
-    /// was in force for a GPU time or is the last: at its creation, then
-    /// at each sync.
+    /// The pairing of its GPU time with Tracy's clock (raw ticks) made at
+    /// its creation.
+    pub created: (i64, i64),
+    /// Each pairing not taken again at once: the creation's, then each
+    /// sync's.
     pub pairings: Vec<(i64, i64)>,
-    /// Syncs another replaced before any GPU time of the context came (a
-    /// pairing the client took again because its call was wide, or a
-    /// second's sync with no zone in it): no time was read through them.
+    /// Pairings the client took again at once, before any GPU time of the
+    /// context came (their calls were wide): no time was read through them.
     pub unused: Vec<(i64, i64)>,
     /// Whether a GPU time came since the last pairing.
     timed: bool,
@@ -194,6 +200,7 @@ impl Wire {
                 let cpu = i64::from_le_bytes(f.get(..8)?.try_into().ok()?);
                 let context = Context {
                     period: f32::from_le_bytes(f.get(20..24)?.try_into().ok()?),
+                    created: (gpu, cpu),
                     pairings: vec![(gpu, cpu)],
                     seen: Some(std::time::Instant::now()),
                     ..Context::default()
@@ -269,9 +276,17 @@ impl Wire {
                     Some(context) => {
                         context.syncs += 1;
                         context.last_gpu = 0;
-                        // A sync after a sync with no GPU time between
-                        // replaces it: the earlier was in force for none.
-                        if !context.timed && context.pairings.len() > 1 {
+                        // A sync soon after the creation or a sync, with
+                        // no GPU time between, retakes it: the client
+                        // pairs again at once when a call was wide, and
+                        // the earlier was in force for no time. (A
+                        // second's sync with no zone before it is not a
+                        // retake, and stays.)
+                        let retake = context
+                            .pairings
+                            .last()
+                            .is_some_and(|&(last, _)| gpu.saturating_sub(last) < RETAKEN_WITHIN);
+                        if !context.timed && retake {
                             context.unused.extend(context.pairings.pop());
                         }
                         context.timed = false;
