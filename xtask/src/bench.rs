@@ -230,6 +230,7 @@ fn own_instructions(text: &str) -> std::collections::HashMap<String, f64> {
         }
         names.get(id).cloned().unwrap_or_default()
     }
+    let ir = ir_reader(text);
     let (mut objects, mut functions) = (HashMap::new(), HashMap::new());
     let (mut object, mut function) = (String::new(), String::new());
     let mut call_cost_next = false;
@@ -249,15 +250,36 @@ fn own_instructions(text: &str) -> std::collections::HashMap<String, f64> {
             if std::mem::take(&mut call_cost_next) || !object.ends_with("bench-probe") {
                 continue;
             }
-            let ir = line
-                .split_whitespace()
-                .nth(1)
-                .and_then(|v| v.parse::<f64>().ok())
-                .unwrap_or(0.0);
-            *own.entry(function.clone()).or_insert(0.0) += ir;
+            *own.entry(function.clone()).or_insert(0.0) += ir(line);
         }
     }
     own
+}
+
+/// How to read a cost line's instructions (`Ir`) in a callgrind output:
+/// after its position columns (`positions:`, `line` alone by default), at
+/// `Ir`'s place among the events (`events:`).
+fn ir_reader(text: &str) -> impl Fn(&str) -> f64 {
+    let header = |name: &str| {
+        text.lines()
+            .take_while(|line| !line.starts_with("fn="))
+            .find_map(|line| line.strip_prefix(name))
+            .map(|rest| {
+                rest.split_whitespace()
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>()
+            })
+    };
+    let positions = header("positions:").map_or(1, |p| p.len());
+    let event = header("events:")
+        .and_then(|events| events.iter().position(|e| e == "Ir"))
+        .unwrap_or(0);
+    move |line: &str| {
+        line.split_whitespace()
+            .nth(positions + event)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    }
 }
 
 /// A function's name as a reader scans it: the crates' common prefix and
@@ -356,6 +378,7 @@ fn calls_to(text: &str, of: &dyn Fn(&str) -> bool) -> f64 {
 /// once, in `ob=` or `cob=`; a call's object is its `cob=`, else the
 /// caller's.
 fn inside_the_driver(text: &str) -> f64 {
+    let ir = ir_reader(text);
     let driver = |object: &str| object.contains("soft_driver") || object.contains("libcuda");
     let mut names = std::collections::HashMap::new();
     let (mut object, mut callee) = (String::new(), None::<String>);
@@ -381,11 +404,7 @@ fn inside_the_driver(text: &str) -> f64 {
             in_call = false;
             let to = callee.take().unwrap_or_else(|| object.clone());
             if driver(&to) && !driver(&object) {
-                inside += line
-                    .split_whitespace()
-                    .nth(1)
-                    .and_then(|v| v.parse::<f64>().ok())
-                    .unwrap_or(0.0);
+                inside += ir(line);
             }
         }
     }
@@ -1312,6 +1331,22 @@ fn=(2)
         assert_eq!(own.get("submit"), Some(&107.0));
         assert_eq!(own.get("record"), Some(&40.0));
         assert_eq!(own.get("cuEventRecord"), None);
+    }
+
+    /// A cost line's instructions are read where the header puts them:
+    /// after each position column, at `Ir`'s place among the events.
+    #[test]
+    fn instructions_are_read_from_the_column_the_header_names() {
+        let text = "\
+positions: instr line
+events: Dr Ir
+ob=(1) /target/release/bench-probe
+fn=(1) submit
+0x10 3 7 100
+";
+        assert_eq!(super::own_instructions(text).get("submit"), Some(&100.0));
+        let plain = "events: Ir\nob=(1) /target/release/bench-probe\nfn=(1) submit\n3 100\n";
+        assert_eq!(super::own_instructions(plain).get("submit"), Some(&100.0));
     }
 
     #[test]
