@@ -151,7 +151,7 @@ fn probe(args: &[&str], soft: &Path) -> Result<Value> {
 /// Instructions per operation of `case`, counted by callgrind inside the
 /// probe's `probe_region` alone: in all, and outside the driver library
 /// (the software driver's object), where ours and cudarc's code differ.
-fn instructions(case: &str, n: u64, soft: &Path) -> Result<(f64, f64)> {
+fn instructions(case: &str, n: u64, soft: &Path) -> Result<(f64, f64, String)> {
     let out = root().join(format!("target/callgrind.{case}.out"));
     let exe = root().join("target/release/bench-probe");
     let status = soft_env(&mut Command::new("valgrind"), soft)
@@ -169,16 +169,30 @@ fn instructions(case: &str, n: u64, soft: &Path) -> Result<(f64, f64)> {
         );
     }
     let text = std::fs::read_to_string(&out)?;
-    let total: f64 = text
-        .lines()
+    let total = totals(&text)?;
+    let driver = inside_the_driver(&text);
+    Ok((total / n as f64, (total - driver) / n as f64, text))
+}
+
+/// The instructions a callgrind output counts in all.
+fn totals(text: &str) -> Result<f64> {
+    text.lines()
         .find_map(|line| {
             line.strip_prefix("totals:")
                 .or_else(|| line.strip_prefix("summary:"))
         })
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .context("no totals in the callgrind output")?;
-    let driver = inside_the_driver(&text);
-    Ok((total / n as f64, (total - driver) / n as f64))
+        .context("no totals in the callgrind output")
+}
+
+/// The name an `ob=`/`fn=` (or `cob=`/`cfn=`) line gives, recorded in
+/// `names` when given in full (`(id) name`) and looked up by id after.
+fn named(names: &mut std::collections::HashMap<String, String>, rest: &str) -> Option<String> {
+    let (id, name) = rest.split_once(' ').unwrap_or((rest, ""));
+    if !name.is_empty() {
+        names.insert(id.to_string(), name.to_string());
+    }
+    names.get(id).cloned()
 }
 
 /// The submitting cases whose instructions outside the driver are
@@ -193,28 +207,26 @@ const PROFILED_SUBMITS: [(&str, &str); 3] = [
 const PROFILE_FLOOR: f64 = 5.0;
 
 /// Where a case's instructions outside the driver go, per operation, read
-/// from its callgrind output (`instructions` wrote it): each function of
+/// from its callgrind output (`instructions` returns it): each function of
 /// the probe's own binary (the library, the harness, and what they inline)
 /// with its own instructions, most first, down to [`PROFILE_FLOOR`]; then
 /// the rest outside the driver (smaller functions, and libc's allocator,
 /// copies and clock reads called from outside the driver).
-fn submit_profile(case: &str, n: u64, outside: f64) -> Result<Value> {
-    let out = root().join(format!("target/callgrind.{case}.out"));
-    let text = std::fs::read_to_string(&out)?;
-    let mut functions: Vec<(String, f64)> = own_instructions(&text)
+fn submit_profile(text: &str, n: u64, outside: f64) -> Value {
+    let mut functions: Vec<(String, f64)> = own_instructions(text)
         .into_iter()
         .map(|(name, ir)| (name, ir / n as f64))
         .filter(|(_, ir)| *ir >= PROFILE_FLOOR)
         .collect();
     functions.sort_by(|a, b| b.1.total_cmp(&a.1));
     let named: f64 = functions.iter().map(|(_, ir)| ir).sum();
-    Ok(json!({
+    json!({
         "functions": functions
             .iter()
             .map(|(name, ir)| json!({ "function": short_name(name), "instructions": ir }))
             .collect::<Vec<_>>(),
         "rest": outside - named,
-    }))
+    })
 }
 
 /// Each function's own (exclusive) instructions in a callgrind output,
@@ -223,13 +235,6 @@ fn submit_profile(case: &str, n: u64, outside: f64) -> Result<Value> {
 /// cost line after a `calls=` line is the call's, not the caller's own.
 fn own_instructions(text: &str) -> std::collections::HashMap<String, f64> {
     use std::collections::HashMap;
-    fn named(names: &mut HashMap<String, String>, rest: &str) -> String {
-        let (id, name) = rest.split_once(' ').unwrap_or((rest, ""));
-        if !name.is_empty() {
-            names.insert(id.to_string(), name.to_string());
-        }
-        names.get(id).cloned().unwrap_or_default()
-    }
     let ir = ir_reader(text);
     let (mut objects, mut functions) = (HashMap::new(), HashMap::new());
     let (mut object, mut function) = (String::new(), String::new());
@@ -237,11 +242,11 @@ fn own_instructions(text: &str) -> std::collections::HashMap<String, f64> {
     let mut own = HashMap::new();
     for line in text.lines() {
         if let Some(rest) = line.strip_prefix("ob=") {
-            object = named(&mut objects, rest);
+            object = named(&mut objects, rest).unwrap_or_default();
         } else if let Some(rest) = line.strip_prefix("cob=") {
             named(&mut objects, rest);
         } else if let Some(rest) = line.strip_prefix("fn=") {
-            function = named(&mut functions, rest);
+            function = named(&mut functions, rest).unwrap_or_default();
         } else if let Some(rest) = line.strip_prefix("cfn=") {
             named(&mut functions, rest);
         } else if line.starts_with("calls=") {
@@ -318,14 +323,7 @@ fn resolver_profile(soft: &Path) -> Result<Value> {
     }
     let run: Value = serde_json::from_slice(&output.stdout).context("bench-probe's JSON")?;
     let text = std::fs::read_to_string(&out)?;
-    let total: f64 = text
-        .lines()
-        .find_map(|line| {
-            line.strip_prefix("totals:")
-                .or_else(|| line.strip_prefix("summary:"))
-        })
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .context("no totals in the callgrind output")?;
+    let total = totals(&text)?;
     let windows = run["windows_read"].as_f64().unwrap_or(f64::NAN);
     let calls = |of: &dyn Fn(&str) -> bool| calls_to(&text, of) / windows;
     Ok(json!({
@@ -347,16 +345,13 @@ fn calls_to(text: &str, of: &dyn Fn(&str) -> bool) -> f64 {
     let mut callee = None::<String>;
     let mut count = 0.0;
     for line in text.lines() {
-        let named = line
+        let named_here = line
             .strip_prefix("cfn=")
             .or_else(|| line.strip_prefix("fn="));
-        if let Some(rest) = named {
-            let (id, name) = rest.split_once(' ').unwrap_or((rest, ""));
-            if !name.is_empty() {
-                names.insert(id.to_string(), name.to_string());
-            }
+        if let Some(rest) = named_here {
+            let name = named(&mut names, rest);
             if line.starts_with("cfn=") {
-                callee = names.get(id).cloned();
+                callee = name;
             }
         } else if let Some(rest) = line.strip_prefix("calls=")
             && callee.as_deref().is_some_and(of)
@@ -385,17 +380,9 @@ fn inside_the_driver(text: &str) -> f64 {
     let (mut in_call, mut inside) = (false, 0.0);
     for line in text.lines() {
         if let Some(rest) = line.strip_prefix("ob=") {
-            let (id, name) = rest.split_once(' ').unwrap_or((rest, ""));
-            if !name.is_empty() {
-                names.insert(id.to_string(), name.to_string());
-            }
-            object = names.get(id).cloned().unwrap_or_default();
+            object = named(&mut names, rest).unwrap_or_default();
         } else if let Some(rest) = line.strip_prefix("cob=") {
-            let (id, name) = rest.split_once(' ').unwrap_or((rest, ""));
-            if !name.is_empty() {
-                names.insert(id.to_string(), name.to_string());
-            }
-            callee = names.get(id).cloned();
+            callee = named(&mut names, rest);
         } else if line.starts_with("fn=") {
             callee = None;
         } else if line.starts_with("calls=") {
@@ -457,9 +444,16 @@ pub(crate) fn bench() -> Result<()> {
     let walls = wall_runs(&soft)?;
     let mut instr = serde_json::Map::new();
     let mut outside = serde_json::Map::new();
+    let mut submit_profiles = serde_json::Map::new();
     for (case, n) in CASES {
         eprintln!("xtask: callgrind: {case}");
-        let (total, beyond) = instructions(case, n, &soft)?;
+        let (total, beyond, text) = instructions(case, n, &soft)?;
+        if PROFILED_SUBMITS
+            .iter()
+            .any(|(ours, theirs)| case == *ours || case == *theirs)
+        {
+            submit_profiles.insert(case.into(), submit_profile(&text, n, beyond));
+        }
         instr.insert(case.into(), json!(total));
         outside.insert(case.into(), json!(beyond));
     }
@@ -516,17 +510,6 @@ pub(crate) fn bench() -> Result<()> {
          {PROFILED_KERNEL_US} µs on one stream, read 32 behind"
     );
     let resolver = resolver_profile(&soft)?;
-    let mut submit_profiles = serde_json::Map::new();
-    for (ours, theirs) in PROFILED_SUBMITS {
-        for case in [ours, theirs] {
-            let n = CASES
-                .iter()
-                .find(|(c, _)| *c == case)
-                .map_or(1, |(_, n)| *n);
-            let beyond = outside[case].as_f64().unwrap_or(f64::NAN);
-            submit_profiles.insert(case.into(), submit_profile(case, n, beyond)?);
-        }
-    }
     eprintln!(
         "xtask: never in the server's way: start() behind a 1 s kernel on a shared hardware \
          queue; 1000 GLOBAL-mode captures beside 8 profiling threads, CUDA and HIP"
