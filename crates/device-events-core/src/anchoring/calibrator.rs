@@ -25,10 +25,19 @@ pub(crate) type DeviceTask = Box<dyn FnOnce() + Send>;
 /// (`None` where it gives none: one thread for all such).
 type Device = Option<u64>;
 
+/// One device's calibrations and thread.
+struct DeviceQueue {
+    device: Device,
+    /// Queued, not yet running.
+    tasks: VecDeque<DeviceTask>,
+    /// Whether its thread is up.
+    running: bool,
+    /// Profilers of it alive: its thread stays while any is.
+    profilers: usize,
+}
+
 struct CalibrationQueue {
-    /// Each device's queued calibrations, whether its thread is up, and
-    /// how many profilers of it are alive (its thread stays while any is).
-    devices: Vec<(Device, VecDeque<DeviceTask>, bool, usize)>,
+    devices: Vec<DeviceQueue>,
     /// Queued or running, on every device.
     busy: usize,
     /// The process whose threads are up: a child made by `fork` inherits
@@ -51,11 +60,16 @@ fn calibration_queue() -> MutexGuard<'static, CalibrationQueue> {
 }
 
 impl CalibrationQueue {
-    fn device(&mut self, device: Device) -> &mut (Device, VecDeque<DeviceTask>, bool, usize) {
-        let at = match self.devices.iter().position(|(d, ..)| *d == device) {
+    fn device(&mut self, device: Device) -> &mut DeviceQueue {
+        let at = match self.devices.iter().position(|d| d.device == device) {
             Some(at) => at,
             None => {
-                self.devices.push((device, VecDeque::new(), false, 0));
+                self.devices.push(DeviceQueue {
+                    device,
+                    tasks: VecDeque::new(),
+                    running: false,
+                    profilers: 0,
+                });
                 self.devices.len() - 1
             }
         };
@@ -88,7 +102,7 @@ pub(crate) fn run_for_device(
     forget_the_parents(&mut q);
     q.busy += 1;
     q.process = Some(std::process::id());
-    let (_, tasks, running, _) = q.device(device);
+    let DeviceQueue { tasks, running, .. } = q.device(device);
     tasks.push_back(task);
     if *running {
         drop(q);
@@ -101,7 +115,7 @@ pub(crate) fn run_for_device(
         crate::threads::start("device-events-calibrator", move || run_device_tasks(device))
     {
         let mut q = calibration_queue();
-        let (_, tasks, running, _) = q.device(device);
+        let DeviceQueue { tasks, running, .. } = q.device(device);
         *running = false;
         let unrun = std::mem::take(tasks);
         q.busy -= unrun.len();
@@ -121,7 +135,7 @@ pub(crate) fn profiler_joined(device: Device) {
     let mut q = calibration_queue();
     forget_the_parents(&mut q);
     q.process = Some(std::process::id());
-    q.device(device).3 += 1;
+    q.device(device).profilers += 1;
 }
 
 /// A profiler of `device` that [joined](profiler_joined) is dropped: once
@@ -129,7 +143,7 @@ pub(crate) fn profiler_joined(device: Device) {
 pub(crate) fn profiler_left(device: Device) {
     let mut q = calibration_queue();
     forget_the_parents(&mut q);
-    let profilers = &mut q.device(device).3;
+    let profilers = &mut q.device(device).profilers;
     *profilers = profilers.saturating_sub(1);
     drop(q);
     CALIBRATION_HANDED.notify_all();
@@ -161,7 +175,7 @@ pub(crate) fn forget_the_parents_now() {
 /// Whether a calibrator thread is up in this process.
 pub(crate) fn running() -> bool {
     let q = calibration_queue();
-    q.process == Some(std::process::id()) && q.devices.iter().any(|(_, _, running, _)| *running)
+    q.process == Some(std::process::id()) && q.devices.iter().any(|d| d.running)
 }
 
 fn run_device_tasks(device: Device) {
@@ -171,7 +185,7 @@ fn run_device_tasks(device: Device) {
     // this one's idle spell.
     let mut idle_since: Option<Instant> = None;
     loop {
-        if let Some(task) = q.device(device).1.pop_front() {
+        if let Some(task) = q.device(device).tasks.pop_front() {
             idle_since = None;
             drop(q);
             // Every lock the task takes is taken inside it: a fork waits
@@ -197,7 +211,7 @@ fn run_device_tasks(device: Device) {
             continue;
         }
         let since = *idle_since.get_or_insert_with(Instant::now);
-        let left = if q.device(device).3 > 0 {
+        let left = if q.device(device).profilers > 0 {
             // A profiler of the device is alive: its next refresh finds
             // the thread up.
             STAY_IDLE_FOR
@@ -205,7 +219,7 @@ fn run_device_tasks(device: Device) {
             STAY_IDLE_FOR.saturating_sub(since.elapsed())
         };
         if left.is_zero() {
-            q.devices.retain(|(d, ..)| *d != device);
+            q.devices.retain(|d| d.device != device);
             return;
         }
         q = CALIBRATION_HANDED
@@ -246,7 +260,7 @@ mod tests {
         calibration_queue()
             .devices
             .iter()
-            .any(|(d, _, running, _)| *d == device && *running)
+            .any(|d| d.device == device && d.running)
     }
 
     /// A device's thread stays up while a profiler of it is alive, however
